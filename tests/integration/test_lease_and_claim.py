@@ -1,0 +1,277 @@
+"""Lease, claim and fenced finish through the store."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import T0, MakeStore
+from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
+from wakeful.core.errors import LeaseLost
+from wakeful.core.store.contract import TOO_MANY_ATTEMPTS, Store
+
+INBOX = "T1:U1"
+
+
+def add(store: Store, *ids: str, at: int = T0) -> None:
+    for i in ids:
+        store.ingest(INBOX, "slack", i, {"text": i}, at)
+
+
+def names(claim: object) -> list[str]:
+    return [e.source_id for e in claim.events]  # type: ignore[attr-defined]
+
+
+# -- lease -----------------------------------------------------------------------------------
+
+
+def test_lease_acquire_renew_takeover_refuse(store: Store) -> None:
+    assert store.acquire(INBOX, "A", T0) == 1
+    assert store.acquire(INBOX, "A", T0 + 100) == 1  # renewal keeps the generation
+    assert store.acquire(INBOX, "B", T0 + 219) is None  # A's renewed lease runs to T0+220
+    assert store.acquire(INBOX, "B", T0 + 220) == 2  # expired: takeover
+    assert store.acquire(INBOX, "B", T0 + 340) == 3  # expired again: even B itself gets gen+1
+
+
+def test_leases_of_different_inboxes_are_independent(store: Store) -> None:
+    assert store.acquire("T1:U1", "A", T0) == 1
+    assert store.acquire("T1:U2", "B", T0) == 1
+
+
+def test_renew_extends_only_a_live_lease_of_the_same_generation(store: Store) -> None:
+    gen = store.acquire(INBOX, "A", T0)
+    assert gen == 1
+    assert store.renew(INBOX, "A", 1, T0 + 100)
+    assert store.acquire(INBOX, "B", T0 + 200) is None  # renewed until T0+220
+    assert not store.renew(INBOX, "A", 1, T0 + 220)  # lapsed: a heartbeat never revives
+    assert not store.renew(INBOX, "B", 1, T0 + 100)
+    lease = store.lease(INBOX)
+    assert lease is not None and lease.expires_at == T0 + 220
+
+
+def test_release_keeps_the_generation_so_the_next_holder_gets_a_new_one(store: Store) -> None:
+    assert store.acquire(INBOX, "A", T0) == 1
+    assert store.release(INBOX, "A", 1, T0 + 5)
+    assert store.acquire(INBOX, "A", T0 + 5) == 2
+    assert not store.release(INBOX, "B", 2, T0 + 6)
+
+
+# -- claim -----------------------------------------------------------------------------------
+
+
+def test_claim_requires_the_lease(store: Store) -> None:
+    add(store, "e1")
+    store.acquire(INBOX, "A", T0)
+    with pytest.raises(LeaseLost):
+        store.claim(INBOX, "B", 1, T0)
+    with pytest.raises(LeaseLost):
+        store.claim(INBOX, "A", 2, T0)
+    with pytest.raises(LeaseLost):
+        store.claim(INBOX, "A", 1, T0 + 120)
+    assert store.events(INBOX)[0].status == "pending"
+
+
+def test_claim_takes_all_pending_in_arrival_order_up_to_the_cap(make_store: MakeStore) -> None:
+    store = make_store(claim_cap=3)
+    add(store, "e1", "e2", "e3", "e4")
+    claim = store.acquire_and_claim(INBOX, "A", T0)
+    assert claim is not None and names(claim) == ["e1", "e2", "e3"]
+    assert [e.attempts for e in claim.events] == [1, 1, 1]
+    store.finish(claim, Effects(), T0)
+    assert names(store.claim(INBOX, "A", claim.gen, T0)) == ["e4"]
+
+
+def test_attempts_are_counted_at_claim_time(store: Store) -> None:
+    add(store, "e1")
+    claim = store.acquire_and_claim(INBOX, "A", T0)
+    assert claim is not None
+    stored = store.events(INBOX)[0]
+    assert (stored.status, stored.attempts) == ("running", 1)
+
+
+def test_rows_left_running_by_an_older_generation_go_back_and_are_claimed_alone(
+    store: Store,
+) -> None:
+    add(store, "e1", "e2")
+    first = store.acquire_and_claim(INBOX, "A", T0)
+    assert first is not None and names(first) == ["e1", "e2"]
+    second = store.acquire_and_claim(INBOX, "B", T0 + 121)
+    assert second is not None and second.gen == 2
+    assert names(second) == ["e1"]  # retried: alone
+    assert second.events[0].attempts == 2
+    statuses = {e.source_id: e.status for e in store.events(INBOX)}
+    assert statuses == {"e1": "running", "e2": "pending"}
+
+
+def test_events_reaching_max_attempts_become_dead(make_store: MakeStore) -> None:
+    store = make_store(max_attempts=2)
+    add(store, "bad")
+    t = T0
+    for _ in range(2):
+        claim = store.acquire_and_claim(INBOX, f"W{t}", t)
+        assert claim is not None and names(claim) == ["bad"]
+        t += 121  # crash: the lease lapses
+    claim = store.acquire_and_claim(INBOX, "W-last", t)
+    assert claim is not None and claim.events == ()
+    dead = store.events(INBOX)[0]
+    assert (dead.status, dead.attempts, dead.error) == ("dead", 2, TOO_MANY_ATTEMPTS)
+    assert [e.source_id for e in store.dead_letters().events] == ["bad"]
+
+
+def test_a_retry_waits_for_its_backoff_without_blocking_fresh_events(store: Store) -> None:
+    add(store, "flaky")
+    claim = store.acquire_and_claim(INBOX, "A", T0)
+    assert claim is not None
+    assert store.finish(claim, Effects(failed={claim.events[0].id: "boom"}), T0 + 1)
+    failed = store.events(INBOX)[0]
+    assert (failed.status, failed.error) == ("pending", "boom")
+    add(store, "fresh", at=T0 + 2)
+    # Backoff after the first attempt is 10 s: the fresh event goes first.
+    assert names(store.claim(INBOX, "A", claim.gen, T0 + 2)) == ["fresh"]
+    store.finish(store.claim(INBOX, "A", claim.gen, T0 + 2), Effects(), T0 + 2)
+    assert store.ready_inboxes(T0 + 5) == []
+    assert names(store.claim(INBOX, "A", claim.gen, T0 + 5)) == []
+    assert store.ready_inboxes(T0 + 11) == [INBOX] or store.lease(INBOX) is not None
+    retry = store.claim(INBOX, "A", claim.gen, T0 + 11)
+    assert names(retry) == ["flaky"] and retry.events[0].attempts == 2
+
+
+def test_backoff_doubles_between_failed_attempts(make_store: MakeStore) -> None:
+    store = make_store(max_attempts=10, lease_ttl=100_000)
+    add(store, "flaky")
+    gen = store.acquire(INBOX, "A", T0)
+    assert gen is not None
+    t, waits = T0, []
+    for _ in range(4):
+        claim = store.claim(INBOX, "A", gen, t)
+        assert names(claim) == ["flaky"]
+        assert store.finish(claim, Effects(failed={claim.events[0].id: "again"}), t)
+        wait = 0
+        while not store.ready_inboxes(t + wait) and wait < 1000:
+            store.release(INBOX, "A", gen, t)  # let ready_inboxes see the inbox
+            wait += 1
+        waits.append(wait)
+        gen = store.acquire(INBOX, "A", t + wait)
+        assert gen is not None
+        t += wait
+    assert waits == [10, 20, 40, 80]
+
+
+def test_ready_inboxes_lists_claimable_work_only(store: Store) -> None:
+    add(store, "e1")
+    store.ingest("T1:U2", "slack", "x", {}, T0)
+    assert set(store.ready_inboxes(T0)) == {INBOX, "T1:U2"}
+    store.acquire(INBOX, "A", T0)
+    assert store.ready_inboxes(T0) == ["T1:U2"]
+    assert set(store.ready_inboxes(T0 + 120)) == {INBOX, "T1:U2"}  # lease lapsed
+
+
+# -- finish ----------------------------------------------------------------------------------
+
+
+def effects_of_everything() -> Effects:
+    effects = Effects(
+        messages=[Message(channel="D1", text="reply", priority="urgent")],
+        approvals=[
+            ApprovalRequest(
+                id="r1",
+                tool="refund_order",
+                args={"order_id": "7"},
+                requester="U1",
+                deadline=T0 + 3600,
+            )
+        ],
+        timers=[Timer.once("ping", T0 + 60, {"say": "hi"})],
+    )
+    effects.set_session({"turns": 1})
+    return effects
+
+
+def test_finish_writes_every_effect_and_marks_events_done(store: Store) -> None:
+    add(store, "e1")
+    claim = store.acquire_and_claim(INBOX, "A", T0)
+    assert claim is not None
+    assert store.finish(claim, effects_of_everything(), T0 + 1)
+    assert [e.status for e in store.events(INBOX)] == ["done"]
+    assert [r.text for r in store.outbox(inbox=INBOX)] == ["reply"]
+    assert store.session(INBOX) == {"turns": 1}
+    assert {t.id for t in store.timers(INBOX)} == {f"{INBOX}/ping", f"{INBOX}/approval:r1"}
+    approval = store.approval("r1")
+    assert approval is not None and approval.answer is None
+
+
+def _assert_nothing_written(store: Store) -> None:
+    assert store.outbox(inbox=INBOX) == []
+    assert store.session(INBOX) is None
+    assert store.timers(INBOX) == []
+    assert store.approval("r1") is None
+
+
+def test_finish_by_a_stale_generation_is_refused_and_changes_nothing(store: Store) -> None:
+    add(store, "e1")
+    old = store.acquire_and_claim(INBOX, "A", T0)
+    assert old is not None
+    new = store.acquire_and_claim(INBOX, "B", T0 + 121)
+    assert new is not None
+    assert not store.finish(old, effects_of_everything(), T0 + 122)
+    _assert_nothing_written(store)
+    assert store.events(INBOX)[0].status == "running"
+    assert store.finish(new, Effects(), T0 + 123)
+
+
+def test_finish_after_the_lease_expired_is_refused_even_with_no_successor(store: Store) -> None:
+    add(store, "e1")
+    claim = store.acquire_and_claim(INBOX, "A", T0)
+    assert claim is not None
+    assert not store.finish(claim, effects_of_everything(), T0 + 120)
+    _assert_nothing_written(store)
+
+
+def test_finish_is_refused_when_an_event_is_no_longer_running_under_the_generation(
+    store: Store,
+) -> None:
+    add(store, "e1")
+    claim = store.acquire_and_claim(INBOX, "A", T0)
+    assert claim is not None
+    assert store.finish(claim, Effects(), T0 + 1)
+    # The same holder, same generation, tries to finish the same claim twice.
+    assert not store.finish(claim, effects_of_everything(), T0 + 2)
+    _assert_nothing_written(store)
+
+
+def test_finish_is_all_or_nothing_when_a_write_fails_midway(store: Store) -> None:
+    add(store, "e1")
+    claim = store.acquire_and_claim(INBOX, "A", T0)
+    assert claim is not None
+    original = store._write_effects
+
+    def failing(tx, inbox, prepared, now):  # type: ignore[no-untyped-def]
+        original(tx, inbox, prepared, now)
+        raise RuntimeError("disk on fire")
+
+    store._write_effects = failing  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        store.finish(claim, effects_of_everything(), T0 + 1)
+    _assert_nothing_written(store)
+    assert store.events(INBOX)[0].status == "running"
+
+
+def test_finish_with_release_lets_the_lease_lapse(store: Store) -> None:
+    add(store, "e1")
+    claim = store.acquire_and_claim(INBOX, "A", T0)
+    assert claim is not None
+    assert store.finish(claim, Effects(), T0 + 1, release=True)
+    assert store.acquire(INBOX, "B", T0 + 1) == 2
+
+
+def test_dead_letters_are_listed_and_requeued_with_attempts_reset(make_store: MakeStore) -> None:
+    store = make_store(max_attempts=1)
+    add(store, "bad")
+    assert store.acquire_and_claim(INBOX, "A", T0) is not None
+    assert store.acquire_and_claim(INBOX, "B", T0 + 121) is not None  # buries it
+    dead = store.dead_letters().events
+    assert [(e.source_id, e.attempts, e.error) for e in dead] == [("bad", 1, TOO_MANY_ATTEMPTS)]
+    assert store.requeue_event(dead[0].id, T0 + 200)
+    assert not store.requeue_event(dead[0].id, T0 + 200)  # only dead events
+    again = store.events(INBOX)[0]
+    assert (again.status, again.attempts, again.error) == ("pending", 0, None)
+    assert store.dead_letters().events == []

@@ -1,0 +1,43 @@
+from wakeful.core.approvals import decide
+from wakeful.core.records import ApprovalState
+
+
+def state(answer: str | None = None) -> ApprovalState:
+    return ApprovalState(
+        id="r1",
+        inbox="I",
+        tool="refund_order",
+        args={},
+        requester="U1",
+        approvers=("U9",),
+        deadline=100,
+        created_at=0,
+        answer=answer,  # type: ignore[arg-type]
+        answered_by=None,
+        answered_at=None,
+        prompt_channel=None,
+        prompt_ts=None,
+    )
+
+
+def test_unknown_request() -> None:
+    assert decide(None, "yes", "U1", 10) == ("unknown", "keep")
+
+
+def test_forbidden_user_stores_nothing() -> None:
+    assert decide(state(), "yes", "U2", 10) == ("forbidden", "keep")
+
+
+def test_requester_and_approver_may_answer() -> None:
+    assert decide(state(), "yes", "U1", 10) == ("yes", "store")
+    assert decide(state(), "no", "U9", 10) == ("no", "store")
+
+
+def test_first_answer_stands() -> None:
+    assert decide(state("yes"), "no", "U1", 10) == ("yes", "keep")
+    assert decide(state("expired"), "yes", "U1", 10) == ("expired", "keep")
+
+
+def test_deadline_is_checked_by_the_answer_itself() -> None:
+    assert decide(state(), "yes", "U1", 100) == ("expired", "store")
+    assert decide(state(), "yes", "U1", 99) == ("yes", "store")

@@ -1,0 +1,192 @@
+"""The three loops: worker (runs agents), scheduler (fires timers), dispatcher (sends posts).
+
+Each has `tick(now)`, one pass that tests drive on a simulated clock, and `run(stop)`, which
+repeats ticks on the injected clock, sleeping until a wake-up or the poll interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from .agent import Agent, Run
+from .effects import Effects
+from .errors import LeaseLost, PermanentSendError, StoreUnavailable, TransientSendError
+from .outbox import Part
+from .records import Claim
+from .store.contract import Store
+
+log = logging.getLogger("wakeful")
+Clock = Callable[[], int]
+
+
+def wall_clock() -> int:
+    return int(time.time())
+
+
+class Sender(Protocol):
+    """Delivers one part; returns the posted message's id (Slack ts) or None.
+
+    When `part.retry` is set an earlier attempt may have reached the destination: look for
+    `part.part_id` there first and return the existing id instead of posting twice. Raise
+    TransientSendError or PermanentSendError on failure.
+    """
+
+    def send(self, part: Part) -> str | None: ...
+
+
+class Wakeup:
+    """A kick from ingest to an idle loop in the same process, so new work skips the poll wait."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def kick(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        fired = self._event.wait(timeout)
+        self._event.clear()
+        return fired
+
+
+@dataclass
+class _Loop:
+    store: Store
+    clock: Clock = wall_clock
+    poll: float = 1.0
+    wakeup: Wakeup | None = None
+
+    def tick(self, now: int) -> int:
+        raise NotImplementedError
+
+    def run(self, stop: threading.Event) -> None:
+        """Tick until `stop` is set; a store outage is logged and retried, never fatal."""
+        wakeup = self.wakeup or Wakeup()
+        while not stop.is_set():
+            try:
+                busy = self.tick(self.clock())
+            except StoreUnavailable as exc:
+                log.warning("%s: store unavailable, retrying: %s", type(self).__name__, exc)
+                busy = 0
+            except Exception:
+                log.exception("%s: tick failed", type(self).__name__)
+                busy = 0
+            if busy:
+                continue
+            if stop.is_set():
+                return
+            wakeup.wait(self.poll)
+
+
+@dataclass
+class Worker(_Loop):
+    """Takes the lease of each ready inbox, claims, runs the agent, finishes fenced."""
+
+    agent: Agent | None = None
+    holder: str = ""
+    batch_inboxes: int = 20
+
+    def __post_init__(self) -> None:
+        if not self.holder:
+            self.holder = f"worker-{uuid.uuid4().hex[:8]}"
+
+    def tick(self, now: int) -> int:
+        runs = 0
+        for inbox in self.store.ready_inboxes(now, self.batch_inboxes):
+            runs += self.run_inbox(inbox)
+        return runs
+
+    def run_inbox(self, inbox: str) -> int:
+        """Run an inbox until it has nothing claimable; return how many runs finished."""
+        claim = self.store.acquire_and_claim(inbox, self.holder, self.clock())
+        runs = 0
+        while claim is not None and claim.events:
+            effects = self._run_agent(claim)
+            if not self.store.finish(claim, effects, self.clock()):
+                log.warning("%s: finish refused for %s gen %s", self.holder, inbox, claim.gen)
+                return runs
+            runs += 1
+            try:
+                claim = self.store.claim(inbox, self.holder, claim.gen, self.clock())
+            except LeaseLost:
+                return runs
+        if claim is not None:
+            self.store.release(inbox, self.holder, claim.gen, self.clock())
+        return runs
+
+    def _run_agent(self, claim: Claim) -> Effects:
+        assert self.agent is not None, "a Worker needs an agent"
+
+        def heartbeat() -> None:
+            if not self.store.renew(claim.inbox, self.holder, claim.gen, self.clock()):
+                raise LeaseLost(f"{self.holder} lost {claim.inbox} gen {claim.gen}")
+
+        run = Run(
+            inbox=claim.inbox,
+            events=claim.events,
+            session=self.store.session(claim.inbox),
+            now=self.clock(),
+            heartbeat=heartbeat,
+        )
+        try:
+            return self.agent.run(run)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            log.warning("agent failed on %s %s: %s", claim.inbox, claim.ids, exc)
+            error = f"{type(exc).__name__}: {exc}"
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s", traceback.format_exc())
+            return Effects(failed={e.id: error for e in claim.events})
+
+
+@dataclass
+class Scheduler(_Loop):
+    """Turns due timers into inbox events; kicks the worker when it stored some."""
+
+    notify: Wakeup | None = None
+
+    def tick(self, now: int) -> int:
+        total = 0
+        while True:
+            result = self.store.fire_due_timers(now)
+            total += result.fired + result.expired_approvals
+            if result.due < 500:
+                break
+        if total and self.notify is not None:
+            self.notify.kick()
+        return total
+
+
+@dataclass
+class Dispatcher(_Loop):
+    """Sends claimed batches; never holds a database lock while a sender is on the network."""
+
+    sender: Sender | None = None
+
+    def tick(self, now: int) -> int:
+        assert self.sender is not None, "a Dispatcher needs a sender"
+        sent = 0
+        for batch in self.store.claim_batches(now):
+            for part in batch.parts:
+                try:
+                    ts = self.sender.send(part)
+                except TransientSendError as exc:
+                    wait = max(1, exc.retry_after)
+                    self.store.defer_batch(
+                        part.dispatch_id, self.clock() + wait, str(exc), self.clock()
+                    )
+                    break
+                except PermanentSendError as exc:
+                    self.store.fail_part(part, str(exc), self.clock())
+                    continue
+                self.store.mark_sent(part, ts, self.clock())
+                sent += 1
+        return sent

@@ -1,0 +1,802 @@
+"""The store contract: every operation the engine owes, written once over named SQL.
+
+A backend (SQLite, PostgreSQL) supplies only a transaction (`_tx`) that opens a connection,
+begins, commits or rolls back, translates driver errors into `StoreError`s, and runs the
+statements of its own `.sql` file. The rules themselves live here and in the pure modules
+(lease, approvals, outbox, schedule), so both backends obey exactly the same ones.
+
+Every method takes `now` in integer seconds: no backend reads a clock of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from .. import approvals as approval_rules
+from .. import lease as lease_rules
+from .. import outbox as outbox_rules
+from .. import schedule
+from ..effects import ApprovalRequest, Effects, Message, Timer, check_json
+from ..errors import InvalidInput, LeaseLost
+from ..records import (
+    AnswerOutcome,
+    ApprovalState,
+    Claim,
+    Event,
+    Ingested,
+    Lease,
+    OutboxRow,
+    TimerFired,
+    TimerState,
+)
+from ..settings import MAX_PAYLOAD_BYTES, Settings
+from .sql import Row, Tx
+
+TOO_MANY_ATTEMPTS = "too many attempts"
+BATCH_ROW_CAP = 200
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetters:
+    events: list[Event]
+    outbox: list[OutboxRow]
+
+
+class Store(ABC):
+    """The durable state of every inbox, and the only way the engine touches it."""
+
+    settings: Settings
+
+    # -- backend -----------------------------------------------------------------------------
+
+    @abstractmethod
+    def _tx(self, write: bool = True) -> AbstractContextManager[Tx]:
+        """A transaction; a write one takes the write lock up front (BEGIN IMMEDIATE)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections. The store is unusable afterwards."""
+
+    @abstractmethod
+    def schema_version(self) -> int:
+        """The highest migration applied."""
+
+    def healthy(self) -> bool:
+        """True when the store answers a trivial query; for /healthz."""
+        try:
+            with self._tx(write=False) as tx:
+                return tx.one("ping") is not None
+        except Exception:
+            return False
+
+    # -- inbox -------------------------------------------------------------------------------
+
+    def ingest(self, inbox: str, source: str, source_id: str, payload: Any, now: int) -> Ingested:
+        """Store one delivery, once: the pair (source, source_id) is unique, so a repeat is a
+        no-op reported as a duplicate. Malformed input raises InvalidInput and stores nothing."""
+        body = _validate_event(inbox, source, source_id, payload)
+        with self._tx() as tx:
+            row = tx.one(
+                "insert_event",
+                {
+                    "inbox": inbox,
+                    "source": source,
+                    "source_id": source_id,
+                    "payload": body,
+                    "now": now,
+                },
+            )
+        return Ingested(stored=row is not None, event_id=None if row is None else int(row["id"]))
+
+    def event(self, event_id: int) -> Event | None:
+        with self._tx(write=False) as tx:
+            row = tx.one("get_event", {"id": event_id})
+        return None if row is None else _event(row)
+
+    def event_by_key(self, source: str, source_id: str) -> Event | None:
+        with self._tx(write=False) as tx:
+            row = tx.one("get_event_by_key", {"source": source, "source_id": source_id})
+        return None if row is None else _event(row)
+
+    def events(self, inbox: str) -> list[Event]:
+        """Every event of one inbox in arrival order (for tests, status and digests)."""
+        with self._tx(write=False) as tx:
+            return [_event(r) for r in tx.all("inbox_events", {"inbox": inbox})]
+
+    def open_events(self, inbox: str) -> list[Event]:
+        """Pending and running events of one inbox, oldest first."""
+        with self._tx(write=False) as tx:
+            return [_event(r) for r in tx.all("open_events", {"inbox": inbox})]
+
+    def count_events(self, status: str | None = None) -> int:
+        with self._tx(write=False) as tx:
+            row = tx.one("count_events", {"status": status})
+        return int(row["n"]) if row else 0
+
+    def ready_inboxes(self, now: int, limit: int = 100) -> list[str]:
+        """Inboxes with work a worker could claim now: pending events past their backoff, or
+        events left running under a lease that has expired."""
+        with self._tx(write=False) as tx:
+            return [str(r["inbox"]) for r in tx.all("ready_inboxes", {"now": now, "limit": limit})]
+
+    # -- lease -------------------------------------------------------------------------------
+
+    def acquire(self, inbox: str, holder: str, now: int) -> int | None:
+        """Take or renew the inbox's lease; return its generation, or None if held by another."""
+        _require(inbox=inbox, holder=holder)
+        with self._tx() as tx:
+            return self._acquire(tx, inbox, holder, now)
+
+    def _acquire(self, tx: Tx, inbox: str, holder: str, now: int) -> int | None:
+        current = _lease(tx.one("get_lease_for_update", {"inbox": inbox}))
+        granted = lease_rules.decide(current, inbox, holder, now, self.settings.lease_ttl)
+        if granted is None:
+            return None
+        params = {
+            "inbox": inbox,
+            "holder": holder,
+            "gen": granted.gen,
+            "expires_at": granted.expires_at,
+        }
+        if current is None:
+            if not tx.run("insert_lease", params):
+                return None  # another holder created the row first (PostgreSQL race)
+        else:
+            tx.run("update_lease", params)
+        return granted.gen
+
+    def renew(self, inbox: str, holder: str, gen: int, now: int) -> bool:
+        """Heartbeat: extend the lease only if still held in this generation (never revive)."""
+        with self._tx() as tx:
+            current = _lease(tx.one("get_lease_for_update", {"inbox": inbox}))
+            if not lease_rules.holds(current, holder, gen, now):
+                return False
+            tx.run(
+                "update_lease",
+                {
+                    "inbox": inbox,
+                    "holder": holder,
+                    "gen": gen,
+                    "expires_at": now + self.settings.lease_ttl,
+                },
+            )
+            return True
+
+    def release(self, inbox: str, holder: str, gen: int, now: int) -> bool:
+        """Let the lease lapse now, keeping its generation so the next holder gets gen + 1."""
+        with self._tx() as tx:
+            return self._release(tx, inbox, holder, gen, now)
+
+    def _release(self, tx: Tx, inbox: str, holder: str, gen: int, now: int) -> bool:
+        current = _lease(tx.one("get_lease_for_update", {"inbox": inbox}))
+        if not lease_rules.holds(current, holder, gen, now):
+            return False
+        tx.run("update_lease", {"inbox": inbox, "holder": holder, "gen": gen, "expires_at": now})
+        return True
+
+    def lease(self, inbox: str) -> Lease | None:
+        with self._tx(write=False) as tx:
+            return _lease(tx.one("get_lease", {"inbox": inbox}))
+
+    # -- claiming ----------------------------------------------------------------------------
+
+    def claim(self, inbox: str, holder: str, gen: int, now: int) -> Claim:
+        """Claim the next batch of the inbox; raises LeaseLost unless `holder` holds it in `gen`.
+
+        In one transaction: rows left running by an older generation go back to pending; rows
+        that reached max_attempts become dead; a retried event is claimed alone; otherwise all
+        pending events in arrival order up to the cap. Attempts are counted here, and the
+        backoff a failure of this attempt must wait is fixed here too.
+        """
+        with self._tx() as tx:
+            current = _lease(tx.one("get_lease_for_update", {"inbox": inbox}))
+            if not lease_rules.holds(current, holder, gen, now):
+                raise LeaseLost(f"{holder} does not hold {inbox} in generation {gen}")
+            return self._claim(tx, inbox, holder, gen, now)
+
+    def acquire_and_claim(self, inbox: str, holder: str, now: int) -> Claim | None:
+        """`acquire` then `claim` in one transaction: the common start of a run, one commit."""
+        with self._tx() as tx:
+            gen = self._acquire(tx, inbox, holder, now)
+            if gen is None:
+                return None
+            return self._claim(tx, inbox, holder, gen, now)
+
+    def _claim(self, tx: Tx, inbox: str, holder: str, gen: int, now: int) -> Claim:
+        s = self.settings
+        tx.run("reset_stale", {"inbox": inbox, "gen": gen, "now": now})
+        tx.run(
+            "bury_exhausted",
+            {
+                "inbox": inbox,
+                "max_attempts": s.max_attempts,
+                "error": TOO_MANY_ATTEMPTS,
+                "now": now,
+            },
+        )
+        rows = tx.all("next_retry", {"inbox": inbox, "now": now})
+        if not rows:
+            rows = tx.all("next_fresh", {"inbox": inbox, "now": now, "limit": s.claim_cap})
+        events: list[Event] = []
+        for r in rows:
+            attempts = int(r["attempts"]) + 1
+            tx.run(
+                "mark_running",
+                {
+                    "id": r["id"],
+                    "gen": gen,
+                    "attempts": attempts,
+                    "not_before": now + s.backoff(attempts),
+                    "now": now,
+                },
+            )
+            events.append(_event(r, status="running", attempts=attempts))
+        return Claim(inbox=inbox, holder=holder, gen=gen, events=tuple(events))
+
+    # -- finishing ---------------------------------------------------------------------------
+
+    def finish(self, claim: Claim, effects: Effects, now: int, release: bool = False) -> bool:
+        """Complete a claim and write all of the run's effects, fenced, in one transaction.
+
+        Succeeds only while the claimer holds the lease in the claim's generation and every
+        claimed event is still running under it. Otherwise nothing changes and False is
+        returned. Events in `effects.failed` go back to pending with their error (their backoff
+        was fixed at claim time, or now if later).
+        """
+        prepared = _prepare_effects(claim.inbox, effects, now)
+        with self._tx() as tx:
+            current = _lease(tx.one("get_lease_for_update", {"inbox": claim.inbox}))
+            if not lease_rules.holds(current, claim.holder, claim.gen, now):
+                return False
+            ids = claim.ids
+            if ids:
+                running = tx.all("running_under", {"inbox": claim.inbox, "gen": claim.gen})
+                if not set(ids) <= {int(r["id"]) for r in running}:
+                    return False  # nothing written yet: the transaction commits no change
+            for ev in claim.events:
+                error = effects.failed.get(ev.id)
+                if error is None:
+                    tx.run("mark_done", {"id": ev.id, "now": now})
+                else:
+                    tx.run(
+                        "mark_failed",
+                        {
+                            "id": ev.id,
+                            "error": str(error)[:2000],
+                            "now": now,
+                            "not_before": now + self.settings.backoff(ev.attempts),
+                        },
+                    )
+            self._write_effects(tx, claim.inbox, prepared, now)
+            if release:
+                tx.run(
+                    "update_lease",
+                    {
+                        "inbox": claim.inbox,
+                        "holder": claim.holder,
+                        "gen": claim.gen,
+                        "expires_at": now,
+                    },
+                )
+            return True
+
+    def _write_effects(self, tx: Tx, inbox: str, p: _Prepared, now: int) -> None:
+        for params in p.messages:
+            tx.run("insert_outbox", {**params, "now": now})
+        if p.session is not None:
+            tx.run("upsert_session", {"inbox": inbox, "state": p.session, "now": now})
+        for name in p.cancel:
+            tx.run("delete_timer", {"id": f"{inbox}/{name}"})
+        for params in p.timers:
+            tx.run("upsert_timer", {**params, "now": now})
+        for req, params in p.approvals:
+            if tx.run("insert_approval", {**params, "now": now}):
+                tx.run(
+                    "upsert_timer",
+                    {
+                        "id": approval_rules.expiry_timer_id(inbox, req.id),
+                        "inbox": inbox,
+                        "kind": "once",
+                        "action": "expire_approval",
+                        "next_at": req.deadline,
+                        "anchor": None,
+                        "every_seconds": None,
+                        "daily_at": None,
+                        "tz": "UTC",
+                        "policy": "coalesce",
+                        "payload": check_json({"approval": req.id}, "payload"),
+                        "now": now,
+                    },
+                )
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def session(self, inbox: str) -> Any:
+        """The agent's saved state for the inbox, or None."""
+        with self._tx(write=False) as tx:
+            row = tx.one("get_session", {"inbox": inbox})
+        return None if row is None else json.loads(row["state"])
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def add_timer(self, inbox: str, timer: Timer, now: int) -> str:
+        """Register or replace a timer outside a run (a run adds them through finish)."""
+        _require(inbox=inbox)
+        params = _timer_params(inbox, timer, now)
+        with self._tx() as tx:
+            tx.run("upsert_timer", {**params, "now": now})
+        return str(params["id"])
+
+    def cancel_timer(self, inbox: str, name: str) -> bool:
+        with self._tx() as tx:
+            return tx.run("delete_timer", {"id": f"{inbox}/{name}"}) > 0
+
+    def timers(self, inbox: str) -> list[TimerState]:
+        with self._tx(write=False) as tx:
+            return [_timer_state(r) for r in tx.all("inbox_timers", {"inbox": inbox})]
+
+    def next_timer_at(self) -> int | None:
+        """When the earliest timer is due, so a scheduler can sleep until then."""
+        with self._tx(write=False) as tx:
+            row = tx.one("next_timer_at")
+        return None if row is None or row["next_at"] is None else int(row["next_at"])
+
+    def fire_due_timers(self, now: int, limit: int = 500) -> TimerFired:
+        """Turn due timers into inbox events and advance each timer in the same transaction.
+
+        Each occurrence's event key is `<timer id>@<scheduled time>`, so a replayed occurrence
+        stays one event. Missed occurrences: `coalesce` stores one event for the latest (its
+        payload says scheduled_for, late_by and how many were skipped); `catch_up` stores one per
+        occurrence (at most settings.max_catch_up per pass, oldest dropped first). An approval's
+        expiry timer stores the `expired` answer instead.
+        """
+        due = fired = expired = 0
+        with self._tx() as tx:
+            for row in tx.all("due_timers", {"now": now, "limit": limit}):
+                due += 1
+                t = _timer_row(row)
+                if t["action"] == "expire_approval":
+                    state = _approval(
+                        tx.one(
+                            "get_approval_for_update", {"id": json.loads(t["payload"])["approval"]}
+                        )
+                    )
+                    if state is not None and state.answer is None:
+                        expired += self._store_answer(tx, state, "expired", None, now)
+                    tx.run("delete_timer", {"id": t["id"]})
+                    continue
+                shown, count, following = schedule.missed(
+                    t["kind"],
+                    t["next_at"],
+                    now,
+                    t["anchor"],
+                    t["every_seconds"],
+                    t["daily_at"],
+                    t["tz"],
+                    self.settings.max_catch_up if t["policy"] == "catch_up" else 1,
+                )
+                payload = json.loads(t["payload"])
+                for at in shown:
+                    body = {
+                        "timer": t["id"].split("/", 1)[-1],
+                        "timer_id": t["id"],
+                        "scheduled_for": at,
+                        "late_by": now - at,
+                        "skipped": count - 1 if t["policy"] == "coalesce" else 0,
+                        "payload": payload,
+                    }
+                    if (
+                        tx.one(
+                            "insert_event",
+                            {
+                                "inbox": t["inbox"],
+                                "source": "timer",
+                                "source_id": f"{t['id']}@{at}",
+                                "payload": check_json(body, "timer event"),
+                                "now": now,
+                            },
+                        )
+                        is not None
+                    ):
+                        fired += 1
+                if following is None:
+                    tx.run("delete_timer", {"id": t["id"]})
+                else:
+                    tx.run("advance_timer", {"id": t["id"], "next_at": following})
+        return TimerFired(due=due, fired=fired, expired_approvals=expired)
+
+    # -- approvals ---------------------------------------------------------------------------
+
+    def answer(self, request_id: str, answer: str, user: str, now: int) -> AnswerOutcome:
+        """Answer an approval; return the outcome that stands (see approvals.decide).
+
+        The answer is stored as an inbox event under (`approval`, request id), the same key the
+        expiry uses, so the database holds one answer whatever races with it.
+        """
+        if answer not in ("yes", "no"):
+            raise InvalidInput(f"answer must be 'yes' or 'no', got {answer!r}")
+        if not request_id or not user:
+            raise InvalidInput("an answer needs a request id and a user")
+        with self._tx() as tx:
+            state = _approval(tx.one("get_approval_for_update", {"id": request_id}))
+            outcome, action = approval_rules.decide(state, answer, user, now)
+            if (
+                action == "store"
+                and state is not None
+                and not self._store_answer(tx, state, outcome, user, now)
+            ):
+                stored = _approval(tx.one("get_approval_for_update", {"id": request_id}))
+                assert stored is not None and stored.answer is not None
+                return stored.answer
+            return outcome
+
+    def _store_answer(
+        self, tx: Tx, state: ApprovalState, outcome: str, user: str | None, now: int
+    ) -> int:
+        payload = {
+            "approval": state.id,
+            "answer": outcome,
+            "user": user,
+            "tool": state.tool,
+            "args": state.args,
+            "answered_at": now,
+        }
+        row = tx.one(
+            "insert_event",
+            {
+                "inbox": state.inbox,
+                "source": "approval",
+                "source_id": state.id,
+                "payload": check_json(payload, "answer"),
+                "now": now,
+            },
+        )
+        if row is None:
+            return 0
+        tx.run("set_answer", {"id": state.id, "answer": outcome, "user": user, "now": now})
+        return 1
+
+    def approval(self, request_id: str) -> ApprovalState | None:
+        with self._tx(write=False) as tx:
+            return _approval(tx.one("get_approval", {"id": request_id}))
+
+    def approvals(self, inbox: str) -> list[ApprovalState]:
+        with self._tx(write=False) as tx:
+            return [
+                a
+                for r in tx.all("inbox_approvals", {"inbox": inbox})
+                if (a := _approval(r)) is not None
+            ]
+
+    # -- outbox ------------------------------------------------------------------------------
+
+    def post(self, inbox: str, messages: Sequence[Message], now: int) -> None:
+        """Queue messages outside a run (a click's ephemeral reply, an operator notice)."""
+        prepared = [_message_params(inbox, m) for m in messages]
+        with self._tx() as tx:
+            for params in prepared:
+                tx.run("insert_outbox", {**params, "now": now})
+
+    def claim_batches(self, now: int, limit: int = 100) -> list[outbox_rules.Batch]:
+        """Claim what may be sent now, one batch per destination, rows marked `sending`.
+
+        A batch left `sending` past its deadline (a crashed dispatcher, or a transient failure
+        whose wait is over) is handed out again with the same dispatch id and `retry` set, before
+        anything newer for that destination, so order holds and the sender can look first.
+        """
+        batches: list[outbox_rules.Batch] = []
+        gap = self.settings.outbox_gap
+        with self._tx() as tx:
+            for dest in tx.all("open_destinations", {"limit": limit}):
+                channel, thread = str(dest["channel"]), str(dest["thread_ts"])
+                rows = [
+                    _outbox(r)
+                    for r in tx.all(
+                        "open_rows",
+                        {"channel": channel, "thread_ts": thread, "limit": BATCH_ROW_CAP},
+                    )
+                ]
+                sending = [r for r in rows if r.status == "sending"]
+                if sending:
+                    dispatch_id = sending[0].dispatch_id
+                    assert dispatch_id is not None
+                    batch_rows = [r for r in sending if r.dispatch_id == dispatch_id]
+                    if (
+                        tx.run(
+                            "reclaim_batch",
+                            {
+                                "dispatch_id": dispatch_id,
+                                "now": now,
+                                "until": now + self.settings.send_timeout,
+                            },
+                        )
+                        == 0
+                    ):
+                        continue  # still in flight or waiting out a retry-after
+                    retry = True
+                else:
+                    last = tx.one("get_destination", {"channel": channel, "thread_ts": thread})
+                    if not outbox_rules.ready(
+                        rows, None if last is None else int(last["last_sent_at"]), now, gap
+                    ):
+                        continue
+                    dispatch_id = uuid.uuid4().hex
+                    batch_rows = rows
+                    tx.run(
+                        "claim_rows",
+                        {
+                            "channel": channel,
+                            "thread_ts": thread,
+                            "dispatch_id": dispatch_id,
+                            "max_id": rows[-1].id,
+                            "until": now + self.settings.send_timeout,
+                        },
+                    )
+                    retry = False
+                parts = outbox_rules.plan_parts(dispatch_id, batch_rows, retry)
+                batches.append(outbox_rules.Batch(dispatch_id, channel, thread, parts, retry))
+        return batches
+
+    def mark_sent(self, part: outbox_rules.Part, ts: str | None, now: int) -> None:
+        """Record a delivered part; posts containing normal rows restart the destination's gap."""
+        if not part.final:
+            return
+        with self._tx() as tx:
+            for row_id in part.row_ids:
+                tx.run(
+                    "mark_row_sent",
+                    {"id": row_id, "dispatch_id": part.dispatch_id, "ts": ts, "now": now},
+                )
+            if part.kind == "post" and part.normal:
+                tx.run(
+                    "touch_destination",
+                    {"channel": part.channel, "thread_ts": part.thread_ts, "now": now},
+                )
+                if part.ref and ts:
+                    tx.run("set_prompt", {"id": part.ref, "channel": part.channel, "ts": ts})
+
+    def defer_batch(self, dispatch_id: str, until: int, error: str, now: int) -> None:
+        """A transient failure: keep the batch `sending` and retry it whole after `until`."""
+        with self._tx() as tx:
+            tx.run(
+                "defer_batch",
+                {"dispatch_id": dispatch_id, "until": until, "error": error[:2000], "now": now},
+            )
+
+    def fail_part(self, part: outbox_rules.Part, error: str, now: int) -> None:
+        """A permanent failure: park the part's rows as `failed`, visible and requeueable."""
+        with self._tx() as tx:
+            for row_id in part.row_ids:
+                tx.run(
+                    "fail_row",
+                    {
+                        "id": row_id,
+                        "dispatch_id": part.dispatch_id,
+                        "error": error[:2000],
+                        "now": now,
+                    },
+                )
+
+    def outbox(self, status: str | None = None, inbox: str | None = None) -> list[OutboxRow]:
+        """Outbox rows of one inbox, or of every inbox filtered by status, oldest first."""
+        with self._tx(write=False) as tx:
+            if inbox is not None:
+                rows = tx.all("inbox_outbox", {"inbox": inbox})
+                return [o for o in map(_outbox, rows) if status is None or o.status == status]
+            return [_outbox(r) for r in tx.all("all_outbox", {"status": status})]
+
+    # -- dead letters ------------------------------------------------------------------------
+
+    def dead_letters(self, limit: int = 100) -> DeadLetters:
+        """Dead events and failed outbox rows with their errors: a quiet agent's first clue."""
+        with self._tx(write=False) as tx:
+            events = [_event(r) for r in tx.all("dead_events", {"limit": limit})]
+            rows = [_outbox(r) for r in tx.all("failed_outbox", {"limit": limit})]
+        return DeadLetters(events=events, outbox=rows)
+
+    def requeue_event(self, event_id: int, now: int) -> bool:
+        """Give a dead event a fresh start (attempts reset)."""
+        with self._tx() as tx:
+            return tx.run("requeue_event", {"id": event_id, "now": now}) > 0
+
+    def requeue_outbox(self, row_id: int, now: int) -> bool:
+        """Send a failed outbox row again (attempts reset)."""
+        with self._tx() as tx:
+            return tx.run("requeue_outbox", {"id": row_id, "now": now}) > 0
+
+    # -- idempotent tools --------------------------------------------------------------------
+
+    def record_tool_call(self, key: str, tool: str, args: Any, inbox: str, now: int) -> bool:
+        """Record a side effect under an idempotency key; False if it was already recorded, in
+        which case the tool must not act again."""
+        _require(key=key, tool=tool)
+        with self._tx() as tx:
+            return (
+                tx.run(
+                    "insert_tool_call",
+                    {
+                        "key": key,
+                        "tool": tool,
+                        "inbox": inbox,
+                        "args": check_json(args, "tool args"),
+                        "now": now,
+                    },
+                )
+                > 0
+            )
+
+    def tool_calls(self, tool: str | None = None, inbox: str | None = None) -> list[Row]:
+        with self._tx(write=False) as tx:
+            return [dict(r) for r in tx.all("list_tool_calls", {"tool": tool, "inbox": inbox})]
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    messages: list[dict[str, Any]]
+    session: str | None
+    timers: list[dict[str, Any]]
+    cancel: list[str]
+    approvals: list[tuple[ApprovalRequest, dict[str, Any]]]
+
+
+def _prepare_effects(inbox: str, effects: Effects, now: int) -> _Prepared:
+    """Validate and serialise everything before the transaction opens, so it stays short and a
+    malformed effect fails the run without touching the store."""
+    messages = [_message_params(inbox, m) for m in effects.messages]
+    approvals = []
+    for req in effects.approvals:
+        approvals.append(
+            (
+                req,
+                {
+                    "id": req.id,
+                    "inbox": inbox,
+                    "tool": req.tool,
+                    "args": check_json(req.args, "args"),
+                    "requester": req.requester,
+                    "approvers": check_json(list(req.approvers), "approvers"),
+                    "deadline": req.deadline,
+                },
+            )
+        )
+        if req.prompt is not None:
+            messages.append(_message_params(inbox, req.prompt, ref=req.id))
+    return _Prepared(
+        messages=messages,
+        session=check_json(effects.session, "session") if effects.save_session else None,
+        timers=[_timer_params(inbox, t, now) for t in effects.timers],
+        cancel=list(effects.cancel_timers),
+        approvals=approvals,
+    )
+
+
+def _message_params(inbox: str, m: Message, ref: str | None = None) -> dict[str, Any]:
+    return {
+        "inbox": inbox,
+        "kind": m.kind,
+        "channel": m.channel,
+        "thread_ts": m.thread_ts or "",
+        "text": m.text,
+        "blocks": None if m.blocks is None else check_json(m.blocks, "blocks"),
+        "priority": m.priority,
+        "ref": m.ref or ref,
+        "user_id": m.user,
+    }
+
+
+def _timer_params(inbox: str, t: Timer, now: int) -> dict[str, Any]:
+    return {
+        "id": f"{inbox}/{t.name}",
+        "inbox": inbox,
+        "kind": t.kind,
+        "action": "event",
+        "next_at": schedule.first_occurrence(t.kind, now, t.first_at, t.daily_at, t.tz),
+        "anchor": t.first_at,
+        "every_seconds": t.every_seconds,
+        "daily_at": t.daily_at,
+        "tz": t.tz,
+        "policy": t.policy,
+        "payload": check_json(t.payload, "timer payload"),
+    }
+
+
+def _require(**fields: str) -> None:
+    for name, value in fields.items():
+        if not isinstance(value, str) or not value:
+            raise InvalidInput(f"{name} must be a non-empty string, got {value!r}")
+
+
+def _validate_event(inbox: str, source: str, source_id: str, payload: Any) -> str:
+    _require(inbox=inbox, source=source, source_id=source_id)
+    for name, value in (("inbox", inbox), ("source", source), ("source_id", source_id)):
+        if len(value) > 512:
+            raise InvalidInput(f"{name} is longer than 512 characters")
+    body = check_json(payload, "payload")
+    size = len(body.encode("utf-8"))
+    if size > MAX_PAYLOAD_BYTES:
+        raise InvalidInput(f"payload is {size} bytes of JSON; the cap is {MAX_PAYLOAD_BYTES}")
+    return body
+
+
+def _event(row: Row, status: str | None = None, attempts: int | None = None) -> Event:
+    return Event(
+        id=int(row["id"]),
+        inbox=str(row["inbox"]),
+        source=str(row["source"]),
+        source_id=str(row["source_id"]),
+        payload=json.loads(row["payload"]),
+        status=status or row["status"],  # type: ignore[arg-type]
+        attempts=int(row["attempts"]) if attempts is None else attempts,
+        created_at=int(row["created_at"]),
+        error=row["error"],
+    )
+
+
+def _lease(row: Row | None) -> Lease | None:
+    if row is None:
+        return None
+    return Lease(str(row["inbox"]), str(row["holder"]), int(row["gen"]), int(row["expires_at"]))
+
+
+def _approval(row: Row | None) -> ApprovalState | None:
+    if row is None:
+        return None
+    return ApprovalState(
+        id=str(row["id"]),
+        inbox=str(row["inbox"]),
+        tool=str(row["tool"]),
+        args=json.loads(row["args"]),
+        requester=str(row["requester"]),
+        approvers=tuple(json.loads(row["approvers"])),
+        deadline=int(row["deadline"]),
+        created_at=int(row["created_at"]),
+        answer=row["answer"],
+        answered_by=row["answered_by"],
+        answered_at=row["answered_at"],
+        prompt_channel=row["prompt_channel"],
+        prompt_ts=row["prompt_ts"],
+    )
+
+
+def _outbox(row: Row) -> OutboxRow:
+    return OutboxRow(
+        id=int(row["id"]),
+        inbox=str(row["inbox"]),
+        kind=str(row["kind"]),
+        channel=str(row["channel"]),
+        thread_ts=str(row["thread_ts"]),
+        text=str(row["text"]),
+        blocks=None if row["blocks"] is None else json.loads(row["blocks"]),
+        priority=str(row["priority"]),
+        status=row["status"],
+        ref=row["ref"],
+        user=row["user_id"],
+        attempts=int(row["attempts"]),
+        error=row["error"],
+        created_at=int(row["created_at"]),
+        dispatch_id=row["dispatch_id"],
+    )
+
+
+def _timer_row(row: Row) -> dict[str, Any]:
+    return dict(row)
+
+
+def _timer_state(row: Row) -> TimerState:
+    return TimerState(
+        id=str(row["id"]),
+        inbox=str(row["inbox"]),
+        kind=str(row["kind"]),
+        next_at=int(row["next_at"]),
+        policy=str(row["policy"]),
+        payload=json.loads(row["payload"]),
+    )

@@ -1,0 +1,165 @@
+"""The embedded store: one SQLite file in WAL mode, one connection per thread.
+
+Write transactions begin IMMEDIATE, so the write lock is taken up front and a transaction never
+fails half-way on a lock upgrade; SQLite's busy timeout bounds the wait for that lock, after which
+the caller gets StoreUnavailable. synchronous=FULL by default: a commit is on disk when it
+returns, which is what lets the HTTP front acknowledge Slack only after the commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..errors import StoreError, StoreUnavailable
+from ..settings import Settings
+from .contract import Store
+from .sql import Row, load_migrations, load_queries
+
+_QUERIES = load_queries("sqlite.sql")
+_TRANSIENT = ("locked", "busy", "full", "disk i/o", "unable to open")
+
+
+class _SqliteTx:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def run(self, name: str, params: Mapping[str, Any] | None = None) -> int:
+        return self._conn.execute(_QUERIES[name], params or {}).rowcount
+
+    def one(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        row: Row | None = self._conn.execute(_QUERIES[name], params or {}).fetchone()
+        return row
+
+    def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        return list(self._conn.execute(_QUERIES[name], params or {}).fetchall())
+
+
+def translate(exc: sqlite3.Error) -> StoreError:
+    """Driver error -> wakeful error; lock, busy and disk-full conditions are transient."""
+    text = str(exc).lower()
+    if isinstance(exc, sqlite3.OperationalError) and any(t in text for t in _TRANSIENT):
+        return StoreUnavailable(f"SQLite store unavailable: {exc}")
+    return StoreError(f"SQLite store error: {exc}")
+
+
+class SQLiteStore(Store):
+    """Store on one SQLite file. Safe to share between threads; each thread gets a connection."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        settings: Settings | None = None,
+        busy_timeout_ms: int = 5000,
+        synchronous: str = "FULL",
+    ) -> None:
+        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
+            raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, got {synchronous!r}")
+        self.path = str(path)
+        self.settings = settings or Settings()
+        self._busy_timeout_ms = busy_timeout_ms
+        self._synchronous = synchronous.upper()
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._migrate()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise StoreError("store is closed")
+        try:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=0
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+        self._local.conn = conn
+        with self._lock:
+            self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _tx(self, write: bool = True) -> Iterator[_SqliteTx]:
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+        try:
+            yield _SqliteTx(conn)
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            raise translate(exc) from exc
+        except BaseException:
+            _rollback(conn)
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            raise translate(exc) from exc
+
+    def _migrate(self) -> None:
+        conn = self._connect()
+        try:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+            for version, name, script in load_migrations("sqlite"):
+                conn.execute("BEGIN IMMEDIATE")
+                done = conn.execute(
+                    "SELECT 1 FROM schema_migrations WHERE version = ?", (version,)
+                ).fetchone()
+                conn.execute("COMMIT")
+                if done:
+                    continue
+                # executescript would commit first; wrapping the script keeps the migration
+                # and its record in one transaction.
+                try:
+                    conn.executescript(
+                        "BEGIN IMMEDIATE;\n"
+                        + script
+                        + f"\n;INSERT INTO schema_migrations VALUES ({version}, '{name}',"
+                        " datetime('now'));\nCOMMIT;"
+                    )
+                except sqlite3.Error:
+                    _rollback(conn)
+                    raise
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+
+    def schema_version(self) -> int:
+        with self._tx(write=False) as tx:
+            conn = tx._conn
+            row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+        return int(row[0] or 0)
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    # The original error is what the caller needs to see, not a failed rollback.
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
