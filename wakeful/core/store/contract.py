@@ -82,17 +82,23 @@ class Store(ABC):
         no-op reported as a duplicate. Malformed input raises InvalidInput and stores nothing."""
         body = _validate_event(inbox, source, source_id, payload)
         with self._tx() as tx:
-            row = tx.one(
-                "insert_event",
-                {
-                    "inbox": inbox,
-                    "source": source,
-                    "source_id": source_id,
-                    "payload": body,
-                    "now": now,
-                },
-            )
-        return Ingested(stored=row is not None, event_id=None if row is None else int(row["id"]))
+            event_id = self._insert_event(tx, inbox, source, source_id, body, now)
+        return Ingested(stored=event_id is not None, event_id=event_id)
+
+    notifies = False
+    """True for a backend that can wake workers in other processes when an event is stored."""
+
+    def _insert_event(
+        self, tx: Tx, inbox: str, source: str, source_id: str, body: str, now: int
+    ) -> int | None:
+        """The one door into the inbox: insert unless the key exists, and wake the workers."""
+        params = {"inbox": inbox, "source": source, "source_id": source_id, "payload": body}
+        row = tx.one("insert_event", {**params, "now": now})
+        if row is None:
+            return None
+        if self.notifies:
+            tx.one("notify_work", {"inbox": inbox})
+        return int(row["id"])
 
     def event(self, event_id: int) -> Event | None:
         with self._tx(write=False) as tx:
@@ -134,7 +140,9 @@ class Store(ABC):
             return self._acquire(tx, inbox, holder, now)
 
     def _acquire(self, tx: Tx, inbox: str, holder: str, now: int) -> int | None:
-        current = _lease(tx.one("get_lease_for_update", {"inbox": inbox}))
+        current = _lease(tx.one("get_lease_for_acquire", {"inbox": inbox}))
+        if current is None and tx.one("lease_row_exists", {"inbox": inbox}) is not None:
+            return None  # another transaction is working on this lease right now
         granted = lease_rules.decide(current, inbox, holder, now, self.settings.lease_ttl)
         if granted is None:
             return None
@@ -391,19 +399,9 @@ class Store(ABC):
                         "skipped": count - 1 if t["policy"] == "coalesce" else 0,
                         "payload": payload,
                     }
-                    if (
-                        tx.one(
-                            "insert_event",
-                            {
-                                "inbox": t["inbox"],
-                                "source": "timer",
-                                "source_id": f"{t['id']}@{at}",
-                                "payload": check_json(body, "timer event"),
-                                "now": now,
-                            },
-                        )
-                        is not None
-                    ):
+                    key = f"{t['id']}@{at}"
+                    body_json = check_json(body, "timer event")
+                    if self._insert_event(tx, t["inbox"], "timer", key, body_json, now):
                         fired += 1
                 if following is None:
                     tx.run("delete_timer", {"id": t["id"]})
@@ -447,17 +445,8 @@ class Store(ABC):
             "args": state.args,
             "answered_at": now,
         }
-        row = tx.one(
-            "insert_event",
-            {
-                "inbox": state.inbox,
-                "source": "approval",
-                "source_id": state.id,
-                "payload": check_json(payload, "answer"),
-                "now": now,
-            },
-        )
-        if row is None:
+        body = check_json(payload, "answer")
+        if self._insert_event(tx, state.inbox, "approval", state.id, body, now) is None:
             return 0
         tx.run("set_answer", {"id": state.id, "answer": outcome, "user": user, "now": now})
         return 1
@@ -495,6 +484,9 @@ class Store(ABC):
         with self._tx() as tx:
             for dest in tx.all("open_destinations", {"limit": limit}):
                 channel, thread = str(dest["channel"]), str(dest["thread_ts"])
+                lock = tx.one("lock_destination", {"channel": channel, "thread_ts": thread})
+                if lock is None or not lock["ok"]:
+                    continue  # another dispatcher is on this destination
                 rows = [
                     _outbox(r)
                     for r in tx.all(
@@ -528,16 +520,15 @@ class Store(ABC):
                         continue
                     dispatch_id = uuid.uuid4().hex
                     batch_rows = rows
-                    tx.run(
-                        "claim_rows",
-                        {
-                            "channel": channel,
-                            "thread_ts": thread,
-                            "dispatch_id": dispatch_id,
-                            "max_id": rows[-1].id,
-                            "until": now + self.settings.send_timeout,
-                        },
-                    )
+                    for r in rows:
+                        tx.run(
+                            "claim_row",
+                            {
+                                "id": r.id,
+                                "dispatch_id": dispatch_id,
+                                "until": now + self.settings.send_timeout,
+                            },
+                        )
                     retry = False
                 parts = outbox_rules.plan_parts(dispatch_id, batch_rows, retry)
                 batches.append(outbox_rules.Batch(dispatch_id, channel, thread, parts, retry))

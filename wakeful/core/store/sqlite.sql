@@ -45,6 +45,12 @@ SELECT * FROM leases WHERE inbox = :inbox;
 -- name: get_lease
 SELECT * FROM leases WHERE inbox = :inbox;
 
+-- name: get_lease_for_acquire
+SELECT * FROM leases WHERE inbox = :inbox;
+
+-- name: lease_row_exists
+SELECT 1 AS ok FROM leases WHERE inbox = :inbox;
+
 -- name: insert_lease
 INSERT INTO leases (inbox, holder, gen, expires_at)
 VALUES (:inbox, :holder, :gen, :expires_at)
@@ -183,12 +189,11 @@ SELECT last_sent_at FROM destinations WHERE channel = :channel AND thread_ts = :
 INSERT INTO destinations (channel, thread_ts, last_sent_at) VALUES (:channel, :thread_ts, :now)
 ON CONFLICT (channel, thread_ts) DO UPDATE SET last_sent_at = excluded.last_sent_at;
 
--- name: claim_rows
+-- name: claim_row
 UPDATE outbox
 SET status = 'sending', dispatch_id = :dispatch_id, in_flight_until = :until,
     attempts = attempts + 1
-WHERE channel = :channel AND thread_ts = :thread_ts AND status IN ('pending', 'sending')
-  AND status = 'pending' AND id <= :max_id;
+WHERE id = :id AND status = 'pending';
 
 -- name: reclaim_batch
 UPDATE outbox SET in_flight_until = :until, attempts = attempts + 1
@@ -229,3 +234,11 @@ ON CONFLICT (key) DO NOTHING;
 SELECT * FROM tool_calls
 WHERE (:tool IS NULL OR tool = :tool) AND (:inbox IS NULL OR inbox = :inbox)
 ORDER BY created_at, key;
+
+-- name: lock_destination
+-- BEGIN IMMEDIATE already serialises dispatchers.
+SELECT 1 AS ok;
+
+-- name: notify_work
+-- Not used: SQLite has no cross-process notification; workers poll.
+SELECT 1 AS ok;
