@@ -1,43 +1,243 @@
-"""The `wakeful` command line."""
+"""The `wakeful` command line: serve, the loops one by one, the demo, scenarios, and the
+operator's dead-letter commands. Settings come from the environment; flags mirror a few."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..core.errors import StoreError, WakefulError
 from ..core.scenarios import transcript
 from ..core.settings import Settings
-from ..core.store.contract import Store
-from ..core.store.sqlite import SQLiteStore
+from ..core.store import Store, open_store
+from .config import Config, ConfigError
+
+log = logging.getLogger("wakeful")
+LOOP_ROLES = ("worker", "scheduler", "dispatcher")
+
+
+def _env(args: argparse.Namespace) -> dict[str, str]:
+    env = dict(os.environ)
+    for flag, name in (("db", "WAKEFUL_DB"), ("port", "WAKEFUL_PORT"), ("host", "WAKEFUL_HOST")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            env[name] = str(value)
+    return env
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from waitress.server import create_server
+
+    from .app import BODY_CAP, EVENTS_PATH, SlackFront
+    from .runtime import Runtime, identify, install_signal_handlers, open_configured_store
+    from .sender import make_client
+
+    config = Config.from_env(_env(args), need={"token", "secret", "agent"})
+    store = open_configured_store(config)
+    client = make_client(config.bot_token, config.api_url)
+    me = identify(client, config.api_url)
+    roles = () if args.no_loops else LOOP_ROLES
+    runtime = Runtime(config, store, roles)
+    front = SlackFront(store, config.signing_secret, me["user_id"], me["bot_id"], runtime.bell)
+    runtime.start()
+    try:
+        if config.socket_mode:
+            from slack_bolt.adapter.socket_mode import SocketModeHandler
+
+            handler = SocketModeHandler(front.app, config.app_token, web_client=client)
+            install_signal_handlers(runtime.stop.set)
+            handler.connect()  # type: ignore[no-untyped-call]
+            print("wakeful: connected in Socket Mode", flush=True)
+            runtime.stop.wait()
+            handler.close()  # type: ignore[no-untyped-call]
+        else:
+            server = create_server(
+                front,
+                host=config.host,
+                port=config.port,
+                threads=16,
+                max_request_body_size=BODY_CAP,
+                ident="wakeful",
+                clear_untrusted_proxy_headers=True,
+            )
+            port = server.effective_port
+            print(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}", flush=True)
+
+            def stop() -> None:
+                runtime.stop.set()
+                raise KeyboardInterrupt
+
+            install_signal_handlers(stop)
+            try:
+                server.run()
+            except KeyboardInterrupt:
+                pass
+            finally:
+                server.close()
+    finally:
+        runtime.shutdown()
+        store.close()
+    return 0
+
+
+def _loop(role: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        from .runtime import Runtime, install_signal_handlers, open_configured_store
+
+        need = {"token"} if role == "dispatcher" else set()
+        if role == "worker":
+            need.add("agent")
+        config = Config.from_env(_env(args), need=need)
+        store = open_configured_store(config)
+        runtime = Runtime(config, store, (role,), poll=args.poll)
+        install_signal_handlers(runtime.stop.set)
+        runtime.start()
+        print(f"wakeful: {role} running on {config.db}", flush=True)
+        try:
+            runtime.stop.wait()
+        finally:
+            runtime.shutdown()
+            store.close()
+        return 0
+
+    return run
 
 
 def _scenarios(args: argparse.Namespace) -> int:
+    if args.db and args.db.startswith(("postgresql://", "postgres://")):
+        from ..core.store.postgres import PostgresStore
+
+        def make_pg(settings: Settings) -> Store:
+            return PostgresStore.fresh_for_tests(args.db, settings)
+
+        for line in transcript(make_pg):
+            print(line)
+        return 0
     with tempfile.TemporaryDirectory(prefix="wakeful-scenarios-") as tmp:
         counter = iter(range(1_000_000))
 
         def make(settings: Settings) -> Store:
-            return SQLiteStore(Path(tmp) / f"scenario-{next(counter)}.db", settings)
+            return open_store(Path(tmp) / f"scenario-{next(counter)}.db", settings)
 
         for line in transcript(make):
             print(line)
     return 0
 
 
+def _dead_letters(args: argparse.Namespace) -> int:
+    config = Config.from_env(_env(args))
+    store = open_store(config.db, config.engine_settings())
+    try:
+        dead = store.dead_letters(limit=args.limit)
+        print(f"dead events: {len(dead.events)}")
+        for e in dead.events:
+            print(
+                f"  event {e.id}  inbox {e.inbox}  {e.source}:{e.source_id}  "
+                f"attempts {e.attempts}  error: {e.error}"
+            )
+        print(f"failed outbox rows: {len(dead.outbox)}")
+        for r in dead.outbox:
+            print(
+                f"  outbox {r.id}  channel {r.channel}  attempts {r.attempts}  "
+                f"error: {r.error}  text: {r.text[:60]!r}"
+            )
+    finally:
+        store.close()
+    return 0
+
+
+def _requeue(args: argparse.Namespace) -> int:
+    import time
+
+    config = Config.from_env(_env(args))
+    store = open_store(config.db, config.engine_settings())
+    try:
+        now = int(time.time())
+        ok = (
+            store.requeue_event(args.id, now)
+            if args.kind == "event"
+            else store.requeue_outbox(args.id, now)
+        )
+    finally:
+        store.close()
+    if not ok:
+        print(
+            f"wakeful: no {'dead event' if args.kind == 'event' else 'failed outbox row'} "
+            f"with id {args.id}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"requeued {args.kind} {args.id}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(verbose=args.verbose)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wakeful", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--log-level", default=os.environ.get("WAKEFUL_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--db", help="store: a SQLite path or postgresql://... (WAKEFUL_DB)")
+
+    p = sub.add_parser("serve", help="run the Slack app with worker, scheduler and dispatcher")
+    common(p)
+    p.add_argument("--port", type=int, help="HTTP port (WAKEFUL_PORT, default 3000)")
+    p.add_argument("--host", help="HTTP bind address (WAKEFUL_HOST, default 0.0.0.0)")
+    p.add_argument("--no-loops", action="store_true", help="serve HTTP only; run loops elsewhere")
+    p.set_defaults(func=_serve)
+    for role in LOOP_ROLES:
+        p = sub.add_parser(role, help=f"run the {role} alone (scale out)")
+        common(p)
+        p.add_argument("--poll", type=float, default=1.0, help="seconds between idle polls")
+        p.set_defaults(func=_loop(role))
+    p = sub.add_parser("demo", help="a narrated session against a local Slack emulator")
+    p.add_argument("--verbose", action="store_true", help="also print every Web API call")
+    p.set_defaults(func=_demo)
     p = sub.add_parser("scenarios", help="replay the eight reference failure scenarios")
+    p.add_argument("--db", help="postgresql://... to run on PostgreSQL (default: temp SQLite)")
     p.set_defaults(func=_scenarios)
+    p = sub.add_parser("dead-letters", help="list dead events and failed outbox rows")
+    common(p)
+    p.add_argument("--limit", type=int, default=100)
+    p.set_defaults(func=_dead_letters)
+    p = sub.add_parser("requeue", help="give a dead event or a failed outbox row another go")
+    common(p)
+    p.add_argument("kind", choices=("event", "outbox"))
+    p.add_argument("id", type=int)
+    p.set_defaults(func=_requeue)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    code: int = args.func(args)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        code: int = args.func(args)
+    except ConfigError as exc:
+        print(f"wakeful: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:
+        print(f"wakeful: store error: {exc}", file=sys.stderr)
+        return 1
+    except WakefulError as exc:
+        print(f"wakeful: {exc}", file=sys.stderr)
+        return 2
     return code
 
 

@@ -48,3 +48,44 @@ class Agent(Protocol):
     """Anything that turns a run into effects."""
 
     def run(self, run: Run) -> Effects: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What calling a tool came to: it ran, it was refused, or it needs a person's yes first."""
+
+    status: Literal["ran", "refused", "needs_approval"]
+    value: Any = None
+
+
+class Toolbox:
+    """The tools of one agent, each governed by its permission policy."""
+
+    def __init__(self, tools: list[Tool]) -> None:
+        self._tools = {t.name: t for t in tools}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def policy(self, name: str) -> Policy:
+        return self._tools[name].policy
+
+    def specs(self) -> list[Tool]:
+        return list(self._tools.values())
+
+    def call(self, name: str, args: Mapping[str, Any], key: str) -> ToolResult:
+        """Run an `allow` tool, refuse a `deny` one, and report that an `ask` one needs an
+        approval (the caller turns that into an ApprovalRequest and ends the run)."""
+        tool = self._tools.get(name)
+        if tool is None or tool.policy == "deny":
+            return ToolResult("refused", f"tool {name!r} is not permitted")
+        if tool.policy == "ask":
+            return ToolResult("needs_approval")
+        return ToolResult("ran", tool.fn(args, key))
+
+    def run_approved(self, name: str, args: Mapping[str, Any], key: str) -> ToolResult:
+        """Run an `ask` tool after a yes; `key` (the approval request id) makes a repeat a no-op."""
+        tool = self._tools.get(name)
+        if tool is None or tool.policy == "deny":
+            return ToolResult("refused", f"tool {name!r} is not permitted")
+        return ToolResult("ran", tool.fn(args, key))

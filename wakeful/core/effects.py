@@ -73,8 +73,10 @@ class Timer:
     payload: Any = None
 
     def __post_init__(self) -> None:
-        if not self.name or "@" in self.name:
-            raise InvalidInput("timer name must be non-empty and must not contain '@'")
+        if not self.name or "@" in self.name or "/" in self.name:
+            raise InvalidInput("timer name must be non-empty and must not contain '@' or '/'")
+        if self.name.startswith("approval:"):
+            raise InvalidInput("timer names starting with 'approval:' are reserved for expiries")
         if self.policy not in ("coalesce", "catch_up"):
             raise InvalidInput(f"policy must be 'coalesce' or 'catch_up', got {self.policy!r}")
         if self.kind == "once" and not isinstance(self.first_at, int):

@@ -12,7 +12,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from .agent import Agent, Run
@@ -41,6 +41,10 @@ class Sender(Protocol):
     def send(self, part: Part) -> str | None: ...
 
 
+class Kicker(Protocol):
+    def kick(self) -> None: ...
+
+
 class Wakeup:
     """A kick from ingest to an idle loop in the same process, so new work skips the poll wait."""
 
@@ -54,6 +58,22 @@ class Wakeup:
         fired = self._event.wait(timeout)
         self._event.clear()
         return fired
+
+
+class Bell:
+    """Rings every subscribed loop: one ingest or finish wakes the worker and the dispatcher."""
+
+    def __init__(self) -> None:
+        self._wakeups: list[Wakeup] = []
+
+    def subscribe(self) -> Wakeup:
+        wakeup = Wakeup()
+        self._wakeups.append(wakeup)
+        return wakeup
+
+    def kick(self) -> None:
+        for wakeup in self._wakeups:
+            wakeup.kick()
 
 
 @dataclass
@@ -92,6 +112,8 @@ class Worker(_Loop):
     agent: Agent | None = None
     holder: str = ""
     batch_inboxes: int = 20
+    notify: Kicker | None = None
+    """Kicked after a finish that queued messages (wakes the dispatcher)."""
 
     def __post_init__(self) -> None:
         if not self.holder:
@@ -113,6 +135,8 @@ class Worker(_Loop):
                 log.warning("%s: finish refused for %s gen %s", self.holder, inbox, claim.gen)
                 return runs
             runs += 1
+            if self.notify is not None and (effects.messages or effects.approvals):
+                self.notify.kick()
             try:
                 claim = self.store.claim(inbox, self.holder, claim.gen, self.clock())
             except LeaseLost:
@@ -151,7 +175,7 @@ class Worker(_Loop):
 class Scheduler(_Loop):
     """Turns due timers into inbox events; kicks the worker when it stored some."""
 
-    notify: Wakeup | None = None
+    notify: Kicker | None = None
 
     def tick(self, now: int) -> int:
         total = 0
@@ -177,6 +201,8 @@ class Dispatcher(_Loop):
         for batch in self.store.claim_batches(now):
             for part in batch.parts:
                 try:
+                    if part.kind == "update":
+                        part = self._resolve_target(part)
                     ts = self.sender.send(part)
                 except TransientSendError as exc:
                     wait = max(1, exc.retry_after)
@@ -190,3 +216,12 @@ class Dispatcher(_Loop):
                 self.store.mark_sent(part, ts, self.clock())
                 sent += 1
         return sent
+
+    def _resolve_target(self, part: Part) -> Part:
+        """An update rewrites the approval prompt: find where that prompt was posted."""
+        state = self.store.approval(part.ref or "")
+        if state is None or not state.prompt_ts:
+            raise PermanentSendError(f"the prompt of approval {part.ref!r} was never posted")
+        return replace(
+            part, channel=state.prompt_channel or part.channel, target_ts=state.prompt_ts
+        )

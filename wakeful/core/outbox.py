@@ -35,6 +35,8 @@ class Part:
     """True when the part carries normal-priority rows: sending it restarts the gap."""
     final: bool = True
     """False for all but the last chunk of a cut row: its rows are marked sent with the last."""
+    target_ts: str | None = None
+    """For an update: the posted prompt's message id, resolved just before sending."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +81,8 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
     """Merge consecutive posts of one destination into as few Slack calls as the limits allow.
 
     Text posts merge with text posts and block posts with block posts (joining a text row into
-    a blocks message would hide it); a switch, an update or an ephemeral starts a new part. A
+    a blocks message would hide it); a switch, an approval prompt, an update or an ephemeral
+    starts a new part. A
     part never exceeds 40,000 characters or 50 blocks; one row longer than that is cut into
     several posts in order. Each part id is `<dispatch id>:<first row id>.<chunk>`.
     """
@@ -121,10 +124,14 @@ def _joins(group: list[OutboxRow], row: OutboxRow) -> bool:
     last = group[-1]
     if row.kind != "post" or last.kind != "post":
         return False
+    if row.ref or last.ref:
+        return False  # an approval prompt stands alone, so it can be rewritten on its own
     if (row.blocks is None) != (last.blocks is None):
         return False
     if row.blocks is not None:
-        return sum(len(r.blocks or []) for r in group) + len(row.blocks) <= SLACK_BLOCK_LIMIT
+        blocks = sum(len(r.blocks or []) for r in group) + len(row.blocks)
+        text = sum(len(r.text) + len(SEPARATOR) for r in group) + len(row.text)
+        return blocks <= SLACK_BLOCK_LIMIT and text <= SLACK_TEXT_LIMIT
     return True
 
 

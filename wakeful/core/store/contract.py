@@ -120,6 +120,11 @@ class Store(ABC):
         with self._tx(write=False) as tx:
             return [_event(r) for r in tx.all("open_events", {"inbox": inbox})]
 
+    def dead_events(self, inbox: str) -> list[Event]:
+        """Dead events of one inbox, oldest first (for status and digests)."""
+        with self._tx(write=False) as tx:
+            return [_event(r) for r in tx.all("inbox_dead_events", {"inbox": inbox})]
+
     def count_events(self, status: str | None = None) -> int:
         with self._tx(write=False) as tx:
             row = tx.one("count_events", {"status": status})
@@ -300,11 +305,15 @@ class Store(ABC):
         if p.session is not None:
             tx.run("upsert_session", {"inbox": inbox, "state": p.session, "now": now})
         for name in p.cancel:
-            tx.run("delete_timer", {"id": f"{inbox}/{name}"})
+            if not name.startswith("approval:"):  # expiries are not the agent's to cancel
+                tx.run("delete_timer", {"id": f"{inbox}/{name}"})
         for params in p.timers:
             tx.run("upsert_timer", {**params, "now": now})
-        for req, params in p.approvals:
+        for req, params, prompt in p.approvals:
+            # A retried run re-requests the same id: one approval, one prompt, one expiry.
             if tx.run("insert_approval", {**params, "now": now}):
+                if prompt is not None:
+                    tx.run("insert_outbox", {**prompt, "now": now})
                 tx.run(
                     "upsert_timer",
                     {
@@ -417,22 +426,29 @@ class Store(ABC):
         The answer is stored as an inbox event under (`approval`, request id), the same key the
         expiry uses, so the database holds one answer whatever races with it.
         """
+        return self.answer_detail(request_id, answer, user, now)[0]
+
+    def answer_detail(
+        self, request_id: str, answer: str, user: str, now: int
+    ) -> tuple[AnswerOutcome, bool]:
+        """`answer`, plus whether this call is the one that stored the outcome (False for a
+        second tap, a forbidden user or an unknown request)."""
         if answer not in ("yes", "no"):
             raise InvalidInput(f"answer must be 'yes' or 'no', got {answer!r}")
-        if not request_id or not user:
-            raise InvalidInput("an answer needs a request id and a user")
+        if not isinstance(request_id, str) or not request_id or len(request_id) > 255:
+            raise InvalidInput("an answer needs a request id of 1 to 255 characters")
+        if not isinstance(user, str) or not user:
+            raise InvalidInput("an answer needs a user")
         with self._tx() as tx:
             state = _approval(tx.one("get_approval_for_update", {"id": request_id}))
             outcome, action = approval_rules.decide(state, answer, user, now)
-            if (
-                action == "store"
-                and state is not None
-                and not self._store_answer(tx, state, outcome, user, now)
-            ):
-                stored = _approval(tx.one("get_approval_for_update", {"id": request_id}))
-                assert stored is not None and stored.answer is not None
-                return stored.answer
-            return outcome
+            if action != "store" or state is None:
+                return outcome, False
+            if self._store_answer(tx, state, outcome, user, now):
+                return outcome, True
+            stored = _approval(tx.one("get_approval_for_update", {"id": request_id}))
+            assert stored is not None and stored.answer is not None
+            return stored.answer, False
 
     def _store_answer(
         self, tx: Tx, state: ApprovalState, outcome: str, user: str | None, now: int
@@ -549,8 +565,8 @@ class Store(ABC):
                     "touch_destination",
                     {"channel": part.channel, "thread_ts": part.thread_ts, "now": now},
                 )
-                if part.ref and ts:
-                    tx.run("set_prompt", {"id": part.ref, "channel": part.channel, "ts": ts})
+            if part.kind == "post" and part.ref and ts:
+                tx.run("set_prompt", {"id": part.ref, "channel": part.channel, "ts": ts})
 
     def defer_batch(self, dispatch_id: str, until: int, error: str, now: int) -> None:
         """A transient failure: keep the batch `sending` and retry it whole after `until`."""
@@ -636,14 +652,14 @@ class _Prepared:
     session: str | None
     timers: list[dict[str, Any]]
     cancel: list[str]
-    approvals: list[tuple[ApprovalRequest, dict[str, Any]]]
+    approvals: list[tuple[ApprovalRequest, dict[str, Any], dict[str, Any] | None]]
 
 
 def _prepare_effects(inbox: str, effects: Effects, now: int) -> _Prepared:
     """Validate and serialise everything before the transaction opens, so it stays short and a
     malformed effect fails the run without touching the store."""
     messages = [_message_params(inbox, m) for m in effects.messages]
-    approvals = []
+    approvals: list[tuple[ApprovalRequest, dict[str, Any], dict[str, Any] | None]] = []
     for req in effects.approvals:
         approvals.append(
             (
@@ -657,10 +673,9 @@ def _prepare_effects(inbox: str, effects: Effects, now: int) -> _Prepared:
                     "approvers": check_json(list(req.approvers), "approvers"),
                     "deadline": req.deadline,
                 },
+                None if req.prompt is None else _message_params(inbox, req.prompt, ref=req.id),
             )
         )
-        if req.prompt is not None:
-            messages.append(_message_params(inbox, req.prompt, ref=req.id))
     return _Prepared(
         messages=messages,
         session=check_json(effects.session, "session") if effects.save_session else None,

@@ -104,6 +104,9 @@ WHERE id = :id;
 -- name: dead_events
 SELECT * FROM events WHERE status = 'dead' ORDER BY id LIMIT :limit;
 
+-- name: inbox_dead_events
+SELECT * FROM events WHERE status = 'dead' AND inbox = :inbox ORDER BY id;
+
 -- name: requeue_event
 UPDATE events SET status = 'pending', attempts = 0, not_before = 0, error = NULL, gen = 0,
     updated_at = :now

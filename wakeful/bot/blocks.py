@@ -1,0 +1,90 @@
+"""Block Kit for approval prompts and their outcomes. The buttons' `action_id`s (`approve`,
+`deny`) and their `value` (the approval request id) are the contract the click handler reads."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+APPROVE = "approve"
+DENY = "deny"
+NOT_YOURS = "not yours to answer"
+
+Block = dict[str, Any]
+
+
+def when(ts: int) -> str:
+    """A Slack date token: each reader sees their own time zone; the fallback is UTC."""
+    fallback = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"<!date^{ts}^{{date_short_pretty}} at {{time}}|{fallback}>"
+
+
+def utc(ts: int) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _section(text: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+
+
+def approval_prompt(request_id: str, summary: str, requester: str, deadline: int) -> list[Block]:
+    """The question with Approve / Deny buttons; both carry the request id."""
+    return [
+        _section(f"*Approval needed:* {summary}\nRequested by <@{requester}>."),
+        {
+            "type": "context",
+            "elements": [
+                {"type": "mrkdwn", "text": f"Expires {when(deadline)} · request `{request_id}`"}
+            ],
+        },
+        {
+            "type": "actions",
+            "block_id": f"approval:{request_id}"[:255],
+            "elements": [
+                {
+                    "type": "button",
+                    "action_id": APPROVE,
+                    "style": "primary",
+                    "text": {"type": "plain_text", "text": "Approve"},
+                    "value": request_id,
+                },
+                {
+                    "type": "button",
+                    "action_id": DENY,
+                    "style": "danger",
+                    "text": {"type": "plain_text", "text": "Deny"},
+                    "value": request_id,
+                },
+            ],
+        },
+    ]
+
+
+def outcome_line(answer: str, user: str | None, at: int | None) -> str:
+    """One line saying which answer stands, by whom and when."""
+    if answer == "yes":
+        return f"Approved by <@{user}> at {utc(at or 0)}."
+    if answer == "no":
+        return f"Denied by <@{user}> at {utc(at or 0)}."
+    return "Expired with no answer; nothing was done."
+
+
+def approval_outcome(summary: str, answer: str, user: str | None, at: int | None) -> list[Block]:
+    """The prompt rewritten once answered: no buttons left to tap."""
+    icon = {"yes": ":white_check_mark:", "no": ":no_entry_sign:"}.get(answer, ":hourglass:")
+    return [
+        _section(f"*Approval:* {summary}"),
+        {
+            "type": "context",
+            "elements": [{"type": "mrkdwn", "text": f"{icon} {outcome_line(answer, user, at)}"}],
+        },
+    ]
+
+
+def not_yours(requester: str) -> list[Block]:
+    return [
+        _section(
+            f"This approval is {NOT_YOURS}: only <@{requester}> or a configured approver "
+            "can answer it."
+        )
+    ]

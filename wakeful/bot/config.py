@@ -1,0 +1,125 @@
+"""Settings from the environment. A missing or malformed one stops start-up with one line that
+names it (ConfigError), before anything listens or writes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+from ..core.errors import InvalidInput
+from ..core.settings import Settings
+
+AGENTS = ("refund-desk",)
+_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
+DEFAULT_API_URL = "https://slack.com/api/"
+
+
+class ConfigError(InvalidInput):
+    """A setting is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class Config:
+    bot_token: str = ""
+    signing_secret: str = ""
+    app_token: str = ""
+    api_url: str = DEFAULT_API_URL
+    db: str = "wakeful.db"
+    host: str = "0.0.0.0"
+    port: int = 3000
+    outbox_gap: int = 3600
+    lease_ttl: int = 120
+    max_attempts: int = 3
+    approval_ttl: int = 14400
+    approvers: tuple[str, ...] = ()
+    agent: str = "refund-desk"
+    anthropic_api_key: str = ""
+    model: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def socket_mode(self) -> bool:
+        return bool(self.app_token)
+
+    def engine_settings(self) -> Settings:
+        return Settings(
+            lease_ttl=self.lease_ttl, max_attempts=self.max_attempts, outbox_gap=self.outbox_gap
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], need: Collection[str] = ()) -> Config:
+        """Read every setting; `need` names the ones this command cannot run without
+        (`token`, `secret`)."""
+        bot_token = env.get("SLACK_BOT_TOKEN", "").strip()
+        secret = env.get("SLACK_SIGNING_SECRET", "").strip()
+        app_token = env.get("SLACK_APP_TOKEN", "").strip()
+        if "token" in need and not bot_token:
+            raise ConfigError("SLACK_BOT_TOKEN is not set (the bot token, xoxb-...)")
+        if bot_token and not bot_token.startswith("xox"):
+            raise ConfigError("SLACK_BOT_TOKEN must be a Slack token starting with 'xoxb-'")
+        if app_token and not app_token.startswith("xapp-"):
+            raise ConfigError("SLACK_APP_TOKEN must be an app-level token starting with 'xapp-'")
+        if "secret" in need and not secret and not app_token:
+            raise ConfigError(
+                "SLACK_SIGNING_SECRET is not set (needed to verify requests in HTTP mode)"
+            )
+        agent = env.get("WAKEFUL_AGENT", "refund-desk").strip() or "refund-desk"
+        if agent not in AGENTS:
+            raise ConfigError(f"WAKEFUL_AGENT must be one of {', '.join(AGENTS)}, got {agent!r}")
+        api_key = env.get("ANTHROPIC_API_KEY", "").strip()
+        if agent == "claude" and "agent" in need and not api_key:
+            raise ConfigError("ANTHROPIC_API_KEY is not set (required by WAKEFUL_AGENT=claude)")
+        return cls(
+            bot_token=bot_token,
+            signing_secret=secret,
+            app_token=app_token,
+            api_url=_api_url(env.get("SLACK_API_URL", "")),
+            db=env.get("WAKEFUL_DB", "").strip() or "wakeful.db",
+            host=env.get("WAKEFUL_HOST", "").strip() or "0.0.0.0",
+            port=_int(env, "WAKEFUL_PORT", 3000, 0, 65535),
+            outbox_gap=_int(env, "WAKEFUL_OUTBOX_GAP", 3600, 0),
+            lease_ttl=_int(env, "WAKEFUL_LEASE_TTL", 120, 1),
+            max_attempts=_int(env, "WAKEFUL_MAX_ATTEMPTS", 3, 1),
+            approval_ttl=_int(env, "WAKEFUL_APPROVAL_TTL", 14400, 1),
+            approvers=_approvers(env.get("WAKEFUL_APPROVERS", "")),
+            agent=agent,
+            anthropic_api_key=api_key,
+            model=env.get("WAKEFUL_MODEL", "").strip(),
+        )
+
+
+def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int | None = None) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ConfigError(f"{name} must be {bounds}, got {value}")
+    return value
+
+
+def _api_url(raw: str) -> str:
+    raw = raw.strip()
+    if not raw:
+        return DEFAULT_API_URL
+    parsed = urlparse(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ConfigError(f"SLACK_API_URL must be an http(s) URL, got {raw!r}")
+    return raw if raw.endswith("/") else raw + "/"
+
+
+def _approvers(raw: str) -> tuple[str, ...]:
+    ids = tuple(p.strip() for p in raw.split(",") if p.strip())
+    for user in ids:
+        if not _USER_ID.match(user):
+            raise ConfigError(
+                f"WAKEFUL_APPROVERS must be comma-separated Slack user ids like U012AB3CD, "
+                f"got {user!r}"
+            )
+    return ids

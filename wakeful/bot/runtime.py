@@ -1,0 +1,150 @@
+"""Assembling a process: store, agent, loops, HTTP server or Socket Mode, and a clean stop."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+from ..core.agent import Agent
+from ..core.loops import Bell, Dispatcher, Scheduler, Worker
+from ..core.store import Store, open_store
+from .config import Config, ConfigError
+from .sender import SlackSender, make_client
+
+log = logging.getLogger("wakeful")
+
+
+def timezone_lookup(client: WebClient | None) -> Callable[[str], str]:
+    """users.info -> the user's IANA zone, cached; UTC when unknown or Slack is unreachable.
+
+    Handed to agents as a capability: they get a zone, never the token.
+    """
+    cache: dict[str, str] = {}
+
+    def lookup(user: str) -> str:
+        if client is None or not user:
+            return "UTC"
+        if user not in cache:
+            try:
+                info = client.users_info(user=user)
+                cache[user] = str((info.get("user") or {}).get("tz") or "UTC")
+            except Exception as exc:  # any failure means: fall back, never fail the run
+                log.warning("users.info failed for %s: %s", user, exc)
+                return "UTC"
+        return cache[user]
+
+    return lookup
+
+
+def build_agent(config: Config, store: Store, client: WebClient | None) -> Agent:
+    from .agents.refund_desk import RefundDesk
+
+    return RefundDesk(
+        store,
+        approval_ttl=config.approval_ttl,
+        approvers=config.approvers,
+        tz_lookup=timezone_lookup(client),
+    )
+
+
+def identify(client: WebClient, api_url: str) -> dict[str, str]:
+    """auth.test once at start-up: who the bot is, so it never answers itself."""
+    try:
+        response = client.auth_test()
+    except SlackApiError as exc:
+        raise ConfigError(
+            f"SLACK_BOT_TOKEN was rejected by Slack ({exc.response.get('error')})"
+        ) from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot reach the Slack API at {api_url}: {exc}") from exc
+    return {
+        "user_id": str(response.get("user_id") or ""),
+        "bot_id": str(response.get("bot_id") or ""),
+        "team_id": str(response.get("team_id") or ""),
+    }
+
+
+@dataclass
+class Runtime:
+    """The loops of one process, each on its own thread, stopped together."""
+
+    config: Config
+    store: Store
+    roles: tuple[str, ...]
+    poll: float = 1.0
+    bell: Bell = field(default_factory=Bell)
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+    client: WebClient | None = None
+
+    def start(self) -> None:
+        if self.config.bot_token:
+            self.client = make_client(self.config.bot_token, self.config.api_url)
+        loops: list[Any] = []
+        if "worker" in self.roles:
+            agent = build_agent(self.config, self.store, self.client)
+            loops.append(
+                Worker(
+                    store=self.store,
+                    agent=agent,
+                    poll=self.poll,
+                    wakeup=self.bell.subscribe(),
+                    notify=self.bell,
+                )
+            )
+        if "scheduler" in self.roles:
+            loops.append(
+                Scheduler(
+                    store=self.store, poll=self.poll, wakeup=self.bell.subscribe(), notify=self.bell
+                )
+            )
+        if "dispatcher" in self.roles:
+            if self.client is None:
+                raise ConfigError("SLACK_BOT_TOKEN is not set (the dispatcher posts to Slack)")
+            loops.append(
+                Dispatcher(
+                    store=self.store,
+                    sender=SlackSender(self.client),
+                    poll=self.poll,
+                    wakeup=self.bell.subscribe(),
+                )
+            )
+        listen = getattr(self.store, "listen", None)
+        if listen is not None and loops:
+            listen(self.bell.kick)  # PostgreSQL: an insert on any host wakes these loops
+        for loop in loops:
+            thread = threading.Thread(
+                target=loop.run,
+                args=(self.stop,),
+                name=f"wakeful-{type(loop).__name__.lower()}",
+                daemon=True,
+            )
+            thread.start()
+            self.threads.append(thread)
+        log.info("started %s", ", ".join(type(lp).__name__.lower() for lp in loops) or "no loops")
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        self.stop.set()
+        self.bell.kick()
+        for thread in self.threads:
+            thread.join(timeout)
+
+
+def open_configured_store(config: Config) -> Store:
+    return open_store(config.db, config.engine_settings())
+
+
+def install_signal_handlers(on_stop: Callable[[], None]) -> None:
+    def handler(signum: int, _frame: object) -> None:
+        log.info("signal %s: stopping", signum)
+        on_stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
