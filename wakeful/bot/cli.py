@@ -31,10 +31,14 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from waitress.server import create_server
-
-    from .app import BODY_CAP, EVENTS_PATH, SlackFront
-    from .runtime import Runtime, identify, install_signal_handlers, open_configured_store
+    from .app import EVENTS_PATH, SlackFront
+    from .runtime import (
+        Runtime,
+        http_server,
+        identify,
+        install_signal_handlers,
+        open_configured_store,
+    )
     from .sender import make_client
 
     config = Config.from_env(_env(args), need={"token", "secret", "agent"})
@@ -56,15 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
             runtime.stop.wait()
             handler.close()  # type: ignore[no-untyped-call]
         else:
-            server = create_server(
-                front,
-                host=config.host,
-                port=config.port,
-                threads=16,
-                max_request_body_size=BODY_CAP,
-                ident="wakeful",
-                clear_untrusted_proxy_headers=True,
-            )
+            server = http_server(front, config.host, config.port)
             port = server.effective_port
             print(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}", flush=True)
 

@@ -35,6 +35,8 @@ class Config:
     approval_ttl: int = 14400
     approvers: tuple[str, ...] = ()
     agent: str = "refund-desk"
+    batch_window: float = 0.5
+    """Seconds the worker waits after a new event, so quick messages share one run."""
     anthropic_api_key: str = ""
     model: str = ""
     extra: dict[str, str] = field(default_factory=dict)
@@ -85,6 +87,7 @@ class Config:
             approval_ttl=_int(env, "WAKEFUL_APPROVAL_TTL", 14400, 1),
             approvers=_approvers(env.get("WAKEFUL_APPROVERS", "")),
             agent=agent,
+            batch_window=_seconds(env, "WAKEFUL_BATCH_WINDOW", 0.5),
             anthropic_api_key=api_key,
             model=env.get("WAKEFUL_MODEL", "").strip(),
         )
@@ -101,6 +104,19 @@ def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int | 
     if value < low or (high is not None and value > high):
         bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise ConfigError(f"{name} must be {bounds}, got {value}")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not 0 <= value <= 60:
+        raise ConfigError(f"{name} must be between 0 and 60 seconds, got {raw}")
     return value
 
 

@@ -97,6 +97,7 @@ class Runtime:
                     poll=self.poll,
                     wakeup=self.bell.subscribe(),
                     notify=self.bell,
+                    settle=self.config.batch_window,
                 )
             )
         if "scheduler" in self.roles:
@@ -148,3 +149,23 @@ def install_signal_handlers(on_stop: Callable[[], None]) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+def http_server(app: Any, host: str, port: int) -> Any:
+    """waitress: a maintained, pure-Python production WSGI server with a thread pool, so one
+    slow commit never stalls other connections, and it runs in-process beside the loops."""
+    from waitress.server import create_server
+
+    from .app import BODY_CAP
+
+    return create_server(
+        app,
+        host=host,
+        port=port,
+        threads=16,
+        backlog=1024,
+        connection_limit=1000,
+        max_request_body_size=BODY_CAP,
+        ident="wakeful",
+        clear_untrusted_proxy_headers=True,
+    )

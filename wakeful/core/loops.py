@@ -82,6 +82,8 @@ class _Loop:
     clock: Clock = wall_clock
     poll: float = 1.0
     wakeup: Wakeup | None = None
+    settle: float = 0.0
+    """After a wake-up, wait this long before ticking, so a burst lands in one batch."""
 
     def tick(self, now: int) -> int:
         raise NotImplementedError
@@ -102,7 +104,8 @@ class _Loop:
                 continue
             if stop.is_set():
                 return
-            wakeup.wait(self.poll)
+            if wakeup.wait(self.poll) and self.settle > 0:
+                stop.wait(self.settle)
 
 
 @dataclass
