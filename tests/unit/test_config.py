@@ -1,0 +1,90 @@
+"""Every setting is read exactly as documented; a bad one is one clear line naming it."""
+
+from __future__ import annotations
+
+import pytest
+
+from wakeful.bot.config import Config, ConfigError
+
+BASE = {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s"}
+
+
+def test_defaults_match_the_documented_contract() -> None:
+    c = Config.from_env(BASE, need={"token", "secret"})
+    assert (c.db, c.port, c.outbox_gap, c.lease_ttl, c.max_attempts, c.approval_ttl) == (
+        "wakeful.db",
+        3000,
+        3600,
+        120,
+        3,
+        14400,
+    )
+    assert c.agent == "refund-desk" and c.approvers == () and not c.socket_mode
+    assert c.api_url == "https://slack.com/api/"
+
+
+def test_every_setting_is_read() -> None:
+    env = {
+        **BASE,
+        "SLACK_APP_TOKEN": "xapp-1",
+        "SLACK_API_URL": "http://127.0.0.1:9/api",
+        "WAKEFUL_DB": "postgresql://x@y/z",
+        "WAKEFUL_PORT": "8080",
+        "WAKEFUL_OUTBOX_GAP": "60",
+        "WAKEFUL_LEASE_TTL": "30",
+        "WAKEFUL_MAX_ATTEMPTS": "5",
+        "WAKEFUL_APPROVAL_TTL": "600",
+        "WAKEFUL_APPROVERS": "U01ABC, W02DEF",
+        "WAKEFUL_AGENT": "refund-desk",
+    }
+    c = Config.from_env(env)
+    assert c.socket_mode and c.api_url == "http://127.0.0.1:9/api/"
+    assert (c.db, c.port, c.outbox_gap, c.lease_ttl, c.max_attempts, c.approval_ttl) == (
+        "postgresql://x@y/z",
+        8080,
+        60,
+        30,
+        5,
+        600,
+    )
+    assert c.approvers == ("U01ABC", "W02DEF")
+    s = c.engine_settings()
+    assert (s.lease_ttl, s.max_attempts, s.outbox_gap) == (30, 5, 60)
+
+
+@pytest.mark.parametrize(
+    ("env", "need", "named"),
+    [
+        ({}, {"token"}, "SLACK_BOT_TOKEN"),
+        ({"SLACK_BOT_TOKEN": "xoxb-1"}, {"token", "secret"}, "SLACK_SIGNING_SECRET"),
+        ({**BASE, "SLACK_BOT_TOKEN": "nope"}, (), "SLACK_BOT_TOKEN"),
+        ({**BASE, "SLACK_APP_TOKEN": "xoxb-2"}, (), "SLACK_APP_TOKEN"),
+        ({**BASE, "SLACK_API_URL": "ftp://x"}, (), "SLACK_API_URL"),
+        ({**BASE, "WAKEFUL_PORT": "eighty"}, (), "WAKEFUL_PORT"),
+        ({**BASE, "WAKEFUL_PORT": "70000"}, (), "WAKEFUL_PORT"),
+        ({**BASE, "WAKEFUL_OUTBOX_GAP": "-1"}, (), "WAKEFUL_OUTBOX_GAP"),
+        ({**BASE, "WAKEFUL_LEASE_TTL": "0"}, (), "WAKEFUL_LEASE_TTL"),
+        ({**BASE, "WAKEFUL_MAX_ATTEMPTS": "1.5"}, (), "WAKEFUL_MAX_ATTEMPTS"),
+        ({**BASE, "WAKEFUL_APPROVAL_TTL": ""}, (), None),
+        ({**BASE, "WAKEFUL_APPROVERS": "U1,bob"}, (), "WAKEFUL_APPROVERS"),
+        ({**BASE, "WAKEFUL_AGENT": "gpt"}, (), "WAKEFUL_AGENT"),
+        ({**BASE, "WAKEFUL_BATCH_WINDOW": "soon"}, (), "WAKEFUL_BATCH_WINDOW"),
+    ],
+)
+def test_a_bad_setting_is_named_in_one_line(
+    env: dict[str, str], need: set[str], named: str | None
+) -> None:
+    if named is None:
+        Config.from_env(env, need=need)  # empty means default, not an error
+        return
+    with pytest.raises(ConfigError) as info:
+        Config.from_env(env, need=need)
+    message = str(info.value)
+    assert named in message and "\n" not in message
+
+
+def test_socket_mode_does_not_need_a_signing_secret() -> None:
+    c = Config.from_env(
+        {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"}, need={"token", "secret"}
+    )
+    assert c.socket_mode
