@@ -72,3 +72,20 @@ def test_wakeful_scenarios_prints_the_reference_transcript(tmp_path: Path) -> No
     assert out.returncode == 0, out.stderr
     assert REFERENCE in out.stdout
     assert list(tmp_path.iterdir()) == []  # it used a temporary store, not the working dir
+
+
+def test_wakeful_scenarios_on_postgresql_prints_the_same_transcript(tmp_path: Path) -> None:
+    from tests.conftest import PG_DSN
+
+    if not PG_DSN:
+        pytest.skip("WAKEFUL_TEST_PG_DSN is not set: PostgreSQL scenario run skipped")
+    exe = Path(sys.executable).parent / "wakeful"
+    out = subprocess.run(
+        [str(exe), "scenarios", "--db", PG_DSN],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert REFERENCE in out.stdout

@@ -1,0 +1,80 @@
+"""Entry points for the real worker processes the multi-process tests start.
+
+`python -m tests.support.procs worker --db DB [--schema S] --holder H` runs a Worker with a
+RecordingAgent until SIGTERM. The agent posts one outbox row per run describing it (holder,
+generation, start, end, event ids), and those rows exist only for runs whose fenced finish
+committed, which is exactly what the overlap check needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import sys
+import threading
+import time
+
+from wakeful.core.agent import Run
+from wakeful.core.effects import Effects, Message
+from wakeful.core.loops import Worker
+from wakeful.core.settings import Settings
+from wakeful.core.store import Store
+from wakeful.core.store.sqlite import SQLiteStore
+
+
+class RecordingAgent:
+    def __init__(self, holder: str, max_sleep: float) -> None:
+        self.holder = holder
+        self.max_sleep = max_sleep
+        self.gen = 0
+
+    def run(self, run: Run) -> Effects:
+        start = time.time()
+        time.sleep(random.uniform(0, self.max_sleep))
+        run.heartbeat()
+        record = {
+            "holder": self.holder,
+            "start": start,
+            "end": time.time(),
+            "events": [e.id for e in run.events],
+        }
+        return Effects(messages=[Message(f"C-{run.inbox}", json.dumps(record), priority="urgent")])
+
+
+def open_for(db: str, schema: str | None, settings: Settings) -> Store:
+    if db.startswith("postgresql://"):
+        from wakeful.core.store.postgres import PostgresStore
+
+        return PostgresStore(db, settings, schema=schema, pool_size=2)
+    return SQLiteStore(db, settings)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("role", choices=["worker"])
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--schema")
+    parser.add_argument("--holder", required=True)
+    parser.add_argument("--lease-ttl", type=int, default=5)
+    parser.add_argument("--max-sleep", type=float, default=0.005)
+    args = parser.parse_args(argv)
+    store = open_for(args.db, args.schema, Settings(lease_ttl=args.lease_ttl))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    worker = Worker(
+        store=store,
+        agent=RecordingAgent(args.holder, args.max_sleep),
+        holder=args.holder,
+        poll=0.05,
+        clock=lambda: int(time.time()),
+    )
+    print("ready", flush=True)
+    worker.run(stop)
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
