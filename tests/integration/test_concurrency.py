@@ -129,6 +129,11 @@ def test_worker_processes_finish_every_event_with_no_overlapping_runs(
     runs_by_inbox: dict[str, list[dict[str, Any]]] = {}
     for row in store.outbox():
         runs_by_inbox.setdefault(row.inbox, []).append(json.loads(row.text))
+    from wakeful.core.audit import overlapping_runs
+
+    log = store.runs()
+    assert overlapping_runs(log) == []
+    assert sorted(e for r in log for e in r.events) == list(range(1, inboxes * per_inbox + 1))
     holders = {r["holder"] for runs in runs_by_inbox.values() for r in runs}
     assert len(holders) >= 2, "the processes did not share the work"
     for inbox, runs in runs_by_inbox.items():

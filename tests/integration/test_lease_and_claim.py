@@ -275,3 +275,36 @@ def test_dead_letters_are_listed_and_requeued_with_attempts_reset(make_store: Ma
     again = store.events(INBOX)[0]
     assert (again.status, again.attempts, again.error) == ("pending", 0, None)
     assert store.dead_letters().events == []
+
+
+def test_the_run_log_orders_every_finished_run_and_has_no_overlaps(store: Store) -> None:
+    from wakeful.core.audit import overlapping_runs
+
+    add(store, "e1", "e2")
+    a = store.acquire_and_claim(INBOX, "A", T0)
+    assert a is not None
+    b = store.acquire_and_claim(INBOX, "B", T0 + 121)  # A stalled; B takes over
+    assert b is not None
+    assert store.finish(b, Effects(), T0 + 122)
+    assert not store.finish(a, Effects(), T0 + 123)  # fenced: no run record for A
+    runs = store.runs(INBOX)
+    assert [(r.holder, r.gen, r.events) for r in runs] == [("B", 2, tuple(b.ids))]
+    assert runs[0].claim_seq < runs[0].finish_seq
+    assert overlapping_runs(store.runs()) == []
+
+
+def test_overlap_detection_flags_a_run_claimed_before_the_previous_finished() -> None:
+    from wakeful.core.audit import overlapping_runs
+    from wakeful.core.records import RunRecord
+
+    first = RunRecord(
+        INBOX, "A", 1, claim_seq=1, finish_seq=4, events=(1,), claimed_at=0, finished_at=0
+    )
+    second = RunRecord(
+        INBOX, "B", 2, claim_seq=2, finish_seq=3, events=(1,), claimed_at=0, finished_at=0
+    )
+    after = RunRecord(
+        INBOX, "B", 2, claim_seq=5, finish_seq=6, events=(2,), claimed_at=0, finished_at=0
+    )
+    assert overlapping_runs([second, first]) == [(first, second)]
+    assert overlapping_runs([first, after]) == []

@@ -12,6 +12,7 @@ from ..core.errors import InvalidInput
 from ..core.settings import Settings
 
 AGENTS = ("refund-desk",)
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
 DEFAULT_API_URL = "https://slack.com/api/"
 
@@ -35,6 +36,10 @@ class Config:
     approval_ttl: int = 14400
     approvers: tuple[str, ...] = ()
     agent: str = "refund-desk"
+    send_timeout: int = 60
+    backoff_base: int = 10
+    backoff_cap: int = 900
+    sqlite_max_pages: int = 0
     batch_window: float = 0.5
     """Seconds the worker waits after a new event, so quick messages share one run."""
     anthropic_api_key: str = ""
@@ -47,7 +52,12 @@ class Config:
 
     def engine_settings(self) -> Settings:
         return Settings(
-            lease_ttl=self.lease_ttl, max_attempts=self.max_attempts, outbox_gap=self.outbox_gap
+            lease_ttl=self.lease_ttl,
+            max_attempts=self.max_attempts,
+            outbox_gap=self.outbox_gap,
+            send_timeout=self.send_timeout,
+            backoff_base=self.backoff_base,
+            backoff_cap=self.backoff_cap,
         )
 
     @classmethod
@@ -68,8 +78,11 @@ class Config:
                 "SLACK_SIGNING_SECRET is not set (needed to verify requests in HTTP mode)"
             )
         agent = env.get("WAKEFUL_AGENT", "refund-desk").strip() or "refund-desk"
-        if agent not in AGENTS:
-            raise ConfigError(f"WAKEFUL_AGENT must be one of {', '.join(AGENTS)}, got {agent!r}")
+        if agent not in AGENTS and not _FACTORY.match(agent):
+            raise ConfigError(
+                f"WAKEFUL_AGENT must be one of {', '.join(AGENTS)} or module.path:factory, "
+                f"got {agent!r}"
+            )
         api_key = env.get("ANTHROPIC_API_KEY", "").strip()
         if agent == "claude" and "agent" in need and not api_key:
             raise ConfigError("ANTHROPIC_API_KEY is not set (required by WAKEFUL_AGENT=claude)")
@@ -88,6 +101,10 @@ class Config:
             approvers=_approvers(env.get("WAKEFUL_APPROVERS", "")),
             agent=agent,
             batch_window=_seconds(env, "WAKEFUL_BATCH_WINDOW", 0.5),
+            send_timeout=_int(env, "WAKEFUL_SEND_TIMEOUT", 60, 1),
+            backoff_base=_int(env, "WAKEFUL_BACKOFF_BASE", 10, 1),
+            backoff_cap=_int(env, "WAKEFUL_BACKOFF_CAP", 900, 1),
+            sqlite_max_pages=_int(env, "WAKEFUL_SQLITE_MAX_PAGES", 0, 0),
             anthropic_api_key=api_key,
             model=env.get("WAKEFUL_MODEL", "").strip(),
         )

@@ -465,9 +465,9 @@ class SlackEmulator:
             msg["blocks"] = blocks
         if params.get("attachments"):
             msg["attachments"] = _json_field(params, "attachments")
-        thread_ts = params.get("thread_ts")
+        thread_ts = str(params.get("thread_ts") or "")
         if thread_ts:
-            msg["thread_ts"] = str(thread_ts)
+            msg["thread_ts"] = thread_ts
             if _truthy(params.get("reply_broadcast")):
                 msg["subtype"] = "thread_broadcast"
             for parent in msgs:
@@ -491,7 +491,12 @@ class SlackEmulator:
         if params.get("text") is not None:
             msg["text"] = params["text"]
         msg["edited"] = {"user": self.bot_user_id, "ts": self._next_ts()}
-        return {"channel": channel, "ts": msg["ts"], "text": msg["text"], "message": dict(msg)}
+        return {
+            "channel": channel,
+            "ts": msg["ts"],
+            "text": msg["text"],
+            "message": copy.deepcopy(msg),
+        }
 
     def _post_ephemeral(self, params: JsonDict) -> JsonDict:
         channel, _ = self._channel(params)

@@ -44,6 +44,16 @@ def timezone_lookup(client: WebClient | None) -> Callable[[str], str]:
 
 
 def build_agent(config: Config, store: Store, client: WebClient | None) -> Agent:
+    if ":" in config.agent:
+        import importlib
+
+        module_name, _, name = config.agent.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"WAKEFUL_AGENT {config.agent!r} cannot be loaded: {exc}") from exc
+        agent: Agent = factory(config, store, timezone_lookup(client))
+        return agent
     from .agents.refund_desk import RefundDesk
 
     return RefundDesk(
@@ -139,6 +149,10 @@ class Runtime:
 
 
 def open_configured_store(config: Config) -> Store:
+    if config.sqlite_max_pages and "://" not in config.db:
+        from ..core.store.sqlite import SQLiteStore
+
+        return SQLiteStore(config.db, config.engine_settings(), max_pages=config.sqlite_max_pages)
     return open_store(config.db, config.engine_settings())
 
 

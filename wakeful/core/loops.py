@@ -12,13 +12,14 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from .agent import Agent, Run
 from .effects import Effects
 from .errors import LeaseLost, PermanentSendError, StoreUnavailable, TransientSendError
-from .outbox import Part
+from .outbox import Batch, Part
 from .records import Claim
 from .store.contract import Store
 
@@ -194,30 +195,57 @@ class Scheduler(_Loop):
 
 @dataclass
 class Dispatcher(_Loop):
-    """Sends claimed batches; never holds a database lock while a sender is on the network."""
+    """Sends claimed batches; never holds a database lock while a sender is on the network.
+
+    Batches of different destinations go out in parallel (`concurrency` threads), the parts of
+    one batch in order. A rate-limit answer pauses every send until its Retry-After has passed:
+    Slack's limits are per app, so pushing on in other conversations would only earn more 429s.
+    """
 
     sender: Sender | None = None
+    concurrency: int = 8
+
+    def __post_init__(self) -> None:
+        self._paused_until = 0
+        self._pause_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
 
     def tick(self, now: int) -> int:
         assert self.sender is not None, "a Dispatcher needs a sender"
+        if now < self._paused_until:
+            return 0
+        batches = self.store.claim_batches(now)
+        if len(batches) <= 1 or self.concurrency <= 1:
+            return sum(self._send_batch(b) for b in batches)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="wakeful-send")
+        return sum(self._pool.map(self._send_batch, batches))
+
+    def _send_batch(self, batch: Batch) -> int:
+        assert self.sender is not None
         sent = 0
-        for batch in self.store.claim_batches(now):
-            for part in batch.parts:
-                try:
-                    if part.kind == "update":
-                        part = self._resolve_target(part)
-                    ts = self.sender.send(part)
-                except TransientSendError as exc:
-                    wait = max(1, exc.retry_after)
-                    self.store.defer_batch(
-                        part.dispatch_id, self.clock() + wait, str(exc), self.clock()
-                    )
-                    break
-                except PermanentSendError as exc:
-                    self.store.fail_part(part, str(exc), self.clock())
-                    continue
-                self.store.mark_sent(part, ts, self.clock())
-                sent += 1
+        for part in batch.parts:
+            if self.clock() < self._paused_until:
+                self.store.defer_batch(
+                    batch.dispatch_id, self._paused_until, "paused: rate limited", self.clock()
+                )
+                break
+            try:
+                if part.kind == "update":
+                    part = self._resolve_target(part)
+                ts = self.sender.send(part)
+            except TransientSendError as exc:
+                until = self.clock() + max(1, exc.retry_after)
+                if exc.retry_after:
+                    with self._pause_lock:
+                        self._paused_until = max(self._paused_until, until)
+                self.store.defer_batch(part.dispatch_id, until, str(exc), self.clock())
+                break
+            except PermanentSendError as exc:
+                self.store.fail_part(part, str(exc), self.clock())
+                continue
+            self.store.mark_sent(part, ts, self.clock())
+            sent += 1
         return sent
 
     def _resolve_target(self, part: Part) -> Part:

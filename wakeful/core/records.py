@@ -44,6 +44,9 @@ class Claim:
     holder: str
     gen: int
     events: tuple[Event, ...] = field(default_factory=tuple)
+    seq: int = 0
+    """The lease's sequence number taken by this claim (orders claims and finishes)."""
+    claimed_at: int = 0
 
     @property
     def ids(self) -> list[int]:
@@ -111,3 +114,17 @@ class TimerState:
     next_at: int
     policy: str
     payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A finished run, from the run log written by finish."""
+
+    inbox: str
+    holder: str
+    gen: int
+    claim_seq: int
+    finish_seq: int
+    events: tuple[int, ...]
+    claimed_at: int
+    finished_at: int

@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...core.agent import Run, Tool, Toolbox
+from ...core import schedule
 from ...core.effects import ApprovalRequest, Effects, Message, Timer
+from ...core.errors import InvalidInput
 from ...core.records import Event
 from ...core.store.contract import Store
 from .. import blocks
@@ -172,6 +174,10 @@ class RefundDesk:
                 lines.append(f"{m.group(1)}:{m.group(2)} is not a time of day; use HH:MM.")
             else:
                 tz = self.tz_lookup(user) or "UTC"
+                try:
+                    schedule.zone(tz)
+                except InvalidInput:
+                    tz = "UTC"  # Slack named a zone this machine's tz database lacks
                 at = f"{hh:02d}:{mm:02d}"
                 payload = {"kind": DIGEST, "channel": channel, "thread_ts": thread}
                 fx.timers.append(Timer.daily(DIGEST, at, tz, payload))
@@ -272,7 +278,10 @@ class RefundDesk:
         pending = [e for e in self.store.open_events(run.inbox) if e.status == "pending"]
         dead = self.store.dead_events(run.inbox)
         open_approvals = [a for a in self.store.approvals(run.inbox) if a.answer is None]
-        lines = [f"Status: {_plural(len(pending), 'pending event')}, {len(dead)} dead"]
+        lines = [f"Status: {_plural(len(pending), 'pending event')}"]
+        if pending:
+            lines[0] += f" (ids {', '.join(str(e.id) for e in pending)})"
+        lines[0] += f", {len(dead)} dead"
         if dead:
             lines[0] += f" (ids {', '.join(str(d.id) for d in dead)})"
         if open_approvals:

@@ -32,6 +32,7 @@ from ..records import (
     Ingested,
     Lease,
     OutboxRow,
+    RunRecord,
     TimerFired,
     TimerState,
 )
@@ -250,7 +251,13 @@ class Store(ABC):
                 },
             )
             events.append(_event(r, status="running", attempts=attempts))
-        return Claim(inbox=inbox, holder=holder, gen=gen, events=tuple(events))
+        seq = 0
+        if events:
+            row = tx.one("next_lease_seq", {"inbox": inbox})
+            seq = int(row["seq"]) if row else 0
+        return Claim(
+            inbox=inbox, holder=holder, gen=gen, events=tuple(events), seq=seq, claimed_at=now
+        )
 
     # -- finishing ---------------------------------------------------------------------------
 
@@ -287,6 +294,21 @@ class Store(ABC):
                         },
                     )
             self._write_effects(tx, claim.inbox, prepared, now)
+            if ids:
+                row = tx.one("next_lease_seq", {"inbox": claim.inbox})
+                tx.run(
+                    "insert_run",
+                    {
+                        "inbox": claim.inbox,
+                        "holder": claim.holder,
+                        "gen": claim.gen,
+                        "claim_seq": claim.seq,
+                        "finish_seq": int(row["seq"]) if row else 0,
+                        "events": check_json(ids, "events"),
+                        "claimed_at": claim.claimed_at,
+                        "now": now,
+                    },
+                )
             if release:
                 tx.run(
                     "update_lease",
@@ -331,6 +353,24 @@ class Store(ABC):
                         "now": now,
                     },
                 )
+
+    def runs(self, inbox: str | None = None) -> list[RunRecord]:
+        """The run log: every finished run, ordered by its claim within each inbox."""
+        with self._tx(write=False) as tx:
+            rows = tx.all("all_runs") if inbox is None else tx.all("inbox_runs", {"inbox": inbox})
+        return [
+            RunRecord(
+                inbox=str(r["inbox"]),
+                holder=str(r["holder"]),
+                gen=int(r["gen"]),
+                claim_seq=int(r["claim_seq"]),
+                finish_seq=int(r["finish_seq"]),
+                events=tuple(json.loads(r["events"])),
+                claimed_at=int(r["claimed_at"]),
+                finished_at=int(r["finished_at"]),
+            )
+            for r in rows
+        ]
 
     # -- sessions ----------------------------------------------------------------------------
 

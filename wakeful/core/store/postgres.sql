@@ -249,3 +249,17 @@ SELECT pg_try_advisory_xact_lock(hashtextextended(%(channel)s || '/' || %(thread
 
 -- name: notify_work
 SELECT pg_notify('wakeful_work', %(inbox)s);
+
+-- name: next_lease_seq
+UPDATE leases SET seq = seq + 1 WHERE inbox = %(inbox)s RETURNING seq;
+
+-- name: insert_run
+INSERT INTO runs (inbox, holder, gen, claim_seq, finish_seq, events, claimed_at, finished_at)
+VALUES (%(inbox)s, %(holder)s, %(gen)s, %(claim_seq)s, %(finish_seq)s, %(events)s,
+        %(claimed_at)s, %(now)s);
+
+-- name: inbox_runs
+SELECT * FROM runs WHERE inbox = %(inbox)s ORDER BY claim_seq;
+
+-- name: all_runs
+SELECT * FROM runs ORDER BY inbox, claim_seq;

@@ -57,6 +57,7 @@ class SQLiteStore(Store):
         settings: Settings | None = None,
         busy_timeout_ms: int = 5000,
         synchronous: str = "FULL",
+        max_pages: int = 0,
     ) -> None:
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, got {synchronous!r}")
@@ -64,6 +65,7 @@ class SQLiteStore(Store):
         self.settings = settings or Settings()
         self._busy_timeout_ms = busy_timeout_ms
         self._synchronous = synchronous.upper()
+        self._max_pages = int(max_pages)
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -85,6 +87,9 @@ class SQLiteStore(Store):
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
+            if self._max_pages:
+                # A cap on the file's size: past it, writes fail as on a full disk.
+                conn.execute(f"PRAGMA max_page_count = {self._max_pages}")
         except sqlite3.Error as exc:
             raise translate(exc) from exc
         self._local.conn = conn

@@ -245,3 +245,17 @@ SELECT 1 AS ok;
 -- name: notify_work
 -- Not used: SQLite has no cross-process notification; workers poll.
 SELECT 1 AS ok;
+
+-- name: next_lease_seq
+UPDATE leases SET seq = seq + 1 WHERE inbox = :inbox RETURNING seq;
+
+-- name: insert_run
+INSERT INTO runs (inbox, holder, gen, claim_seq, finish_seq, events, claimed_at, finished_at)
+VALUES (:inbox, :holder, :gen, :claim_seq, :finish_seq, :events,
+        :claimed_at, :now);
+
+-- name: inbox_runs
+SELECT * FROM runs WHERE inbox = :inbox ORDER BY claim_seq;
+
+-- name: all_runs
+SELECT * FROM runs ORDER BY inbox, claim_seq;

@@ -1,0 +1,53 @@
+"""Crash chaos: real processes SIGKILLed at random while Slack traffic flows (see
+tests/support/chaos.py). The default run is short; `pytest -m chaos` runs the full size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import MakeStore
+from tests.support.chaos import Figures, Plan, run_chaos
+from wakeful.core.store.sqlite import SQLiteStore
+
+
+def _run(make_store: MakeStore, tmp_path: Path, plan: Plan) -> tuple[Figures, str]:
+    store = make_store()
+    if isinstance(store, SQLiteStore):
+        db, backend = store.path, "sqlite"
+    else:
+        schema = store.schema  # type: ignore[attr-defined]
+        db = f"{store.dsn}?options=-csearch_path%3D{schema}"  # type: ignore[attr-defined]
+        backend = "postgres"
+    figures = run_chaos(plan, store, db, tmp_path, backend)
+    print(figures.line(backend))
+    return figures, backend
+
+
+def _assert_guarantees(f: Figures, plan: Plan) -> None:
+    assert f.problems == []
+    assert f.events == plan.events, "the driver could not deliver every event"
+    assert f.kills >= plan.min_kills
+    assert f.lost == 0
+    assert f.unexpected_dead == 0
+    assert f.poisoned == plan.poison
+    assert f.done + f.dead >= f.events
+    assert f.duplicate_posts == 0
+    assert f.overlapping_runs == 0
+    assert f.double_answers == 0
+    assert f.double_refunds == 0
+    assert f.undelivered_rows == 0
+
+
+def test_short_crash_chaos(make_store: MakeStore, tmp_path: Path) -> None:
+    plan = Plan(events=300, inboxes=30, min_kills=6, poison=2)
+    figures, _ = _run(make_store, tmp_path, plan)
+    _assert_guarantees(figures, plan)
+
+
+@pytest.mark.chaos
+def test_full_crash_chaos(make_store: MakeStore, tmp_path: Path) -> None:
+    plan = Plan(events=2000, inboxes=100, min_kills=50, poison=5)
+    figures, _ = _run(make_store, tmp_path, plan)
+    _assert_guarantees(figures, plan)

@@ -1,0 +1,660 @@
+"""RefundDesk, the built-in agent, through the real engine on a simulated clock.
+
+Each test drives a real store with the three loops (Scheduler, Worker, Dispatcher) tick by tick
+and asserts what a Slack user would see: the outbox rows the runs wrote and the parts a
+recording sender was handed. Events are ingested exactly as the Slack front stores them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import itertools
+import json
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from tests.conftest import T0, MakeStore
+from wakeful.bot.agents.refund_desk import RefundDesk
+from wakeful.core.agent import Agent, Run, Tool, Toolbox
+from wakeful.core.effects import Effects
+from wakeful.core.loops import Dispatcher, Scheduler, Worker
+from wakeful.core.outbox import Part
+from wakeful.core.records import OutboxRow
+from wakeful.core.store.contract import Store
+
+TEAM = "T1"
+USER = "U1"
+BOSS = "UBOSS"
+INBOX = f"{TEAM}:{USER}"
+TTL = 600
+HOUR = 3600
+DAY = 86400
+_event_ids = itertools.count(1)
+
+
+def utc(ts: int) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+class Clock:
+    def __init__(self, now: int = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class RecordingSender:
+    """Stands in for Slack: keeps every part and answers with a fresh message ts."""
+
+    def __init__(self) -> None:
+        self.parts: list[Part] = []
+        self.ts: dict[str, str] = {}
+
+    def send(self, part: Part) -> str:
+        self.parts.append(part)
+        ts = f"1.000{len(self.parts)}"
+        self.ts[part.part_id] = ts
+        return ts
+
+
+class Desk:
+    """One user's world: RefundDesk, the three loops, a clock and a recording sender."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Clock | None = None,
+        sender: RecordingSender | None = None,
+        holder: str = "worker-a",
+        tz_lookup: Callable[[str], str] | None = None,
+        wrap: Callable[[Agent], Agent] | None = None,
+        ttl: int = TTL,
+    ) -> None:
+        self.store = store
+        self.clock = clock or Clock()
+        self.sender = sender or RecordingSender()
+        self.agent = RefundDesk(store, approval_ttl=ttl, approvers=(BOSS,), tz_lookup=tz_lookup)
+        agent: Agent = wrap(self.agent) if wrap else self.agent
+        self.worker = Worker(store=store, agent=agent, clock=self.clock, holder=holder)
+        self.scheduler = Scheduler(store=store, clock=self.clock)
+        self.dispatcher = Dispatcher(store=store, clock=self.clock, sender=self.sender)
+
+    @property
+    def now(self) -> int:
+        return self.clock.now
+
+    def say(
+        self,
+        text: str,
+        *,
+        channel: str = "D1",
+        kind: str = "message",
+        ts: str | None = None,
+        thread_ts: str | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> int:
+        """Store a Slack message or mention as the app does; return its event id."""
+        n = next(_event_ids)
+        body = payload or {
+            "kind": kind,
+            "text": text,
+            "channel": channel,
+            "ts": ts or f"{self.now}.{n:06d}",
+            "thread_ts": thread_ts,
+            "user": USER,
+            "team": TEAM,
+            "channel_type": "im" if kind == "message" else "channel",
+        }
+        result = self.store.ingest(INBOX, "slack", f"Ev{n:08d}", body, self.now)
+        assert result.event_id is not None
+        return result.event_id
+
+    def poison(self) -> int:
+        """An event the agent cannot handle (no channel): every run of it fails."""
+        return self.say("", payload={"kind": "message", "text": "?", "user": USER})
+
+    def tick(self, at: int | None = None) -> None:
+        if at is not None:
+            self.clock.now = at
+        now = self.clock.now
+        self.scheduler.tick(now)
+        self.worker.tick(now)
+        self.dispatcher.tick(now)
+
+    def rows(self, kind: str | None = None) -> list[OutboxRow]:
+        return [r for r in self.store.outbox(inbox=INBOX) if kind is None or r.kind == kind]
+
+    def texts(self) -> list[str]:
+        return [r.text for r in self.rows("post")]
+
+    def with_prefix(self, prefix: str) -> list[OutboxRow]:
+        return [r for r in self.rows("post") if r.text.startswith(prefix)]
+
+    def kill_poison(self, event_id: int) -> None:
+        """Run the poison event until it is dead (max_attempts claims, then one more)."""
+        for _ in range(4):
+            self.tick(self.now + 100)
+        event = self.store.event(event_id)
+        assert event is not None and event.status == "dead"
+
+
+class CrashAfterDelegatingOnce:
+    """Runs the real agent, then fails the first run that handled an approval answer: the
+    refund tool has run, `finish` has not."""
+
+    def __init__(self, inner: Agent, crash: BaseException) -> None:
+        self.inner = inner
+        self.crash = crash
+        self.crashed = False
+
+    def run(self, run: Run) -> Effects:
+        effects = self.inner.run(run)
+        if not self.crashed and any(e.source == "approval" for e in run.events):
+            self.crashed = True
+            raise self.crash
+        return effects
+
+
+class ProcessDied(BaseException):
+    """A crash nothing in the worker catches: no finish, the lease is left to lapse."""
+
+
+@pytest.fixture
+def desk(store: Store) -> Desk:
+    return Desk(store)
+
+
+# -- one reply per batch -------------------------------------------------------------------
+
+
+def test_a_batch_of_messages_gets_one_urgent_reply_saying_how_many(desk: Desk) -> None:
+    for text in ("hi", "are you there?", "hello?"):
+        desk.say(text)
+    desk.tick()
+    rows = desk.rows()
+    assert [(r.channel, r.thread_ts, r.text, r.priority) for r in rows] == [
+        ("D1", "", "Handled 3 messages.", "urgent")
+    ]
+    assert [r.status for r in rows] == ["sent"]
+    assert [(p.channel, p.thread_ts, p.text) for p in desk.sender.parts] == [
+        ("D1", "", "Handled 3 messages.")
+    ]
+
+
+def test_urgent_reply_is_not_held_by_the_gap_after_a_normal_post(make_store: MakeStore) -> None:
+    desk = Desk(make_store())
+    desk.say("digest every 10 minutes")
+    desk.tick()
+    desk.tick(T0 + 600)  # the digest, a normal post, starts the one-hour gap in D1
+    assert len(desk.with_prefix("Digest since")) == 1
+    desk.say("still there?")
+    desk.tick(T0 + 601)
+    [reply] = desk.with_prefix("Handled 1 message.")[1:]
+    assert reply.status == "sent"
+
+
+@pytest.mark.parametrize(
+    ("thread_ts", "expected_thread"),
+    [(None, "1700000000.000100"), ("1699999999.000001", "1699999999.000001")],
+    ids=["top-level", "in-a-thread"],
+)
+def test_a_mention_in_a_channel_is_answered_in_its_thread(
+    desk: Desk, thread_ts: str | None, expected_thread: str
+) -> None:
+    desk.say(
+        "<@UBOT> hello", channel="C1", kind="mention", ts="1700000000.000100", thread_ts=thread_ts
+    )
+    desk.tick()
+    assert [(r.channel, r.thread_ts, r.text) for r in desk.rows()] == [
+        ("C1", expected_thread, "Handled 1 message.")
+    ]
+    assert [(p.channel, p.thread_ts) for p in desk.sender.parts] == [("C1", expected_thread)]
+
+
+def test_two_conversations_in_one_batch_get_one_reply_each(desk: Desk) -> None:
+    desk.say("hi")
+    desk.say("<@UBOT> over here", channel="C1", kind="mention", ts="1700000000.000200")
+    desk.say("and here")
+    desk.tick()
+    replies = {(r.channel, r.thread_ts, r.text, r.priority) for r in desk.rows()}
+    assert replies == {
+        ("D1", "", "Handled 2 messages.", "urgent"),
+        ("C1", "1700000000.000200", "Handled 1 message.", "urgent"),
+    }
+    assert len(desk.rows()) == 2
+    assert sorted((p.channel, p.text) for p in desk.sender.parts) == [
+        ("C1", "Handled 1 message."),
+        ("D1", "Handled 2 messages."),
+    ]
+
+
+# -- refunds need a yes ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "order"),
+    [
+        ("refund order 42", "42"),
+        ("Hi! Could you please REFUND Order #A-7 for me?", "A-7"),
+        ("customer is upset, Refund ORDER 9001 asap", "9001"),
+    ],
+)
+def test_refund_order_asks_for_approval_with_buttons(desk: Desk, text: str, order: str) -> None:
+    desk.say(text)
+    desk.tick()
+    [approval] = desk.store.approvals(INBOX)
+    assert approval.tool == "refund_order"
+    assert desk.agent.tools.policy("refund_order") == "ask"
+    assert approval.args["order_id"] == order
+    assert approval.requester == USER
+    assert approval.approvers == (BOSS,)
+    assert approval.deadline == T0 + TTL
+    assert approval.answer is None
+    assert desk.store.tool_calls(tool="refund_order") == []  # nothing refunded before a yes
+
+    [prompt] = [r for r in desk.rows() if r.ref == approval.id]
+    assert (prompt.kind, prompt.channel, prompt.priority) == ("post", "D1", "urgent")
+    buttons = [el for b in prompt.blocks if b["type"] == "actions" for el in b["elements"]]
+    assert sorted((b["action_id"], b["value"]) for b in buttons) == [
+        ("approve", approval.id),
+        ("deny", approval.id),
+    ]
+    # The prompt went out and its ts is where an answer's update will rewrite it.
+    [part] = [p for p in desk.sender.parts if p.ref == approval.id]
+    stored = desk.store.approval(approval.id)
+    assert stored is not None and stored.prompt_ts == desk.sender.ts[part.part_id]
+    # The run that asked saved its session: the pending call is remembered between runs.
+    assert approval.id in json.dumps(desk.store.session(INBOX))
+
+
+def test_text_without_refund_order_asks_for_nothing(desk: Desk) -> None:
+    desk.say("can I get a refund? my order is late")
+    desk.tick()
+    assert desk.store.approvals(INBOX) == []
+    assert desk.texts() == ["Handled 1 message."]
+
+
+@pytest.mark.parametrize("crash", ["run-fails", "process-dies"])
+def test_yes_refunds_once_even_when_the_answer_run_is_retried(
+    make_store: MakeStore, crash: str
+) -> None:
+    store = make_store()
+    desk = Desk(store)
+    desk.say("refund order 42")
+    desk.tick()
+    [approval] = store.approvals(INBOX)
+    prompt_ts = store.approval(approval.id).prompt_ts  # type: ignore[union-attr]
+    assert prompt_ts
+
+    # A new process answers: it knows the pending call only from the saved session.
+    error: BaseException = RuntimeError("crash") if crash == "run-fails" else ProcessDied()
+    crashing = Desk(
+        store,
+        clock=desk.clock,
+        sender=desk.sender,
+        holder="worker-b",
+        wrap=lambda agent: CrashAfterDelegatingOnce(agent, error),
+    )
+    assert store.answer(approval.id, "yes", BOSS, T0 + 60) == "yes"
+    if crash == "run-fails":
+        crashing.tick(T0 + 60)
+    else:
+        with pytest.raises(ProcessDied):
+            crashing.tick(T0 + 60)
+    assert len(store.tool_calls(tool="refund_order")) == 1  # the refund went through...
+    assert not desk.with_prefix("Refunded")  # ...but the run never finished
+
+    # Past the backoff and the lapsed lease, another worker runs the answer again.
+    retry = Desk(store, clock=desk.clock, sender=desk.sender, holder="worker-c")
+    retry.tick(T0 + 60 + 1000)
+    calls = store.tool_calls(tool="refund_order")
+    assert len(calls) == 1
+    assert calls[0]["key"] == approval.id
+    refunded = desk.with_prefix("Refunded")
+    assert [(r.text, r.priority, r.status) for r in refunded] == [
+        ("Refunded order 42.", "urgent", "sent")
+    ]
+    assert [p.text for p in desk.sender.parts].count("Refunded order 42.") == 1
+    [update] = desk.rows("update")
+    assert (update.ref, update.status) == (approval.id, "sent")
+    [sent_update] = [p for p in desk.sender.parts if p.kind == "update"]
+    assert (sent_update.ref, sent_update.target_ts, sent_update.channel) == (
+        approval.id,
+        prompt_ts,
+        "D1",
+    )
+
+
+def test_the_answer_is_posted_where_the_request_was_made(make_store: MakeStore) -> None:
+    store = make_store()
+    desk = Desk(store)
+    desk.say("<@UBOT> refund order 7", channel="C1", kind="mention", ts="1700000000.000300")
+    desk.tick()
+    [approval] = store.approvals(INBOX)
+    store.answer(approval.id, "yes", USER, T0 + 5)
+    fresh = Desk(store, clock=desk.clock, sender=desk.sender, holder="worker-b")
+    fresh.tick(T0 + 5)
+    [refunded] = desk.with_prefix("Refunded")
+    assert (refunded.channel, refunded.thread_ts) == ("C1", "1700000000.000300")
+
+
+@pytest.mark.parametrize(
+    ("outcome", "text"),
+    [
+        ("no", "Refund for order 42 denied; nothing was done."),
+        ("expired", "Refund request for order 42 expired; nothing was done."),
+    ],
+)
+def test_no_or_expiry_refunds_nothing_and_says_so(desk: Desk, outcome: str, text: str) -> None:
+    desk.say("refund order 42")
+    desk.tick()
+    [approval] = desk.store.approvals(INBOX)
+    prompt_ts = desk.store.approval(approval.id).prompt_ts  # type: ignore[union-attr]
+    if outcome == "no":
+        assert desk.store.answer(approval.id, "no", BOSS, T0 + 30) == "no"
+        desk.tick(T0 + 30)
+    else:
+        desk.tick(approval.deadline - 1)
+        assert desk.texts()[-1] != text  # not a second early
+        desk.tick(approval.deadline)
+    state = desk.store.approval(approval.id)
+    assert state is not None and state.answer == outcome
+    assert desk.store.tool_calls(tool="refund_order") == []
+    [row] = [r for r in desk.rows("post") if r.text == text]
+    assert (row.channel, row.priority, row.status) == ("D1", "urgent", "sent")
+    [update] = desk.rows("update")
+    assert (update.ref, update.status) == (approval.id, "sent")
+    assert not [b for b in update.blocks if b["type"] == "actions"]  # no buttons left to tap
+    [sent_update] = [p for p in desk.sender.parts if p.kind == "update"]
+    assert (sent_update.ref, sent_update.target_ts) == (approval.id, prompt_ts)
+
+
+# -- reminders -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("amount", "seconds"),
+    [("45 seconds", 45), ("2 minutes", 120), ("1 hour", 3600), ("3 hours", 10800)],
+)
+def test_remind_me_sets_a_one_off_timer_that_posts_once(
+    desk: Desk, amount: str, seconds: int
+) -> None:
+    desk.say(f"remind me in {amount} to call the courier")
+    desk.tick()
+    [timer] = desk.store.timers(INBOX)
+    assert (timer.kind, timer.next_at) == ("once", T0 + seconds)
+    desk.tick(T0 + seconds - 1)
+    assert not desk.with_prefix("Reminder:")
+    desk.tick(T0 + seconds)
+    [reminder] = desk.with_prefix("Reminder:")
+    assert (reminder.text, reminder.channel, reminder.priority, reminder.status) == (
+        "Reminder: call the courier",
+        "D1",
+        "urgent",
+        "sent",
+    )
+    assert desk.store.timers(INBOX) == []
+    desk.tick(T0 + seconds + DAY)
+    assert len(desk.with_prefix("Reminder:")) == 1
+
+
+# -- digests -------------------------------------------------------------------------------
+
+
+def _busy_period(desk: Desk) -> int:
+    """A digest every 2 hours, and a first period with one of everything a digest counts.
+
+    Returns the dead event's id.
+    """
+    desk.say("digest every 2 hours")  # message 1
+    desk.tick()
+    assert [(t.kind, t.next_at) for t in desk.store.timers(INBOX)] == [("every", T0 + 2 * HOUR)]
+    for order in ("1", "2", "3"):  # messages 2-4
+        desk.say(f"refund order {order}")
+    desk.tick(T0 + 10)
+    ids = [a.id for a in desk.store.approvals(INBOX)]
+    assert len(ids) == 3
+    desk.store.answer(ids[0], "yes", BOSS, T0 + 20)
+    desk.store.answer(ids[1], "no", BOSS, T0 + 20)
+    desk.tick(T0 + 20)
+    desk.tick(T0 + 10 + TTL)  # order 3 expires
+    dead = desk.poison()
+    desk.kill_poison(dead)
+    desk.tick(T0 + 2 * HOUR - 100)
+    desk.say("refund order 4")  # message 5, still pending at the digest
+    desk.tick()
+    assert not desk.with_prefix("Digest since")
+    return dead
+
+
+def test_a_digest_summarises_the_period_as_a_normal_post(make_store: MakeStore) -> None:
+    desk = Desk(make_store())
+    dead = _busy_period(desk)
+    desk.tick(T0 + 2 * HOUR)
+    [digest] = desk.with_prefix("Digest since")
+    assert (digest.channel, digest.priority, digest.status) == ("D1", "normal", "sent")
+    text = digest.text
+    assert f"Digest since {utc(T0)}" in text
+    assert "messages handled: 5" in text
+    assert "1 approved, 1 denied, 1 expired, 1 pending" in text
+    assert "refunds done: 1" in text
+    assert re.search(rf"dead events: 1 \(ids {dead}\)", text), text
+
+
+def test_digest_counts_reset_after_each_digest(make_store: MakeStore) -> None:
+    desk = Desk(make_store())
+    dead = _busy_period(desk)
+    desk.tick(T0 + 2 * HOUR)
+    desk.say("one more thing")
+    desk.tick(T0 + 2 * HOUR + 10)
+    desk.tick(T0 + 2 * HOUR - 100 + TTL)  # order 4 expires in the second period
+    desk.tick(T0 + 4 * HOUR)
+    _, second = desk.with_prefix("Digest since")
+    text = second.text
+    assert f"Digest since {utc(T0 + 2 * HOUR)}" in text
+    assert "messages handled: 1" in text
+    assert "0 approved, 0 denied, 1 expired, 0 pending" in text
+    assert "refunds done: 0" in text
+    assert f"ids {dead}" in text  # still dead: still reported
+    assert second.status == "sent"
+
+
+@pytest.mark.parametrize(
+    ("command", "period", "skipped", "unit"),
+    [("digest every 1 hour", HOUR, 4, "periods"), ("digest daily at 09:00", DAY, 2, "days")],
+    ids=["every", "daily"],
+)
+def test_a_digest_after_an_outage_says_how_much_it_covers(
+    desk: Desk, command: str, period: int, skipped: int, unit: str
+) -> None:
+    desk.say(command)
+    desk.tick()
+    [timer] = desk.store.timers(INBOX)
+    first = timer.next_at
+    desk.tick(first + skipped * period + 5)  # the scheduler was down for several periods
+    [digest] = desk.with_prefix("Digest since")
+    assert re.search(rf"\b{skipped + 1} {unit}\b", digest.text), digest.text
+    desk.tick(first + (skipped + 1) * period)  # the next one is an ordinary digest
+    assert len(desk.with_prefix("Digest since")) == 2
+    assert not re.search(rf"\b\d+ {unit}\b", desk.with_prefix("Digest since")[1].text)
+
+
+def test_digest_daily_uses_the_users_time_zone(store: Store) -> None:
+    zones = {USER: "America/New_York"}
+    desk = Desk(store, tz_lookup=lambda user: zones.get(user, ""))
+    desk.say("digest daily at 07:30")
+    desk.tick()
+    [timer] = store.timers(INBOX)
+    local = datetime.fromtimestamp(timer.next_at, ZoneInfo("America/New_York"))
+    assert local.strftime("%H:%M") == "07:30"
+    assert T0 < timer.next_at <= T0 + DAY
+    desk.tick(timer.next_at)
+    [digest] = desk.with_prefix("Digest since")
+    assert digest.priority == "normal"
+
+
+@pytest.mark.parametrize(
+    "tz_lookup",
+    [None, lambda user: "", lambda user: "Mars/Olympus_Mons"],
+    ids=["no-lookup", "unknown-user", "unknown-zone"],
+)
+def test_digest_daily_falls_back_to_utc(
+    store: Store, tz_lookup: Callable[[str], str] | None
+) -> None:
+    desk = Desk(store, tz_lookup=tz_lookup)
+    desk.say("digest daily at 07:30")
+    desk.tick()
+    [timer] = store.timers(INBOX)
+    assert timer.next_at == int(datetime(2023, 11, 15, 7, 30, tzinfo=UTC).timestamp())
+    assert desk.texts() and desk.texts()[0].startswith("Handled 1 message.")
+
+
+def test_digest_off_removes_the_timer(desk: Desk) -> None:
+    desk.say("digest every 1 hour")
+    desk.tick()
+    assert [t.id for t in desk.store.timers(INBOX)] == [f"{INBOX}/digest"]
+    desk.say("digest off")
+    desk.tick(T0 + 60)
+    assert desk.store.timers(INBOX) == []
+    desk.tick(T0 + 5 * HOUR)
+    assert not desk.with_prefix("Digest since")
+
+
+# -- status --------------------------------------------------------------------------------
+
+
+def _status_scene(desk: Desk) -> tuple[int, int, str, str]:
+    """A dead event, a pending one (failed once, in backoff), an open approval, a digest."""
+    desk.say("digest every 1 hour")
+    desk.tick()
+    dead = desk.poison()
+    desk.kill_poison(dead)
+    desk.say("refund order 77")
+    desk.tick(desk.now + 1)
+    [approval] = desk.store.approvals(INBOX)
+    pending = desk.poison()
+    desk.tick(desk.now + 1)  # fails once: pending again, waiting out its backoff
+    assert desk.store.event(pending).status == "pending"  # type: ignore[union-attr]
+    desk.say("status")
+    desk.tick()
+    [status] = [t for t in desk.texts() if "Status:" in t]
+    return dead, pending, approval.id, status
+
+
+def test_status_reports_events_approvals_and_next_digest(desk: Desk) -> None:
+    dead, _, approval_id, status = _status_scene(desk)
+    assert "1 pending event" in status
+    assert re.search(rf"1 dead \(ids {dead}\)", status), status
+    assert f"Open approvals: {approval_id}" in status
+    assert f"Next digest: {utc(T0 + HOUR)}" in status
+
+
+def test_status_names_the_pending_events(desk: Desk) -> None:
+    dead, pending, _, status = _status_scene(desk)
+    lines = [x for x in status.splitlines() if not x.startswith(("Open approvals", "Next digest"))]
+    about_events = "\n".join(lines).replace(f"ids {dead}", "")
+    assert re.search(rf"\b{pending}\b", about_events), status
+
+
+# -- retried runs --------------------------------------------------------------------------
+
+
+def test_a_retried_run_does_not_double_count_or_ask_twice(make_store: MakeStore) -> None:
+    store = make_store()
+    desk = Desk(store, holder="worker-b", ttl=2 * HOUR)
+    desk.say("digest every 1 hour")
+    desk.tick()
+    for text in ("refund order 9", "hello", "anyone?"):
+        desk.say(text)
+    # Worker A claims the batch, runs the agent, then stalls: its lease lapses unfinished.
+    claim = store.acquire_and_claim(INBOX, "worker-a", T0 + 10)
+    assert claim is not None and len(claim.events) == 3
+    stalled = RefundDesk(store, approval_ttl=2 * HOUR, approvers=(BOSS,)).run(
+        Run(INBOX, claim.events, store.session(INBOX), T0 + 10, lambda: None)
+    )
+    [asked] = stalled.approvals
+    # Worker B takes over once the lease has lapsed and runs the same events again.
+    desk.tick(T0 + 10 + store.settings.lease_ttl + 1)
+    assert [e.status for e in store.events(INBOX)] == ["done"] * 4
+    # Worker A wakes up and tries to finish: fenced off, nothing of it is written.
+    assert store.finish(claim, stalled, desk.now) is False
+    # The same message asks under the same request id on every run: one approval, one prompt.
+    assert [a.id for a in store.approvals(INBOX)] == [asked.id]
+    assert len([r for r in desk.rows() if r.ref is not None]) == 1
+    assert sum(int(r.text.split()[1]) for r in desk.with_prefix("Handled")) == 4
+    desk.tick(T0 + HOUR)
+    [digest] = desk.with_prefix("Digest since")
+    assert "messages handled: 4" in digest.text
+    assert "0 expired, 1 pending" in digest.text
+
+
+# -- the agent's boundaries ----------------------------------------------------------------
+
+
+def test_the_agent_is_never_given_a_token(store: Store) -> None:
+    assert not [f.name for f in dataclasses.fields(Run) if "token" in f.name.lower()]
+    params = inspect.signature(RefundDesk).parameters
+    assert not [name for name in params if "token" in name.lower()]
+    with pytest.raises(TypeError):
+        RefundDesk(store, token="xoxb-secret")  # type: ignore[call-arg]
+
+
+def test_toolbox_allow_runs_the_tool() -> None:
+    calls: list[tuple[dict[str, Any], str]] = []
+
+    def look(args: Any, key: str) -> str:
+        calls.append((dict(args), key))
+        return "found"
+
+    box = Toolbox([Tool("look_up", "allow", look)])
+    result = box.call("look_up", {"order_id": "1"}, "k-1")
+    assert (result.status, result.value) == ("ran", "found")
+    assert calls == [({"order_id": "1"}, "k-1")]
+
+
+def test_toolbox_deny_refuses_without_running() -> None:
+    calls: list[str] = []
+    box = Toolbox([Tool("wipe", "deny", lambda args, key: calls.append(key))])
+    assert box.call("wipe", {}, "k-1").status == "refused"
+    assert box.run_approved("wipe", {}, "k-2").status == "refused"
+    assert box.call("not_a_tool", {}, "k-3").status == "refused"
+    assert calls == []
+
+
+def test_toolbox_ask_needs_approval_without_running() -> None:
+    calls: list[str] = []
+    box = Toolbox([Tool("refund", "ask", lambda args, key: calls.append(key))])
+    assert box.call("refund", {"order_id": "1"}, "r-1").status == "needs_approval"
+    assert calls == []
+
+
+def test_run_approved_runs_an_idempotent_tool_once_per_key(store: Store) -> None:
+    done: list[str] = []
+
+    def refund(args: Any, key: str) -> bool:
+        first = store.record_tool_call(key, "refund", dict(args), INBOX, T0)
+        if first:
+            done.append(key)
+        return first
+
+    box = Toolbox([Tool("refund", "ask", refund)])
+    results = [box.run_approved("refund", {"order_id": "1"}, key) for key in ("r-1", "r-1", "r-2")]
+    assert [(r.status, r.value) for r in results] == [("ran", True), ("ran", False), ("ran", True)]
+    assert done == ["r-1", "r-2"]
+    assert sorted(c["key"] for c in store.tool_calls(tool="refund")) == ["r-1", "r-2"]
+
+    # The built-in refund tool keys the same way.
+    desk = RefundDesk(store)
+    for _ in range(2):
+        assert desk.tools.run_approved("refund_order", {"order_id": "5"}, "refund-x").status == (
+            "ran"
+        )
+    assert [c["key"] for c in store.tool_calls(tool="refund_order")] == ["refund-x"]

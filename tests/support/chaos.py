@@ -1,0 +1,369 @@
+"""A crash-chaos run: the app, 3 workers, the scheduler and the dispatcher as separate OS
+processes on one store, driven through the local Slack emulator, while a controller SIGKILLs a
+random process every 0.2 to 1 s and restarts it. Then every guarantee is checked against the
+store and against what Slack (the emulator) received.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wakeful.bot.emulator import EventSender, SlackEmulator
+from wakeful.core.audit import overlapping_runs
+from wakeful.core.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "chaos-secret"
+TOKEN = "xoxb-chaos"
+POISON = "poison pill"
+
+
+@dataclass
+class Plan:
+    events: int
+    inboxes: int
+    min_kills: int
+    poison: int = 5
+    seed: int = 7
+
+
+@dataclass
+class Figures:
+    events: int = 0
+    kills: int = 0
+    done: int = 0
+    dead: int = 0
+    poisoned: int = 0
+    lost: int = 0
+    duplicate_posts: int = 0
+    overlapping_runs: int = 0
+    double_answers: int = 0
+    double_refunds: int = 0
+    undelivered_rows: int = 0
+    unexpected_dead: int = 0
+    clicks: int = 0
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    def line(self, backend: str) -> str:
+        return (
+            f"chaos[{backend}]: events {self.events}  kills {self.kills}  done {self.done}  "
+            f"dead {self.dead} (poisoned {self.poisoned})  lost {self.lost}  "
+            f"duplicate posts {self.duplicate_posts}  overlapping runs {self.overlapping_runs}  "
+            f"double answers {self.double_answers}  double refunds {self.double_refunds}  "
+            f"undelivered {self.undelivered_rows}  clicks {self.clicks}  {self.seconds:.0f}s"
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Fleet:
+    """The processes under test, each restartable."""
+
+    def __init__(self, env: dict[str, str], port: int, workdir: Path) -> None:
+        self.env = env
+        self.port = port
+        self.workdir = workdir
+        wakeful = [sys.executable, "-m", "wakeful.bot.cli", "--log-level", "WARNING"]
+        self.commands = {
+            "app": [*wakeful, "serve", "--no-loops", "--port", str(port), "--host", "127.0.0.1"],
+            "worker-1": [*wakeful, "worker", "--poll", "0.2"],
+            "worker-2": [*wakeful, "worker", "--poll", "0.2"],
+            "worker-3": [*wakeful, "worker", "--poll", "0.2"],
+            "scheduler": [*wakeful, "scheduler", "--poll", "0.2"],
+            "dispatcher": [*wakeful, "dispatcher", "--poll", "0.2"],
+        }
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, Any] = {}
+
+    def start(self, name: str) -> None:
+        log = self.logs.get(name)
+        if log is None:
+            log = self.logs[name] = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115
+        self.procs[name] = subprocess.Popen(
+            self.commands[name], env=self.env, cwd=ROOT, stdout=log, stderr=log
+        )
+
+    def start_all(self) -> None:
+        for name in self.commands:
+            self.start(name)
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for log in self.logs.values():
+            log.close()
+
+    def log_tail(self, name: str) -> str:
+        path = self.workdir / f"{name}.log"
+        return path.read_text(errors="replace")[-1500:] if path.exists() else ""
+
+
+def _deliver(sender: EventSender, deadline: float, send: Any) -> bool:
+    """Send like Slack: retry (with X-Slack-Retry-Num) until a 200 or the deadline."""
+    attempt = 0
+    while time.monotonic() < deadline:
+        try:
+            reply = send(attempt)
+            if reply.status == 200:
+                return True
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        attempt += 1
+        time.sleep(min(0.5, 0.05 * attempt))
+    return False
+
+
+def run_chaos(plan: Plan, store: Store, db: str, workdir: Path, backend: str) -> Figures:
+    rng = random.Random(plan.seed)
+    figures = Figures()
+    started = time.monotonic()
+    emu = SlackEmulator(bot_token=TOKEN, bot_user_id="UBOT", team_id="TC")
+    emu.start()
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "SLACK_BOT_TOKEN": TOKEN,
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_API_URL": emu.api_url,
+        "WAKEFUL_DB": db,
+        "WAKEFUL_AGENT": "tests.support.chaos_agent:build",
+        "WAKEFUL_LEASE_TTL": "3",
+        "WAKEFUL_SEND_TIMEOUT": "3",
+        "WAKEFUL_OUTBOX_GAP": "1",
+        "WAKEFUL_APPROVAL_TTL": "8",
+        "WAKEFUL_MAX_ATTEMPTS": "3",
+        "WAKEFUL_BATCH_WINDOW": "0.1",
+        "WAKEFUL_BACKOFF_BASE": "1",
+        "WAKEFUL_BACKOFF_CAP": "4",
+    }
+    fleet = Fleet(env, port, workdir)
+    fleet.start_all()
+    sender = EventSender(f"http://127.0.0.1:{port}/slack/events", SECRET, team_id="TC")
+    stop_kills = threading.Event()
+    acknowledged: list[str] = []
+    poison_ids: set[str] = set()
+    ack_lock = threading.Lock()
+
+    # -- the plan of messages ------------------------------------------------------------------
+    messages: list[tuple[int, str]] = []
+    for i in range(plan.events - plan.poison):
+        u = i % plan.inboxes
+        roll = rng.random()
+        if roll < 0.12:
+            text = f"please refund order {u}x{i}"
+        elif roll < 0.22:
+            text = f"remind me in 1 seconds to stretch {i}"
+        else:
+            text = f"chat {i}"
+        messages.append((u, text))
+    for k in range(plan.poison):
+        messages.insert(rng.randrange(len(messages)), (k % plan.inboxes, f"{POISON} {k}"))
+
+    def controller() -> None:
+        names = list(fleet.commands)
+        while not stop_kills.is_set():
+            if stop_kills.wait(rng.uniform(0.2, 1.0)):
+                return
+            name = rng.choice(names)
+            fleet.kill(name)
+            figures.kills += 1
+            fleet.start(name)
+
+    # Spread the traffic over the kill period, so processes die while events are in flight.
+    pause = plan.min_kills * 0.6 * 8 / max(1, len(messages))
+
+    def driver(todo: list[tuple[int, int, str]]) -> None:
+        for index, u, text in todo:
+            time.sleep(pause)
+            event_id = f"Ev{index:06d}"
+
+            def send(attempt: int, u: int = u, text: str = text, eid: str = event_id) -> Any:
+                return sender.message(
+                    f"U{u}",
+                    text,
+                    channel=f"D{u}",
+                    event_id=eid,
+                    retry_num=attempt or None,
+                    retry_reason="http_error" if attempt else None,
+                )
+
+            if _deliver(sender, time.monotonic() + 120, send):
+                with ack_lock:
+                    acknowledged.append(event_id)
+                    if POISON in text:
+                        poison_ids.add(event_id)
+
+    answered: set[str] = set()
+
+    def clicker() -> None:
+        while not stop_clicks.is_set():
+            for call in emu.calls("chat.postMessage"):
+                blocks = call.params.get("blocks")
+                if isinstance(blocks, str):
+                    blocks = json.loads(blocks)
+                if not blocks or not call.response.get("ok"):
+                    continue
+                actions = [b for b in blocks if b.get("type") == "actions"]
+                if not actions:
+                    continue
+                rid = actions[0]["elements"][0]["value"]
+                if rid in answered:
+                    continue
+                answered.add(rid)
+                owner = str(call.params.get("channel"))[1:]
+                roll = rng.random()
+                if roll < 0.1:
+                    continue  # nobody answers: it will expire
+                action = "approve" if roll < 0.65 else "deny"
+                ts = str(call.response.get("ts"))
+                channel = str(call.params.get("channel"))
+                if rng.random() < 0.2:  # a stranger taps first
+                    _deliver(
+                        sender,
+                        time.monotonic() + 30,
+                        lambda _a, r=rid, c=channel, t=ts: sender.block_action(
+                            "USTRANGER", "approve", r, channel=c, message_ts=t
+                        ),
+                    )
+                taps = 2 if rng.random() < 0.2 else 1  # an impatient double tap
+                for _ in range(taps):
+                    _deliver(
+                        sender,
+                        time.monotonic() + 30,
+                        lambda _a, r=rid, c=channel, t=ts, a=action, o=owner: sender.block_action(
+                            o, a, r, channel=c, message_ts=t
+                        ),
+                    )
+                    figures.clicks += 1
+            stop_clicks.wait(0.3)
+
+    stop_clicks = threading.Event()
+    kill_thread = threading.Thread(target=controller, daemon=True)
+    click_thread = threading.Thread(target=clicker, daemon=True)
+    time.sleep(1.5)  # let the first processes come up
+    kill_thread.start()
+    click_thread.start()
+    numbered = [(i, u, text) for i, (u, text) in enumerate(messages)]
+    drivers = [threading.Thread(target=driver, args=(numbered[i::8],)) for i in range(8)]
+    for t in drivers:
+        t.start()
+    for t in drivers:
+        t.join()
+    print(f"  delivered in {time.monotonic() - started:.1f}s, kills so far {figures.kills}")
+    while figures.kills < plan.min_kills:
+        time.sleep(0.2)
+    stop_kills.set()
+    kill_thread.join()
+    figures.events = len(acknowledged)
+
+    # -- settle: no more kills; wait until everything has drained --------------------------------
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pending = store.count_events("pending") + store.count_events("running")
+        open_rows = len(store.outbox("pending")) + len(store.outbox("sending"))
+        timers_left = store.next_timer_at()
+        if pending == 0 and open_rows == 0 and timers_left is None:
+            break
+        if os.environ.get("WAKEFUL_CHAOS_DEBUG"):
+            print(
+                f"  settle: pending {pending} rows {open_rows} next timer {timers_left} "
+                f"now {int(time.time())}"
+            )
+        time.sleep(0.5)
+    print(f"  settled at {time.monotonic() - started:.1f}s")
+    stop_clicks.set()
+    click_thread.join(10)
+    time.sleep(1.0)
+    fleet.stop_all()
+    figures.seconds = time.monotonic() - started
+
+    # -- the checks ---------------------------------------------------------------------------
+    stored = {}
+    for status in ("pending", "running", "done", "dead"):
+        figures_count = store.count_events(status)
+        if status == "done":
+            figures.done = figures_count
+        elif status == "dead":
+            figures.dead = figures_count
+        elif figures_count:
+            figures.problems.append(f"{figures_count} events still {status}")
+    for eid in acknowledged:
+        ev = store.event_by_key("slack", eid)
+        if ev is None:
+            figures.lost += 1
+        else:
+            stored[eid] = ev
+    for eid, ev in stored.items():
+        if ev.status == "dead":
+            if eid in poison_ids:
+                figures.poisoned += 1
+            else:
+                figures.unexpected_dead += 1
+        elif eid in poison_ids:
+            figures.problems.append(f"poisoned event {eid} ended {ev.status}")
+    part_ids = collections.Counter()
+    for call in emu.calls("chat.postMessage"):
+        if not call.response.get("ok"):
+            continue
+        meta = call.params.get("metadata")
+        if isinstance(meta, str):
+            meta = json.loads(meta)
+        part = ((meta or {}).get("event_payload") or {}).get("part_id")
+        if part:
+            part_ids[part] += 1
+    figures.duplicate_posts = sum(n - 1 for n in part_ids.values() if n > 1)
+    posted = {p.split(":")[0] for p in part_ids}
+    for row in store.outbox():
+        if row.status != "sent":
+            figures.undelivered_rows += 1
+        elif row.kind == "post" and row.dispatch_id not in posted:
+            figures.undelivered_rows += 1
+    figures.overlapping_runs = len(overlapping_runs(store.runs()))
+    answers = collections.Counter(
+        e.source_id
+        for inbox in {f"TC:U{u}" for u in range(plan.inboxes)}
+        for e in store.events(inbox)
+        if e.source == "approval"
+    )
+    figures.double_answers = sum(n - 1 for n in answers.values() if n > 1)
+    refunds = collections.Counter()
+    for call in emu.calls("chat.postMessage"):
+        text = str(call.params.get("text", ""))
+        if call.response.get("ok") and text.startswith("Refunded order "):
+            refunds[(call.params.get("channel"), text)] += 1
+    figures.double_refunds = sum(n - 1 for n in refunds.values() if n > 1)
+    keys = collections.Counter(r["key"] for r in store.tool_calls(tool="refund_order"))
+    figures.double_refunds += sum(n - 1 for n in keys.values() if n > 1)
+    emu.stop()
+    return figures
