@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -93,7 +95,7 @@ def _loop(role: str) -> Callable[[argparse.Namespace], int]:
         runtime = Runtime(config, store, (role,), poll=args.poll)
         install_signal_handlers(runtime.stop.set)
         runtime.start()
-        print(f"wakeful: {role} running on {config.db}", flush=True)
+        print(f"wakeful: {role} running on {redact(config.db)}", flush=True)
         try:
             runtime.stop.wait()
         finally:
@@ -102,6 +104,11 @@ def _loop(role: str) -> Callable[[argparse.Namespace], int]:
         return 0
 
     return run
+
+
+def redact(db: str) -> str:
+    """A store URL fit for a log line: no password."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", db)
 
 
 def _scenarios(args: argparse.Namespace) -> int:
@@ -215,7 +222,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_quietly(signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # A stop that arrives while starting up is still a clean stop; each command installs its
+    # own handler once it has something to drain.
+    signal.signal(signal.SIGTERM, _exit_quietly)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
