@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -28,7 +28,10 @@ SECRET = "shh-signing-secret"
 
 @pytest.fixture
 def emu() -> Iterator[SlackEmulator]:
-    users = {"U1": {"tz": "Europe/Paris"}, "U2": {"tz": "America/New_York", "is_bot": False}}
+    users: dict[str, dict[str, Any]] = {
+        "U1": {"tz": "Europe/Paris"},
+        "U2": {"tz": "America/New_York", "is_bot": False},
+    }
     with SlackEmulator(bot_token=TOKEN, users=users) as e:
         yield e
 
@@ -195,13 +198,31 @@ def test_fault_delay_times_out_client_but_slack_did_the_work(emu: SlackEmulator)
     assert [m["text"] for m in emu.messages("C1")] == ["x"]
 
 
+def test_stop_releases_answers_held_by_a_delay() -> None:
+    emu = SlackEmulator(TOKEN).start()
+    patient = WebClient(token=TOKEN, base_url=emu.api_url, timeout=30)
+    emu.fault("chat.postMessage", delay=30)
+    result: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: result.append(patient.chat_postMessage(channel="C1", text="x")["ok"])
+    )
+    worker.start()
+    assert emu.wait_for(lambda e: bool(e.calls("chat.postMessage")), timeout=5)
+    started = time.monotonic()
+    emu.stop()
+    worker.join(timeout=5)
+    assert not worker.is_alive() and result == [True]
+    assert time.monotonic() - started < 3
+
+
 def test_remove_channel_then_channel_not_found(emu: SlackEmulator, client: WebClient) -> None:
     client.chat_postMessage(channel="C1", text="x")
     emu.remove_channel("C1")
-    for call in (
+    attempts: list[Callable[[], object]] = [
         lambda: client.chat_postMessage(channel="C1", text="y"),
         lambda: client.conversations_history(channel="C1"),
-    ):
+    ]
+    for call in attempts:
         with pytest.raises(SlackApiError) as exc:
             call()
         assert error_of(exc) == "channel_not_found"
@@ -222,12 +243,12 @@ def test_history_pagination_newest_first(client: WebClient) -> None:
     seen: list[str] = []
     cursor = None
     pages = 0
-    while True:
-        page = client.conversations_history(channel="C1", limit=2, cursor=cursor)
+    while pages < 10:  # bounded: a broken cursor must fail, not hang
         pages += 1
+        page = client.conversations_history(channel="C1", limit=2, cursor=cursor)
         seen += [m["ts"] for m in page["messages"]]
         if not page["has_more"]:
-            assert not page.get("response_metadata", {}).get("next_cursor")
+            assert "response_metadata" not in page.data
             break
         cursor = page["response_metadata"]["next_cursor"]
     assert pages == 3
@@ -282,9 +303,11 @@ def test_calls_recorded_with_headers_and_hook(emu: SlackEmulator, client: WebCli
 def test_wait_for_wakes_on_a_call_and_times_out(emu: SlackEmulator, client: WebClient) -> None:
     assert emu.wait_for(lambda e: bool(e.messages("C1")), timeout=0.05) is False
     poster = threading.Timer(0.1, lambda: client.chat_postMessage(channel="C1", text="x"))
+    started = time.monotonic()
     poster.start()
     try:
         assert emu.wait_for(lambda e: bool(e.messages("C1")), timeout=5)
+        assert time.monotonic() - started < 2  # woken by the call, not by the timeout
     finally:
         poster.join()
 
@@ -294,7 +317,7 @@ def test_what_slack_sdk_sends(emu: SlackEmulator, client: WebClient) -> None:
     client.auth_test()
     client.chat_postMessage(channel="C1", text="x")
     client.conversations_history(channel="C1", include_all_metadata=True)
-    ctypes = {c.method: c.headers.get("Content-Type") for c in emu.calls()}
+    ctypes = {c.method: c.headers.get("Content-Type", "") for c in emu.calls()}
     assert ctypes["chat.postMessage"].startswith("application/json")
     assert ctypes["conversations.history"] == "application/x-www-form-urlencoded"
     assert emu.calls("conversations.history")[0].params["include_all_metadata"] == "1"

@@ -235,7 +235,9 @@ class Dispatcher(_Loop):
                     part = self._resolve_target(part)
                 ts = self.sender.send(part)
             except TransientSendError as exc:
-                until = self.clock() + max(1, exc.retry_after)
+                # The clock counts whole seconds (floored): one more second guarantees at least
+                # Retry-After has passed in real time.
+                until = self.clock() + max(1, exc.retry_after) + (1 if exc.retry_after else 0)
                 if exc.retry_after:
                     with self._pause_lock:
                         self._paused_until = max(self._paused_until, until)
