@@ -345,9 +345,7 @@ def run_chaos(plan: Plan, store: Store, db: str, workdir: Path, backend: str) ->
     figures.duplicate_posts = sum(n - 1 for n in part_ids.values() if n > 1)
     posted = {p.split(":")[0] for p in part_ids}
     for row in store.outbox():
-        if row.status != "sent":
-            figures.undelivered_rows += 1
-        elif row.kind == "post" and row.dispatch_id not in posted:
+        if row.status != "sent" or (row.kind == "post" and row.dispatch_id not in posted):
             figures.undelivered_rows += 1
     figures.overlapping_runs = len(overlapping_runs(store.runs()))
     answers = collections.Counter(

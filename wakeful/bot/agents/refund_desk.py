@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...core.agent import Run, Tool, Toolbox
 from ...core import schedule
+from ...core.agent import Run, Tool, Toolbox
 from ...core.effects import ApprovalRequest, Effects, Message, Timer
 from ...core.errors import InvalidInput
 from ...core.records import Event
