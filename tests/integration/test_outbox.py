@@ -294,13 +294,14 @@ def test_a_transient_failure_keeps_rows_and_retries_after_retry_after_in_order(
     rig.sender.fail = lambda part: None
     rig.post("c", T0 + 5, urgent=True)
     rig.post("d", T0 + 6, urgent=True)
-    for t in (T0 + 1, T0 + 10, T0 + 29):
+    # The clock counts floored whole seconds, so the dispatcher adds one: never early.
+    for t in (T0 + 1, T0 + 10, T0 + 29, T0 + 30):
         assert rig.tick(t) == 0
     assert len(rig.sender.calls) == 1
-    assert rig.tick(T0 + 30) == 1
+    assert rig.tick(T0 + 31) == 1
     retry = rig.sender.calls[1]
     assert retry.retry and retry.dispatch_id == first_dispatch and retry.text == "a\n\nb"
-    assert rig.tick(T0 + 31) == 1
+    assert rig.tick(T0 + 32) == 1
     assert rig.sender.texts == ["a\n\nb", "c\n\nd"]
     assert statuses(store) == ["sent"] * 4
 
@@ -316,7 +317,8 @@ def test_a_transient_failure_mid_batch_keeps_what_went_out(store: Store) -> None
     assert rig.tick(T0) == 1
     assert statuses(store) == ["sent", "sending", "sending"]
     rig.sender.fail = lambda part: None
-    assert rig.tick(T0 + 5) == 2
+    assert rig.tick(T0 + 5) == 0
+    assert rig.tick(T0 + 6) == 2
     assert rig.sender.texts == ["p1", "e1", "p2"]
     assert statuses(store) == ["sent"] * 3
 
@@ -397,6 +399,8 @@ def test_a_cut_row_interrupted_mid_way_is_resent_without_duplicating_chunks(
     assert statuses(store) == ["sending"]
     rig.sender.fail = lambda part: None
     rig.tick(T0 + 1)
+    assert len(rig.sender.calls) == 2  # whole-second clock: the wait rounds up by one second
+    rig.tick(T0 + 2)
     assert [c.retry for c in rig.sender.calls] == [False, False, True, True, True]
     assert statuses(store) == ["sent"]
     assert rig.sender.duplicates == []

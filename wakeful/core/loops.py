@@ -130,23 +130,24 @@ class Worker(_Loop):
         return runs
 
     def run_inbox(self, inbox: str) -> int:
-        """Run an inbox until it has nothing claimable; return how many runs finished."""
-        claim = self.store.acquire_and_claim(inbox, self.holder, self.clock())
+        """Run an inbox until it has nothing claimable; return how many runs finished.
+
+        Two commits per run: acquire+claim, then finish+claim-next (which releases the lease
+        when nothing is left).
+        """
+        claim = self.store.acquire_and_claim(
+            inbox, self.holder, self.clock(), release_if_empty=True
+        )
         runs = 0
         while claim is not None and claim.events:
             effects = self._run_agent(claim)
-            if not self.store.finish(claim, effects, self.clock()):
-                log.warning("%s: finish refused for %s gen %s", self.holder, inbox, claim.gen)
+            finished, claim = self.store.finish_and_claim(claim, effects, self.clock())
+            if not finished:
+                log.warning("%s: finish refused for %s (lease lost)", self.holder, inbox)
                 return runs
             runs += 1
             if self.notify is not None and (effects.messages or effects.approvals):
                 self.notify.kick()
-            try:
-                claim = self.store.claim(inbox, self.holder, claim.gen, self.clock())
-            except LeaseLost:
-                return runs
-        if claim is not None:
-            self.store.release(inbox, self.holder, claim.gen, self.clock())
         return runs
 
     def _run_agent(self, claim: Claim) -> Effects:

@@ -191,7 +191,7 @@ class Store(ABC):
         current = _lease(tx.one("get_lease_for_update", {"inbox": inbox}))
         if not lease_rules.holds(current, holder, gen, now):
             return False
-        tx.run("update_lease", {"inbox": inbox, "holder": holder, "gen": gen, "expires_at": now})
+        self._lapse(tx, inbox, holder, gen, now)
         return True
 
     def lease(self, inbox: str) -> Lease | None:
@@ -214,13 +214,21 @@ class Store(ABC):
                 raise LeaseLost(f"{holder} does not hold {inbox} in generation {gen}")
             return self._claim(tx, inbox, holder, gen, now)
 
-    def acquire_and_claim(self, inbox: str, holder: str, now: int) -> Claim | None:
-        """`acquire` then `claim` in one transaction: the common start of a run, one commit."""
+    def acquire_and_claim(
+        self, inbox: str, holder: str, now: int, release_if_empty: bool = False
+    ) -> Claim | None:
+        """`acquire` then `claim` in one transaction: the common start of a run, one commit.
+
+        With `release_if_empty`, a claim that finds nothing lets the lease lapse at once.
+        """
         with self._tx() as tx:
             gen = self._acquire(tx, inbox, holder, now)
             if gen is None:
                 return None
-            return self._claim(tx, inbox, holder, gen, now)
+            claim = self._claim(tx, inbox, holder, gen, now)
+            if release_if_empty and not claim.events:
+                self._lapse(tx, inbox, holder, gen, now)
+            return claim
 
     def _claim(self, tx: Tx, inbox: str, holder: str, gen: int, now: int) -> Claim:
         s = self.settings
@@ -271,55 +279,79 @@ class Store(ABC):
         """
         prepared = _prepare_effects(claim.inbox, effects, now)
         with self._tx() as tx:
-            current = _lease(tx.one("get_lease_for_update", {"inbox": claim.inbox}))
-            if not lease_rules.holds(current, claim.holder, claim.gen, now):
-                return False
-            ids = claim.ids
-            if ids:
-                running = tx.all("running_under", {"inbox": claim.inbox, "gen": claim.gen})
-                if not set(ids) <= {int(r["id"]) for r in running}:
-                    return False  # nothing written yet: the transaction commits no change
-            for ev in claim.events:
-                error = effects.failed.get(ev.id)
-                if error is None:
-                    tx.run("mark_done", {"id": ev.id, "now": now})
-                else:
-                    tx.run(
-                        "mark_failed",
-                        {
-                            "id": ev.id,
-                            "error": str(error)[:2000],
-                            "now": now,
-                            "not_before": now + self.settings.backoff(ev.attempts),
-                        },
-                    )
-            self._write_effects(tx, claim.inbox, prepared, now)
-            if ids:
-                row = tx.one("next_lease_seq", {"inbox": claim.inbox})
+            return self._finish(tx, claim, effects, prepared, now, release)
+
+    def finish_and_claim(
+        self, claim: Claim, effects: Effects, now: int
+    ) -> tuple[bool, Claim | None]:
+        """`finish`, then claim the inbox's next batch under the same lease, in one commit.
+
+        Returns (finished, next claim). When nothing is left the lease is released in the same
+        transaction and the next claim is None: a worker's whole cycle is two commits.
+        """
+        prepared = _prepare_effects(claim.inbox, effects, now)
+        with self._tx() as tx:
+            if not self._finish(tx, claim, effects, prepared, now, release=False):
+                return False, None
+            following = self._claim(tx, claim.inbox, claim.holder, claim.gen, now)
+            if following.events:
+                return True, following
+            self._lapse(tx, claim.inbox, claim.holder, claim.gen, now)
+            return True, None
+
+    def _lapse(self, tx: Tx, inbox: str, holder: str, gen: int, now: int) -> None:
+        tx.run("update_lease", {"inbox": inbox, "holder": holder, "gen": gen, "expires_at": now})
+
+    def _finish(
+        self,
+        tx: Tx,
+        claim: Claim,
+        effects: Effects,
+        prepared: _Prepared,
+        now: int,
+        release: bool,
+    ) -> bool:
+        current = _lease(tx.one("get_lease_for_update", {"inbox": claim.inbox}))
+        if not lease_rules.holds(current, claim.holder, claim.gen, now):
+            return False
+        ids = claim.ids
+        if ids:
+            running = tx.all("running_under", {"inbox": claim.inbox, "gen": claim.gen})
+            if not set(ids) <= {int(r["id"]) for r in running}:
+                return False  # nothing written yet: the transaction commits no change
+        for ev in claim.events:
+            error = effects.failed.get(ev.id)
+            if error is None:
+                tx.run("mark_done", {"id": ev.id, "now": now})
+            else:
                 tx.run(
-                    "insert_run",
+                    "mark_failed",
                     {
-                        "inbox": claim.inbox,
-                        "holder": claim.holder,
-                        "gen": claim.gen,
-                        "claim_seq": claim.seq,
-                        "finish_seq": int(row["seq"]) if row else 0,
-                        "events": check_json(ids, "events"),
-                        "claimed_at": claim.claimed_at,
+                        "id": ev.id,
+                        "error": str(error)[:2000],
                         "now": now,
+                        "not_before": now + self.settings.backoff(ev.attempts),
                     },
                 )
-            if release:
-                tx.run(
-                    "update_lease",
-                    {
-                        "inbox": claim.inbox,
-                        "holder": claim.holder,
-                        "gen": claim.gen,
-                        "expires_at": now,
-                    },
-                )
-            return True
+        self._write_effects(tx, claim.inbox, prepared, now)
+        if ids:
+            row = tx.one("next_lease_seq", {"inbox": claim.inbox})
+            tx.run(
+                "insert_run",
+                {
+                    "inbox": claim.inbox,
+                    "holder": claim.holder,
+                    "gen": claim.gen,
+                    "claim_seq": claim.seq,
+                    "finish_seq": int(row["seq"]) if row else 0,
+                    "events": check_json(ids, "events"),
+                    "claimed_at": claim.claimed_at,
+                    "now": now,
+                },
+            )
+        if release:
+            self._lapse(tx, claim.inbox, claim.holder, claim.gen, now)
+        return True
 
     def _write_effects(self, tx: Tx, inbox: str, p: _Prepared, now: int) -> None:
         for params in p.messages:
