@@ -82,9 +82,15 @@ class Store(ABC):
         """Store one delivery, once: the pair (source, source_id) is unique, so a repeat is a
         no-op reported as a duplicate. Malformed input raises InvalidInput and stores nothing."""
         body = _validate_event(inbox, source, source_id, payload)
-        with self._tx() as tx:
-            event_id = self._insert_event(tx, inbox, source, source_id, body, now)
+        event_id = self._store_event(inbox, source, source_id, body, now)
         return Ingested(stored=event_id is not None, event_id=event_id)
+
+    def _store_event(
+        self, inbox: str, source: str, source_id: str, body: str, now: int
+    ) -> int | None:
+        """One committed insert; a backend may batch concurrent callers (group commit)."""
+        with self._tx() as tx:
+            return self._insert_event(tx, inbox, source, source_id, body, now)
 
     notifies = False
     """True for a backend that can wake workers in other processes when an event is stored."""

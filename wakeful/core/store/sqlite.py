@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import StoreError, StoreUnavailable
 from ..settings import Settings
 from .contract import Store
+from .group_commit import GroupCommit
 from .sql import Row, load_migrations, load_queries
 
 _QUERIES = load_queries("sqlite.sql")
@@ -70,6 +71,9 @@ class SQLiteStore(Store):
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._group: GroupCommit[tuple[str, str, str, str, int], int | None] = GroupCommit(
+            self._insert_batch
+        )
         self._migrate()
 
     def _connect(self) -> sqlite3.Connection:
@@ -117,6 +121,17 @@ class SQLiteStore(Store):
         except sqlite3.Error as exc:
             _rollback(conn)
             raise translate(exc) from exc
+
+    def _store_event(
+        self, inbox: str, source: str, source_id: str, body: str, now: int
+    ) -> int | None:
+        """Concurrent ingests share one transaction and one fsync (group commit); each caller
+        returns only after the commit that holds its row."""
+        return self._group.submit((inbox, source, source_id, body, now))
+
+    def _insert_batch(self, items: Sequence[tuple[str, str, str, str, int]]) -> list[int | None]:
+        with self._tx() as tx:
+            return [self._insert_event(tx, *item) for item in items]
 
     def _migrate(self) -> None:
         conn = self._connect()

@@ -1,0 +1,123 @@
+"""Group commit: callers share a transaction, each gets its own result only after the commit,
+and a failed commit fails every caller in it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from wakeful.core.store.group_commit import GroupCommit
+
+
+def test_a_lone_caller_leads_its_own_batch() -> None:
+    batches: list[list[int]] = []
+
+    def run(items: Sequence[int]) -> list[int]:
+        batches.append(list(items))
+        return [i * 10 for i in items]
+
+    gc = GroupCommit(run)
+    assert gc.submit(1) == 10
+    assert gc.submit(2) == 20
+    assert batches == [[1], [2]]
+
+
+def test_concurrent_callers_share_batches_and_get_their_own_results() -> None:
+    gate = threading.Event()
+    batches: list[list[int]] = []
+
+    def run(items: Sequence[int]) -> list[int]:
+        if not batches:
+            gate.wait(5)  # hold the first commit so the others queue up behind it
+        batches.append(list(items))
+        return [i * 10 for i in items]
+
+    gc = GroupCommit(run)
+    results: dict[int, int] = {}
+
+    def call(i: int) -> None:
+        results[i] = gc.submit(i)
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    while not gc._leading:
+        pass
+    others = [threading.Thread(target=call, args=(i,)) for i in range(1, 17)]
+    for t in others:
+        t.start()
+    while len(gc._queue) < 16:
+        pass
+    gate.set()
+    for t in [first, *others]:
+        t.join(5)
+    assert results == {i: i * 10 for i in range(17)}
+    assert batches[0] == [0]
+    assert sorted(batches[1]) == list(range(1, 17))  # the 16 waiters shared one commit
+
+
+def test_a_failed_batch_fails_every_caller_in_it() -> None:
+    gate = threading.Event()
+    calls: list[list[int]] = []
+
+    def run(items: Sequence[int]) -> list[int]:
+        calls.append(list(items))
+        if len(calls) == 1:
+            gate.wait(5)
+            return [0]
+        raise OSError("disk full")
+
+    gc = GroupCommit(run)
+    errors: list[BaseException] = []
+
+    def call(i: int) -> None:
+        try:
+            gc.submit(i)
+        except OSError as exc:
+            errors.append(exc)
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    while not gc._leading:
+        pass
+    waiters = [threading.Thread(target=call, args=(i,)) for i in range(1, 5)]
+    for t in waiters:
+        t.start()
+    while len(gc._queue) < 4:
+        pass
+    gate.set()
+    for t in [first, *waiters]:
+        t.join(5)
+    assert len(errors) == 4 and all(str(e) == "disk full" for e in errors)
+
+
+def test_ingest_under_concurrency_stores_every_event_once(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from wakeful.core.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(Path(str(tmp_path)) / "g.db")
+    commits = 0
+    original = store._insert_batch
+
+    def counting(items):  # type: ignore[no-untyped-def]
+        nonlocal commits
+        commits += 1
+        return original(items)
+
+    store._insert_batch = counting  # type: ignore[method-assign]
+    barrier = threading.Barrier(16)
+
+    def worker(w: int) -> None:
+        barrier.wait()
+        for i in range(50):
+            assert store.ingest(f"T1:U{w}", "slack", f"E{w}-{i}", {"i": i}, 1).stored
+            assert store.ingest(f"T1:U{w}", "slack", f"E{w}-{i}", {"i": i}, 1).duplicate
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert store.count_events() == 16 * 50
+    assert commits < 16 * 100, "no call ever shared a commit"
+    store.close()
