@@ -48,6 +48,10 @@ def _serve(args: argparse.Namespace) -> int:
     client = make_client(config.bot_token, config.api_url)
     me = identify(client, config.api_url)
     roles = () if args.no_loops else LOOP_ROLES
+    if roles:
+        # The loops share the interpreter with the HTTP threads: hand the GIL over more often
+        # so a burst of agent runs does not hold an acknowledgement back (default is 5 ms).
+        sys.setswitchinterval(0.0005)
     runtime = Runtime(config, store, roles)
     front = SlackFront(store, config.signing_secret, me["user_id"], me["bot_id"], runtime.bell)
     runtime.start()

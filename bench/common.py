@@ -1,0 +1,56 @@
+"""Timing helpers shared by the benchmarks."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Figure:
+    name: str
+    value: float
+    unit: str
+    ratio: float | None = None
+    baseline: str = ""
+    goal: str = ""
+    met: bool | None = None
+    note: str = ""
+    rounds: list[float] = field(default_factory=list)
+
+    def row(self) -> str:
+        ratio = "" if self.ratio is None else f"{self.ratio:.2f}x {self.baseline}"
+        verdict = "" if self.met is None else ("met" if self.met else "MISSED")
+        return f"| {self.name} | {self.value:,.1f} {self.unit} | {ratio} | {self.goal} | {verdict} | {self.note} |"
+
+
+def rate(count: int, fn: Callable[[], None], rounds: int) -> tuple[float, list[float]]:
+    """Median of `rounds` runs of fn, as count per second."""
+    rates = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        fn()
+        rates.append(count / (time.perf_counter() - started))
+    return statistics.median(rates), rates
+
+
+def seconds(fn: Callable[[], None], rounds: int, setup: Callable[[], None] | None = None) -> float:
+    """Median wall time of fn over `rounds`, each after an untimed setup."""
+    times = []
+    for _ in range(rounds):
+        if setup is not None:
+            setup()
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]

@@ -1,0 +1,311 @@
+"""Engine benchmarks on SQLite: the durability floor, ingest, the run cycle, history, timers,
+outbox preparation and peers. Each returns Figures; ratios are against the floor measured in
+the same process run."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from wakeful.core.effects import Effects, Message, Timer
+from wakeful.core.store.sqlite import SQLiteStore
+
+from .common import Figure, rate, seconds
+
+NOW = 1_700_000_000
+
+
+class Bench:
+    def __init__(self, quick: bool, say: Callable[[str], None] = print) -> None:
+        self.quick = quick
+        self.say = say
+        self.rounds = 1 if quick else 3
+        self.n = 300 if quick else 3000
+        self.tmp = Path(tempfile.mkdtemp(prefix="wakeful-bench-"))
+        self.counter = 0
+        self.floor = 0.0
+        self.figures: list[Figure] = []
+
+    def path(self, name: str) -> Path:
+        self.counter += 1
+        return self.tmp / f"{name}-{self.counter}.db"
+
+    def add(self, fig: Figure) -> Figure:
+        self.figures.append(fig)
+        self.say("  " + fig.row())
+        return fig
+
+    # -- the floor --------------------------------------------------------------------------
+
+    def raw_inserts(self, synchronous: str) -> float:
+        def once() -> None:
+            conn = sqlite3.connect(self.path("floor"), isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={synchronous}")
+            conn.execute(
+                "CREATE TABLE e (id INTEGER PRIMARY KEY, source TEXT, source_id TEXT, "
+                "payload TEXT, UNIQUE (source, source_id))"
+            )
+            for i in range(self.n):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(
+                    "INSERT INTO e (source, source_id, payload) VALUES (?, ?, ?)",
+                    ("slack", f"Ev{i}", '{"text":"hello"}'),
+                )
+                conn.execute("COMMIT")
+            conn.close()
+
+        value, _ = rate(self.n, once, self.rounds)
+        return value
+
+    def measure_floor(self) -> None:
+        self.floor = self.raw_inserts("FULL")
+        self.add(Figure("floor: raw INSERT per commit (WAL, synchronous=FULL)", self.floor,
+                        "rows/s", note="the baseline of every ratio"))
+        normal = self.raw_inserts("NORMAL")
+        self.add(Figure("raw INSERT per commit, synchronous=NORMAL", normal, "rows/s",
+                        normal / self.floor, "floor", note="reference only; wakeful uses FULL"))
+
+    def ratio(self, name: str, value: float, unit: str, goal: float, note: str = "") -> Figure:
+        r = value / self.floor
+        return self.add(Figure(name, value, unit, r, "floor", f">= {goal}x", r >= goal, note))
+
+    # -- ingest ------------------------------------------------------------------------------
+
+    def ingest_rate(self, store: SQLiteStore, prefix: str) -> float:
+        def once() -> None:
+            tag = f"{prefix}{time.perf_counter_ns()}"
+            for i in range(self.n):
+                store.ingest(f"T1:U{i % 50}", "slack", f"{tag}-{i}", {"text": "hello"}, NOW)
+
+        value, _ = rate(self.n, once, self.rounds)
+        return value
+
+    def measure_ingest(self) -> float:
+        store = SQLiteStore(self.path("ingest"))
+        value = self.ingest_rate(store, "a")
+        store.close()
+        self.ratio("ingest, one caller", value, "events/s", 0.9)
+        return value
+
+    def measure_concurrent_ingest(self, callers: int = 16) -> None:
+        store = SQLiteStore(self.path("concurrent"))
+
+        def once() -> None:
+            barrier = threading.Barrier(callers)
+            tag = time.perf_counter_ns()
+
+            def caller(c: int) -> None:
+                barrier.wait()
+                for i in range(self.n // callers):
+                    store.ingest(f"T1:U{c}", "slack", f"{tag}-{c}-{i}", {"text": "x"}, NOW)
+
+            threads = [threading.Thread(target=caller, args=(c,)) for c in range(callers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+        value, _ = rate(self.n // callers * callers, once, self.rounds)
+        store.close()
+        self.ratio(f"ingest, {callers} concurrent callers (group commit)", value, "events/s", 3.0,
+                   "each caller returns after its own commit")
+
+    # -- the run cycle -----------------------------------------------------------------------
+
+    def cycle_rate(self, store: SQLiteStore, inboxes: int) -> float:
+        """A full run per inbox: acquire+claim one event, finish with one outbox message."""
+        rounds = []
+        for _ in range(self.rounds):
+            tag = time.perf_counter_ns()
+            names = [f"T9:C{tag}-{i}" for i in range(inboxes)]
+            for i, inbox in enumerate(names):
+                store.ingest(inbox, "slack", f"cycle-{tag}-{i}", {"text": "hi"}, NOW)
+            effects = Effects(messages=[Message("D1", "reply", priority="urgent")])
+            started = time.perf_counter()
+            for inbox in names:
+                claim = store.acquire_and_claim(inbox, "bench", NOW, release_if_empty=True)
+                assert claim is not None and len(claim.events) == 1
+                finished, following = store.finish_and_claim(claim, effects, NOW)
+                assert finished and following is None
+            rounds.append(inboxes / (time.perf_counter() - started))
+        rounds.sort()
+        return rounds[len(rounds) // 2]
+
+    def measure_cycle(self) -> float:
+        store = SQLiteStore(self.path("cycle"))
+        value = self.cycle_rate(store, self.n // 2)
+        store.close()
+        self.ratio("run cycle (lease, claim 1, finish + 1 outbox row)", value, "cycles/s", 0.3,
+                   "two commits per cycle")
+        return value
+
+    # -- history -----------------------------------------------------------------------------
+
+    def history_store(self, done: int, inboxes: int) -> SQLiteStore:
+        path = self.path("history")
+        store = SQLiteStore(path)
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA synchronous=OFF")
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO events (inbox, source, source_id, payload, status, attempts, gen, "
+            "created_at, updated_at) VALUES (?, 'slack', ?, ?, 'done', 1, 1, ?, ?)",
+            (
+                (f"T1:U{i % inboxes}", f"old-{i}", '{"text":"old"}', NOW - 86400, NOW - 86400)
+                for i in range(done)
+            ),
+        )
+        conn.execute("COMMIT")
+        conn.close()
+        return store
+
+    def measure_history(self, empty_cycle: float, empty_ingest: float) -> None:
+        done, inboxes = (100_000, 1_000) if self.quick else (1_000_000, 10_000)
+        self.say(f"  (building a store with {done:,} done events over {inboxes:,} inboxes)")
+        store = self.history_store(done, inboxes)
+        cycle = self.cycle_rate(store, self.n // 2)
+        ingest = self.ingest_rate(store, "h")
+        store.close()
+        for name, value, empty, unit in (
+            ("run cycle", cycle, empty_cycle, "cycles/s"),
+            ("ingest", ingest, empty_ingest, "events/s"),
+        ):
+            r = value / empty
+            self.add(Figure(f"{name} with {done:,} done events stored", value, unit, r,
+                            "empty store", ">= 0.8x", r >= 0.8))
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def timer_pass(self, total: int, due: int) -> float:
+        path = self.path("timers")
+        store = SQLiteStore(path)
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO timers (id, inbox, kind, action, next_at, anchor, every_seconds, "
+            "tz, policy, payload, created_at) VALUES (?, ?, 'every', 'event', ?, ?, 3600, "
+            "'UTC', 'coalesce', 'null', ?)",
+            (
+                (f"T1:U{i}/t", f"T1:U{i}", NOW + 10 * 86400 + i, NOW, NOW)
+                for i in range(total - due)
+            ),
+        )
+        conn.execute("COMMIT")
+        state = {"round": 0}
+
+        def setup() -> None:
+            state["round"] += 1
+            now = NOW + state["round"] * 10
+            conn.execute("BEGIN")
+            conn.execute("DELETE FROM timers WHERE id LIKE 'due-%'")
+            conn.executemany(
+                "INSERT INTO timers (id, inbox, kind, action, next_at, anchor, every_seconds, "
+                "tz, policy, payload, created_at) VALUES (?, ?, 'once', 'event', ?, ?, NULL, "
+                "'UTC', 'coalesce', 'null', ?)",
+                ((f"due-{state['round']}-{i}", f"T2:U{i}", now - 1, now - 1, NOW)
+                 for i in range(due)),
+            )
+            conn.execute("COMMIT")
+
+        def run() -> None:
+            result = store.fire_due_timers(NOW + state["round"] * 10)
+            assert result.fired == due, result
+
+        value = seconds(run, max(3, self.rounds * 3), setup)
+        conn.close()
+        store.close()
+        return value
+
+    def measure_timers(self) -> None:
+        big = 10_000 if self.quick else 100_000
+        small_t = self.timer_pass(100, 100)
+        big_t = self.timer_pass(big, 100)
+        r = big_t / small_t
+        self.add(Figure(f"scheduler pass: {big:,} timers, 100 due", big_t * 1000, "ms", r,
+                        "100 timers, 100 due", "<= 2x", r <= 2.0,
+                        f"100 timers: {small_t * 1000:.1f} ms"))
+
+    # -- outbox ------------------------------------------------------------------------------
+
+    def measure_outbox(self) -> None:
+        store = SQLiteStore(self.path("outbox"))
+        destinations, per = 1000, 3
+        for d in range(destinations):
+            store.post(f"T1:U{d}", [Message(f"C{d}", f"update {i}") for i in range(per)], NOW)
+        started = time.perf_counter()
+        batches = store.claim_batches(NOW, limit=destinations)
+        elapsed = time.perf_counter() - started
+        rows = sum(len(p.row_ids) for b in batches for p in b.parts)
+        assert rows == destinations * per, rows
+        store.close()
+        value = rows / elapsed
+        self.add(Figure(f"outbox: prepare merged posts, {destinations} destinations", value,
+                        "rows/s", goal=">= 1,000 rows/s", met=value >= 1000,
+                        note=f"{len(batches)} batches in {elapsed * 1000:.0f} ms, no network"))
+
+    # -- peers -------------------------------------------------------------------------------
+
+    def measure_peers(self, ingest: float) -> None:
+        try:
+            from huey import SqliteHuey
+        except ImportError:
+            self.say("  huey not installed: peer skipped (pip install 'wakeful[bench]')")
+        else:
+            huey = SqliteHuey(filename=str(self.path("huey")))
+
+            @huey.task()
+            def noop(i: int) -> None:
+                return None
+
+            def enqueue() -> None:
+                for i in range(self.n):
+                    noop(i)
+
+            value, _ = rate(self.n, enqueue, self.rounds)
+            self.add(Figure("peer: huey SqliteHuey enqueue", value, "tasks/s",
+                            value / self.floor, "floor"))
+            r = ingest / value
+            self.add(Figure("wakeful ingest vs huey enqueue", r, "x", goal=">= 1.0x",
+                            met=r >= 1.0))
+        try:
+            import persistqueue
+        except ImportError:
+            self.say("  persist-queue not installed: peer skipped (pip install 'wakeful[bench]')")
+        else:
+            q = persistqueue.SQLiteQueue(str(self.tmp / f"pq-{self.counter}"), auto_commit=True,
+                                         multithreading=True)
+
+            def put() -> None:
+                for i in range(self.n):
+                    q.put({"i": i})
+
+            value, _ = rate(self.n, put, self.rounds)
+            self.add(Figure("peer: persist-queue SQLiteQueue put", value, "items/s",
+                            value / self.floor, "floor"))
+            r = ingest / value
+            self.add(Figure("wakeful ingest vs persist-queue put", r, "x", goal=">= 1.0x",
+                            met=r >= 1.0))
+
+
+def run_engine(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
+    b = Bench(quick, say)
+    b.measure_floor()
+    ingest = b.measure_ingest()
+    b.measure_concurrent_ingest()
+    cycle = b.measure_cycle()
+    b.measure_history(cycle, ingest)
+    b.measure_timers()
+    b.measure_outbox()
+    b.measure_peers(ingest)
+    return b.figures
+
+
+if __name__ == "__main__":
+    for f in run_engine(quick=True):
+        print(json.dumps(f.__dict__))

@@ -1,0 +1,128 @@
+"""An open-loop load process: signed Events API requests at a fixed rate.
+
+Each request has a scheduled send time (start + i / rate); its latency is measured from that
+time, not from when a thread got round to sending it, so a stalled server cannot hide its queue
+(no coordinated omission). Prints one JSON line with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import http.client
+import json
+import sys
+import threading
+import time
+import uuid
+from urllib.parse import urlparse
+
+
+def signed(secret: str, body: bytes) -> dict[str, str]:
+    ts = str(int(time.time()))
+    sig = hmac.new(secret.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256).hexdigest()
+    return {
+        "Content-Type": "application/json",
+        "X-Slack-Request-Timestamp": ts,
+        "X-Slack-Signature": f"v0={sig}",
+    }
+
+
+def body_for(i: int, run: str) -> bytes:
+    user = f"U{i % 1000:04d}"
+    envelope = {
+        "token": "t",
+        "team_id": "TLOAD",
+        "api_app_id": "ALOAD",
+        "type": "event_callback",
+        "event_id": f"Ev{run}{i:08d}",
+        "event_time": int(time.time()),
+        "event": {
+            "type": "message",
+            "channel_type": "im",
+            "channel": f"D{user}",
+            "user": user,
+            "text": f"load {i}",
+            "ts": f"{time.time():.6f}",
+        },
+    }
+    return json.dumps(envelope).encode()
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--secret", required=True)
+    p.add_argument("--rate", type=float, required=True)
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--threads", type=int, default=64)
+    args = p.parse_args(argv)
+    url = urlparse(args.url)
+    total = int(args.rate * args.seconds)
+    run = uuid.uuid4().hex[:6]
+    bodies = [body_for(i, run) for i in range(total)]
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    lock = threading.Lock()
+    counter = iter(range(total))
+    start = time.perf_counter() + 0.5
+
+    def worker() -> None:
+        conn: http.client.HTTPConnection | None = None
+        while True:
+            with lock:
+                i = next(counter, None)
+            if i is None:
+                break
+            due = start + i / args.rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+                conn.request("POST", url.path, bodies[i], signed(args.secret, bodies[i]))
+                resp = conn.getresponse()
+                resp.read()
+                key = str(resp.status)
+                if resp.getheader("connection", "").lower() == "close":
+                    conn.close()
+                    conn = None
+            except (OSError, http.client.HTTPException) as exc:
+                key = type(exc).__name__
+                if conn is not None:
+                    conn.close()
+                conn = None
+            done = time.perf_counter()
+            with lock:
+                latencies.append(done - due)
+                statuses[key] = statuses.get(key, 0) + 1
+        if conn is not None:
+            conn.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(args.threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    latencies.sort()
+
+    def pct(q: float) -> float:
+        return latencies[min(len(latencies) - 1, int(q / 100 * len(latencies)))] * 1000
+
+    print(json.dumps({
+        "target_rate": args.rate,
+        "achieved_rate": total / elapsed,
+        "requests": total,
+        "statuses": statuses,
+        "p50_ms": pct(50),
+        "p99_ms": pct(99),
+        "max_ms": latencies[-1] * 1000 if latencies else 0.0,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
