@@ -4,6 +4,7 @@ without storing, served exactly like wakeful (waitress, same settings)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import Any
 
@@ -34,10 +35,8 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     server = http_server(build(args.secret), "127.0.0.1", args.port)
     print(f"listening on http://127.0.0.1:{server.effective_port}/slack/events", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.run()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from wakeful.core.effects import Effects, Message, Timer
+from wakeful.core.effects import Effects, Message
 from wakeful.core.store.sqlite import SQLiteStore
 
 from .common import Figure, rate, seconds
@@ -65,11 +65,25 @@ class Bench:
 
     def measure_floor(self) -> None:
         self.floor = self.raw_inserts("FULL")
-        self.add(Figure("floor: raw INSERT per commit (WAL, synchronous=FULL)", self.floor,
-                        "rows/s", note="the baseline of every ratio"))
+        self.add(
+            Figure(
+                "floor: raw INSERT per commit (WAL, synchronous=FULL)",
+                self.floor,
+                "rows/s",
+                note="the baseline of every ratio",
+            )
+        )
         normal = self.raw_inserts("NORMAL")
-        self.add(Figure("raw INSERT per commit, synchronous=NORMAL", normal, "rows/s",
-                        normal / self.floor, "floor", note="reference only; wakeful uses FULL"))
+        self.add(
+            Figure(
+                "raw INSERT per commit, synchronous=NORMAL",
+                normal,
+                "rows/s",
+                normal / self.floor,
+                "floor",
+                note="reference only; wakeful uses FULL",
+            )
+        )
 
     def ratio(self, name: str, value: float, unit: str, goal: float, note: str = "") -> Figure:
         r = value / self.floor
@@ -113,8 +127,13 @@ class Bench:
 
         value, _ = rate(self.n // callers * callers, once, self.rounds)
         store.close()
-        self.ratio(f"ingest, {callers} concurrent callers (group commit)", value, "events/s", 3.0,
-                   "each caller returns after its own commit")
+        self.ratio(
+            f"ingest, {callers} concurrent callers (group commit)",
+            value,
+            "events/s",
+            3.0,
+            "each caller returns after its own commit",
+        )
 
     # -- the run cycle -----------------------------------------------------------------------
 
@@ -141,8 +160,13 @@ class Bench:
         store = SQLiteStore(self.path("cycle"))
         value = self.cycle_rate(store, self.n // 2)
         store.close()
-        self.ratio("run cycle (lease, claim 1, finish + 1 outbox row)", value, "cycles/s", 0.3,
-                   "two commits per cycle")
+        self.ratio(
+            "run cycle (lease, claim 1, finish + 1 outbox row)",
+            value,
+            "cycles/s",
+            0.3,
+            "two commits per cycle",
+        )
         return value
 
     # -- history -----------------------------------------------------------------------------
@@ -177,8 +201,17 @@ class Bench:
             ("ingest", ingest, empty_ingest, "events/s"),
         ):
             r = value / empty
-            self.add(Figure(f"{name} with {done:,} done events stored", value, unit, r,
-                            "empty store", ">= 0.8x", r >= 0.8))
+            self.add(
+                Figure(
+                    f"{name} with {done:,} done events stored",
+                    value,
+                    unit,
+                    r,
+                    "empty store",
+                    ">= 0.8x",
+                    r >= 0.8,
+                )
+            )
 
     # -- timers ------------------------------------------------------------------------------
 
@@ -208,8 +241,10 @@ class Bench:
                 "INSERT INTO timers (id, inbox, kind, action, next_at, anchor, every_seconds, "
                 "tz, policy, payload, created_at) VALUES (?, ?, 'once', 'event', ?, ?, NULL, "
                 "'UTC', 'coalesce', 'null', ?)",
-                ((f"due-{state['round']}-{i}", f"T2:U{i}", now - 1, now - 1, NOW)
-                 for i in range(due)),
+                (
+                    (f"due-{state['round']}-{i}", f"T2:U{i}", now - 1, now - 1, NOW)
+                    for i in range(due)
+                ),
             )
             conn.execute("COMMIT")
 
@@ -227,9 +262,18 @@ class Bench:
         small_t = self.timer_pass(100, 100)
         big_t = self.timer_pass(big, 100)
         r = big_t / small_t
-        self.add(Figure(f"scheduler pass: {big:,} timers, 100 due", big_t * 1000, "ms", r,
-                        "100 timers, 100 due", "<= 2x", r <= 2.0,
-                        f"100 timers: {small_t * 1000:.1f} ms"))
+        self.add(
+            Figure(
+                f"scheduler pass: {big:,} timers, 100 due",
+                big_t * 1000,
+                "ms",
+                r,
+                "100 timers, 100 due",
+                "<= 2x",
+                r <= 2.0,
+                f"100 timers: {small_t * 1000:.1f} ms",
+            )
+        )
 
     # -- outbox ------------------------------------------------------------------------------
 
@@ -245,9 +289,16 @@ class Bench:
         assert rows == destinations * per, rows
         store.close()
         value = rows / elapsed
-        self.add(Figure(f"outbox: prepare merged posts, {destinations} destinations", value,
-                        "rows/s", goal=">= 1,000 rows/s", met=value >= 1000,
-                        note=f"{len(batches)} batches in {elapsed * 1000:.0f} ms, no network"))
+        self.add(
+            Figure(
+                f"outbox: prepare merged posts, {destinations} destinations",
+                value,
+                "rows/s",
+                goal=">= 1,000 rows/s",
+                met=value >= 1000,
+                note=f"{len(batches)} batches in {elapsed * 1000:.0f} ms, no network",
+            )
+        )
 
     # -- peers -------------------------------------------------------------------------------
 
@@ -268,29 +319,40 @@ class Bench:
                     noop(i)
 
             value, _ = rate(self.n, enqueue, self.rounds)
-            self.add(Figure("peer: huey SqliteHuey enqueue", value, "tasks/s",
-                            value / self.floor, "floor"))
+            self.add(
+                Figure(
+                    "peer: huey SqliteHuey enqueue", value, "tasks/s", value / self.floor, "floor"
+                )
+            )
             r = ingest / value
-            self.add(Figure("wakeful ingest vs huey enqueue", r, "x", goal=">= 1.0x",
-                            met=r >= 1.0))
+            self.add(Figure("wakeful ingest vs huey enqueue", r, "x", goal=">= 1.0x", met=r >= 1.0))
         try:
             import persistqueue
         except ImportError:
             self.say("  persist-queue not installed: peer skipped (pip install 'wakeful[bench]')")
         else:
-            q = persistqueue.SQLiteQueue(str(self.tmp / f"pq-{self.counter}"), auto_commit=True,
-                                         multithreading=True)
+            q = persistqueue.SQLiteQueue(
+                str(self.tmp / f"pq-{self.counter}"), auto_commit=True, multithreading=True
+            )
 
             def put() -> None:
                 for i in range(self.n):
                     q.put({"i": i})
 
             value, _ = rate(self.n, put, self.rounds)
-            self.add(Figure("peer: persist-queue SQLiteQueue put", value, "items/s",
-                            value / self.floor, "floor"))
+            self.add(
+                Figure(
+                    "peer: persist-queue SQLiteQueue put",
+                    value,
+                    "items/s",
+                    value / self.floor,
+                    "floor",
+                )
+            )
             r = ingest / value
-            self.add(Figure("wakeful ingest vs persist-queue put", r, "x", goal=">= 1.0x",
-                            met=r >= 1.0))
+            self.add(
+                Figure("wakeful ingest vs persist-queue put", r, "x", goal=">= 1.0x", met=r >= 1.0)
+            )
 
 
 def run_engine(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:

@@ -20,14 +20,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _start(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if "http://" not in line:
         proc.kill()
         raise RuntimeError(f"{cmd[2:4]} did not start: {line!r}")
-    return proc, line[line.index("http://"):].strip()
+    return proc, line[line.index("http://") :].strip()
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -40,9 +41,23 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 def load(url: str, rate: float, seconds: float) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-m", "bench.http_load", "--url", url, "--secret", SECRET,
-         "--rate", str(rate), "--seconds", str(seconds)],
-        cwd=ROOT, capture_output=True, text=True, timeout=seconds * 4 + 60,
+        [
+            sys.executable,
+            "-m",
+            "bench.http_load",
+            "--url",
+            url,
+            "--secret",
+            SECRET,
+            "--rate",
+            str(rate),
+            "--seconds",
+            str(seconds),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=seconds * 4 + 60,
     )
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
@@ -69,13 +84,21 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
     ramp_seconds = 2.0 if quick else 8.0
     tmp = Path(tempfile.mkdtemp(prefix="wakeful-bench-http-"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    emu, api = _start([sys.executable, "-m", "wakeful.bot.emulator", "--port", "0", "--token",
-                       "xoxb-bench"], env)
+    emu, api = _start(
+        [sys.executable, "-m", "wakeful.bot.emulator", "--port", "0", "--token", "xoxb-bench"], env
+    )
     figures: list[Figure] = []
     try:
-        wenv = {**env, "SLACK_BOT_TOKEN": "xoxb-bench", "SLACK_SIGNING_SECRET": SECRET,
-                "SLACK_API_URL": api, "WAKEFUL_DB": str(tmp / "bench.db"),
-                "WAKEFUL_HOST": "127.0.0.1", "WAKEFUL_PORT": "0", "WAKEFUL_LOG_LEVEL": "WARNING"}
+        wenv = {
+            **env,
+            "SLACK_BOT_TOKEN": "xoxb-bench",
+            "SLACK_SIGNING_SECRET": SECRET,
+            "SLACK_API_URL": api,
+            "WAKEFUL_DB": str(tmp / "bench.db"),
+            "WAKEFUL_HOST": "127.0.0.1",
+            "WAKEFUL_PORT": "0",
+            "WAKEFUL_LOG_LEVEL": "WARNING",
+        }
         results: dict[str, dict[str, Any]] = {}
         best: dict[str, float] = {}
         for name, cmd, e in (
@@ -90,23 +113,55 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
             finally:
                 _stop(proc)
             r = results[name]
-            say(f"  {name}: 200/s for {seconds:.0f}s -> p50 {r['p50_ms']:.1f} ms, "
+            say(
+                f"  {name}: 200/s for {seconds:.0f}s -> p50 {r['p50_ms']:.1f} ms, "
                 f"p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms, {r['statuses']}; "
-                f"sustained {best[name]:.0f}/s")
+                f"sustained {best[name]:.0f}/s"
+            )
         bare, ours = results["bare slack-bolt"], results["wakeful serve"]
         ratio = ours["p99_ms"] / max(bare["p99_ms"], 0.001)
         all_ok = ours["statuses"].get("200", 0) == ours["requests"]
-        figures.append(Figure("HTTP ack p50 at 200/s, wakeful serve", ours["p50_ms"], "ms",
-                              ours["p50_ms"] / max(bare["p50_ms"], 0.001), "bare app p50"))
-        figures.append(Figure("HTTP ack p99 at 200/s, wakeful serve", ours["p99_ms"], "ms",
-                              ratio, "bare app p99", "<= 1.5x", ratio <= 1.5 and all_ok,
-                              f"bare: p50 {bare['p50_ms']:.1f} / p99 {bare['p99_ms']:.1f} ms"))
-        figures.append(Figure("HTTP slowest ack at 200/s, wakeful serve", ours["max_ms"], "ms",
-                              goal="< 1000 ms", met=ours["max_ms"] < 1000))
-        figures.append(Figure("HTTP highest sustained rate, wakeful serve", best["wakeful serve"],
-                              "req/s", best["wakeful serve"] / max(best["bare slack-bolt"], 1),
-                              "bare app", note=f"bare app: {best['bare slack-bolt']:.0f}/s; "
-                              f"steps {', '.join(f'{r:.0f}' for r in ramp)}"))
+        figures.append(
+            Figure(
+                "HTTP ack p50 at 200/s, wakeful serve",
+                ours["p50_ms"],
+                "ms",
+                ours["p50_ms"] / max(bare["p50_ms"], 0.001),
+                "bare app p50",
+            )
+        )
+        figures.append(
+            Figure(
+                "HTTP ack p99 at 200/s, wakeful serve",
+                ours["p99_ms"],
+                "ms",
+                ratio,
+                "bare app p99",
+                "<= 1.5x",
+                ratio <= 1.5 and all_ok,
+                f"bare: p50 {bare['p50_ms']:.1f} / p99 {bare['p99_ms']:.1f} ms",
+            )
+        )
+        figures.append(
+            Figure(
+                "HTTP slowest ack at 200/s, wakeful serve",
+                ours["max_ms"],
+                "ms",
+                goal="< 1000 ms",
+                met=ours["max_ms"] < 1000,
+            )
+        )
+        figures.append(
+            Figure(
+                "HTTP highest sustained rate, wakeful serve",
+                best["wakeful serve"],
+                "req/s",
+                best["wakeful serve"] / max(best["bare slack-bolt"], 1),
+                "bare app",
+                note=f"bare app: {best['bare slack-bolt']:.0f}/s; "
+                f"steps {', '.join(f'{r:.0f}' for r in ramp)}",
+            )
+        )
         for f in figures:
             say("  " + f.row())
     finally:

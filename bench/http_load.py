@@ -112,15 +112,19 @@ def main(argv: list[str]) -> int:
     def pct(q: float) -> float:
         return latencies[min(len(latencies) - 1, int(q / 100 * len(latencies)))] * 1000
 
-    print(json.dumps({
-        "target_rate": args.rate,
-        "achieved_rate": total / elapsed,
-        "requests": total,
-        "statuses": statuses,
-        "p50_ms": pct(50),
-        "p99_ms": pct(99),
-        "max_ms": latencies[-1] * 1000 if latencies else 0.0,
-    }))
+    print(
+        json.dumps(
+            {
+                "target_rate": args.rate,
+                "achieved_rate": total / elapsed,
+                "requests": total,
+                "statuses": statuses,
+                "p50_ms": pct(50),
+                "p99_ms": pct(99),
+                "max_ms": latencies[-1] * 1000 if latencies else 0.0,
+            }
+        )
+    )
     return 0
 
 

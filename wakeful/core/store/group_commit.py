@@ -10,6 +10,7 @@ leads at once, so it pays no hand-off; under load the batch grows by itself.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -43,6 +44,22 @@ class GroupCommit(Generic[In, Out]):
 
     def submit(self, item: In) -> Out:
         req: _Request[In, Out] = _Request(item)
+        with self._cv:
+            if not self._leading and not self._queue:
+                self._leading = True  # alone: lead at once, no hand-off
+                batch = [req]
+            else:
+                batch = []
+        if batch:
+            # Give callers that are runnable right now one chance to join this commit.
+            time.sleep(0)
+            with self._cv:
+                batch += self._queue
+                self._queue = []
+            self._lead(batch)
+            if req.error is not None:
+                raise req.error
+            return req.result  # type: ignore[return-value]
         with self._cv:
             self._queue.append(req)
             while not req.done and self._leading:

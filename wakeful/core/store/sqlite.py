@@ -139,40 +139,33 @@ class SQLiteStore(Store):
     @contextmanager
     def _tx(self, write: bool = True, urgent: bool = False) -> Iterator[_SqliteTx]:
         conn = self._connect()
-        if not write:
-            with self._begun(conn, "BEGIN") as tx:
-                yield tx
-            return
-        # Writers of this process queue on a lock that wakes the next one the moment the
+        gate = self._write_lock if write else None
+        # Writers of this process queue on a gate that wakes the next one the moment the
         # previous commits; SQLite's own busy handler (for other processes) sleeps in steps
         # of up to 100 ms, which would show up directly in Slack's acknowledgement latency.
-        if not self._write_lock.acquire(urgent, timeout=self._busy_timeout_ms / 1000):
+        if gate is not None and not gate.acquire(urgent, self._busy_timeout_ms / 1000):
             raise StoreUnavailable("SQLite store unavailable: database is locked (in-process)")
         try:
-            with self._begun(conn, "BEGIN IMMEDIATE") as tx:
-                yield tx
+            try:
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            except sqlite3.Error as exc:
+                raise translate(exc) from exc
+            try:
+                yield _SqliteTx(conn)
+            except sqlite3.Error as exc:
+                _rollback(conn)
+                raise translate(exc) from exc
+            except BaseException:
+                _rollback(conn)
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _rollback(conn)
+                raise translate(exc) from exc
         finally:
-            self._write_lock.release()
-
-    @contextmanager
-    def _begun(self, conn: sqlite3.Connection, begin: str) -> Iterator[_SqliteTx]:
-        try:
-            conn.execute(begin)
-        except sqlite3.Error as exc:
-            raise translate(exc) from exc
-        try:
-            yield _SqliteTx(conn)
-        except sqlite3.Error as exc:
-            _rollback(conn)
-            raise translate(exc) from exc
-        except BaseException:
-            _rollback(conn)
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            _rollback(conn)
-            raise translate(exc) from exc
+            if gate is not None:
+                gate.release()
 
     def _store_event(
         self, inbox: str, source: str, source_id: str, body: str, now: int
