@@ -23,7 +23,8 @@ class Figure:
     def row(self) -> str:
         ratio = "" if self.ratio is None else f"{self.ratio:.2f}x {self.baseline}"
         verdict = "" if self.met is None else ("met" if self.met else "MISSED")
-        return f"| {self.name} | {self.value:,.1f} {self.unit} | {ratio} | {self.goal} | {verdict} | {self.note} |"
+        cells = [self.name, f"{self.value:,.1f} {self.unit}", ratio, self.goal, verdict, self.note]
+        return "| " + " | ".join(cells) + " |"
 
 
 def rate(count: int, fn: Callable[[], None], rounds: int) -> tuple[float, list[float]]:
