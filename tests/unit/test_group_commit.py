@@ -4,7 +4,8 @@ and a failed commit fails every caller in it."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from wakeful.core.store.group_commit import GroupCommit
 
@@ -22,14 +23,21 @@ def test_a_lone_caller_leads_its_own_batch() -> None:
     assert batches == [[1], [2]]
 
 
+def _wait_until(predicate: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for the callers to queue"
+        time.sleep(0.001)
+
+
 def test_concurrent_callers_share_batches_and_get_their_own_results() -> None:
     gate = threading.Event()
     batches: list[list[int]] = []
 
     def run(items: Sequence[int]) -> list[int]:
-        if not batches:
-            gate.wait(5)  # hold the first commit so the others queue up behind it
         batches.append(list(items))
+        if len(batches) == 1:
+            gate.wait(5)  # hold the first commit so the others queue up behind it
         return [i * 10 for i in items]
 
     gc = GroupCommit(run)
@@ -38,21 +46,18 @@ def test_concurrent_callers_share_batches_and_get_their_own_results() -> None:
     def call(i: int) -> None:
         results[i] = gc.submit(i)
 
-    first = threading.Thread(target=call, args=(0,))
-    first.start()
-    while not gc._leading:
-        pass
-    others = [threading.Thread(target=call, args=(i,)) for i in range(1, 17)]
-    for t in others:
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(17)]
+    threads[0].start()
+    _wait_until(lambda: bool(batches))
+    for t in threads[1:]:
         t.start()
-    while len(gc._queue) < 16:
-        pass
+    _wait_until(lambda: len(batches[0]) + len(gc._queue) == 17)
     gate.set()
-    for t in [first, *others]:
+    for t in threads:
         t.join(5)
     assert results == {i: i * 10 for i in range(17)}
-    assert batches[0] == [0]
-    assert sorted(batches[1]) == list(range(1, 17))  # the 16 waiters shared one commit
+    assert sorted(i for b in batches for i in b) == list(range(17))
+    assert len(batches) == 2, batches  # everyone who queued behind the first commit shared one
 
 
 def test_a_failed_batch_fails_every_caller_in_it() -> None:
@@ -63,7 +68,7 @@ def test_a_failed_batch_fails_every_caller_in_it() -> None:
         calls.append(list(items))
         if len(calls) == 1:
             gate.wait(5)
-            return [0]
+            return [0] * len(items)
         raise OSError("disk full")
 
     gc = GroupCommit(run)
@@ -75,19 +80,18 @@ def test_a_failed_batch_fails_every_caller_in_it() -> None:
         except OSError as exc:
             errors.append(exc)
 
-    first = threading.Thread(target=call, args=(0,))
-    first.start()
-    while not gc._leading:
-        pass
-    waiters = [threading.Thread(target=call, args=(i,)) for i in range(1, 5)]
-    for t in waiters:
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(5)]
+    threads[0].start()
+    _wait_until(lambda: bool(calls))
+    for t in threads[1:]:
         t.start()
-    while len(gc._queue) < 4:
-        pass
+    _wait_until(lambda: len(calls[0]) + len(gc._queue) == 5)
+    queued = len(gc._queue)
     gate.set()
-    for t in [first, *waiters]:
+    for t in threads:
         t.join(5)
-    assert len(errors) == 4 and all(str(e) == "disk full" for e in errors)
+    assert queued >= 1
+    assert len(errors) == queued and all(str(e) == "disk full" for e in errors)
 
 
 def test_ingest_under_concurrency_stores_every_event_once(tmp_path: object) -> None:

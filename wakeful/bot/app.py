@@ -147,10 +147,10 @@ class SlackFront:
         if not isinstance(user, str) or not user:
             raise InvalidInput("click has no user")
         now = self.clock()
-        if not isinstance(request_id, str) or not request_id or len(request_id) > 255:
-            outcome, stored = "unknown", False
-        else:
-            outcome, stored = self.store.answer_detail(request_id, answer, user, now)
+        try:
+            outcome, stored = self.store.answer_detail(str(request_id or ""), answer, user, now)
+        except InvalidInput:
+            outcome, stored = "unknown", False  # tampered or malformed id: nothing answered
         if stored:
             self.wakeup.kick()  # the answer event resumes the agent's run
             return
@@ -189,6 +189,40 @@ class SlackFront:
         logger.exception("listener failed", exc_info=error)
         return BoltResponse(status=500, body="internal error")
 
+    # -- Socket Mode side ---------------------------------------------------------------------
+
+    def on_socket_request(self, client: Any, req: Any) -> None:
+        """A Socket Mode envelope: the same filter as HTTP, then Bolt, then the ack.
+
+        The ack (the envelope response) goes only after Bolt returned, so only after the insert
+        committed; a 503 (store down) is not acknowledged and Slack redelivers. What this app
+        does not handle, or cannot read, is acknowledged at once so Slack stops resending it.
+        """
+        from slack_bolt.adapter.socket_mode.internals import build_headers, send_response
+        from slack_sdk.socket_mode.response import SocketModeResponse
+
+        started = time.time()
+        payload = req.payload
+        try:
+            if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
+                raise ValueError("envelope payload is not a Slack object")
+            _check_depth(payload)
+            _check_shape(payload)
+            handled = _handled(payload)
+        except (ValueError, RecursionError) as exc:
+            log.warning("socket mode: unreadable envelope acknowledged and dropped: %s", exc)
+            handled = False
+        if not handled:
+            client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+            return
+        try:
+            request = BoltRequest(mode="socket_mode", body=payload, headers=build_headers(req))
+        except Exception as exc:  # Bolt could not read it: drop it, as HTTP answers 400
+            log.warning("socket mode: envelope dropped: %s", type(exc).__name__)
+            client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
+            return
+        send_response(client, req, self.app.dispatch(request), started)
+
     # -- HTTP side ----------------------------------------------------------------------------
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
@@ -222,9 +256,13 @@ class SlackFront:
             return _reply(401, "invalid signature or stale timestamp")
         try:
             text = data.decode("utf-8")
-            _parse(text, environ.get("CONTENT_TYPE", ""))
+            parsed = _parse(text, environ.get("CONTENT_TYPE", ""))
         except (ValueError, RecursionError) as exc:
             return _reply(400, f"malformed body: {str(exc)[:200]}")
+        if not _handled(parsed):
+            # Acknowledge what this app does not handle (Slack retries a 404 and counts it
+            # toward switching the app's events off) without handing it to Bolt at all.
+            return _reply(200, "")
         headers: dict[str, str | Sequence[str]] = {
             key[5:].replace("_", "-").lower(): [str(value)]
             for key, value in environ.items()
@@ -232,9 +270,11 @@ class SlackFront:
         }
         headers["content-type"] = [environ.get("CONTENT_TYPE", "")]
         try:
-            response = self.app.dispatch(
-                BoltRequest(body=text, query=environ.get("QUERY_STRING", ""), headers=headers)
-            )
+            request = BoltRequest(body=text, query=environ.get("QUERY_STRING", ""), headers=headers)
+        except Exception as exc:  # Bolt could not read the payload's structure: bad input
+            return _reply(400, f"malformed body: {type(exc).__name__}")
+        try:
+            response = self.app.dispatch(request)
         except StoreUnavailable:
             return _reply(503, "store unavailable; please retry")
         if response.status == 404:
@@ -249,11 +289,12 @@ class SlackFront:
         return f"{response.status} {_REASONS.get(response.status, 'OK')}", out_headers, body
 
     def _signed(self, data: bytes, timestamp: str, signature: str) -> bool:
-        if not timestamp or not signature or not timestamp.isdigit():
+        # A Unix time has 10 digits; anything much longer is an attack on int() or the clock.
+        if not signature or not timestamp.isdigit() or len(timestamp) > 12:
             return False
         try:
             return bool(self.verifier.is_valid(data, timestamp, signature))
-        except (ValueError, TypeError, UnicodeError):
+        except (ValueError, TypeError, UnicodeError, OverflowError):
             return False
 
     def _health(self) -> tuple[str, list[tuple[str, str]], bytes]:
@@ -288,20 +329,103 @@ def _reply(status: int, text: str) -> tuple[str, list[tuple[str, str]], bytes]:
     )
 
 
+MAX_DEPTH = 64
+"""Deepest JSON nesting accepted; Slack's payloads stay in single digits."""
+_OBJECT_FIELDS = ("user", "team", "channel", "container", "enterprise", "message", "event")
+_TEXT_FIELDS = (
+    "type",
+    "subtype",
+    "user",
+    "text",
+    "channel",
+    "channel_type",
+    "ts",
+    "thread_ts",
+    "bot_id",
+    "team",
+)
+
+
 def _parse(text: str, content_type: str) -> dict[str, Any]:
-    """Check the body is what Slack sends: a JSON object, or a form whose `payload` is one (or a
-    slash-command form). Raises ValueError with what is wrong."""
+    """Check the body is what Slack sends before Bolt reads it: a JSON object, or a form with
+    exactly one `payload` field holding one (or a slash-command form), whose fields have the
+    types the handlers read. Raises ValueError with what is wrong."""
     if "application/x-www-form-urlencoded" in content_type:
         form = parse_qs(text, keep_blank_values=True, strict_parsing=bool(text))
         if "payload" in form:
-            payload = json.loads(form["payload"][0])
-            if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
-                raise ValueError("form field 'payload' is not a Slack interaction object")
-            return payload
-        if "command" in form:
+            if len(form["payload"]) != 1 or len(form) != 1:
+                raise ValueError("form body must hold exactly one 'payload' field")
+            value = json.loads(form["payload"][0])
+        elif "command" in form:
             return {"type": "command"}
-        raise ValueError("form body has no 'payload' field")
-    value = json.loads(text)
+        else:
+            raise ValueError("form body has no 'payload' field")
+    else:
+        value = json.loads(text)
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
-        raise ValueError("JSON body is not a Slack event object")
+        raise ValueError("body is not a Slack event or interaction object")
+    _check_depth(value)
+    _check_shape(value)
     return value
+
+
+def _handled(body: dict[str, Any]) -> bool:
+    """Requests this app has listeners for; everything else is acknowledged and dropped."""
+    kind = body["type"]
+    if kind == "url_verification":
+        return True
+    if kind == "event_callback":
+        return body["event"]["type"] in ("message", "app_mention")
+    if kind == "block_actions":
+        return any(a["action_id"] in (blocks.APPROVE, blocks.DENY) for a in body["actions"])
+    return False
+
+
+def _check_depth(value: Any) -> None:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+
+
+def _check_shape(body: dict[str, Any]) -> None:
+    """The fields Bolt and the handlers read must have Slack's types, or Bolt fails with a 500."""
+    for name in _OBJECT_FIELDS:
+        if name in body and not isinstance(body[name], dict):
+            if name == "enterprise" and body[name] is None:
+                continue  # Slack sends "enterprise": null outside Enterprise Grid
+            if name == "team" and isinstance(body[name], str) and body["type"] == "event_callback":
+                continue  # events carry team as an id; interactions carry an object
+            raise ValueError(f"field {name!r} must be an object")
+    auths = body.get("authorizations")
+    if auths is not None and not (
+        isinstance(auths, list) and all(isinstance(a, dict) for a in auths)
+    ):
+        raise ValueError("field 'authorizations' must be a list of objects")
+    for name in ("event_id", "team_id", "api_app_id", "challenge", "token"):
+        if name in body and body[name] is not None and not isinstance(body[name], str):
+            raise ValueError(f"field {name!r} must be a string")
+    if body["type"] == "event_callback":
+        event = body.get("event")
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            raise ValueError("an event_callback needs an 'event' object with a type")
+        for name in _TEXT_FIELDS:
+            if name in event and event[name] is not None and not isinstance(event[name], str):
+                raise ValueError(f"event field {name!r} must be a string")
+    if body["type"] == "url_verification" and not isinstance(body.get("challenge"), str):
+        raise ValueError("url_verification needs a challenge string")
+    if body["type"] == "block_actions":
+        actions = body.get("actions")
+        if not (
+            isinstance(actions, list)
+            and actions
+            and all(isinstance(a, dict) and isinstance(a.get("action_id"), str) for a in actions)
+        ):
+            raise ValueError("block_actions needs a non-empty list of actions with action_id")
+        if not isinstance(body.get("user"), dict) or not isinstance(body["user"].get("id"), str):
+            raise ValueError("block_actions needs a user with an id")

@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import re
+import secrets
 import signal
 import sys
 import tempfile
@@ -53,18 +54,30 @@ def _serve(args: argparse.Namespace) -> int:
         # so a burst of agent runs does not hold an acknowledgement back (default is 5 ms).
         sys.setswitchinterval(0.0005)
     runtime = Runtime(config, store, roles)
-    front = SlackFront(store, config.signing_secret, me["user_id"], me["bot_id"], runtime.bell)
+    # Socket Mode needs no signing secret (nothing is served over HTTP); Bolt wants one anyway.
+    secret = config.signing_secret or secrets.token_hex(16)
+    front = SlackFront(store, secret, me["user_id"], me["bot_id"], runtime.bell)
     runtime.start()
     try:
         if config.socket_mode:
-            from slack_bolt.adapter.socket_mode import SocketModeHandler
+            from slack_sdk.errors import SlackApiError
+            from slack_sdk.socket_mode.builtin import SocketModeClient
 
-            handler = SocketModeHandler(front.app, config.app_token, web_client=client)
+            socket = SocketModeClient(config.app_token, web_client=client, concurrency=16)
+            socket.socket_mode_request_listeners.append(front.on_socket_request)
             install_signal_handlers(runtime.stop.set)
-            handler.connect()  # type: ignore[no-untyped-call]
+            try:
+                socket.connect()
+            except SlackApiError as exc:
+                raise ConfigError(
+                    f"SLACK_APP_TOKEN could not open a Socket Mode connection "
+                    f"({exc.response.get('error')})"
+                ) from exc
+            except OSError as exc:
+                raise ConfigError(f"cannot reach Slack for Socket Mode: {exc}") from exc
             print("wakeful: connected in Socket Mode", flush=True)
             runtime.stop.wait()
-            handler.close()  # type: ignore[no-untyped-call]
+            socket.close()
         else:
             server = http_server(front, config.host, config.port)
             port = server.effective_port

@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 from ..core.errors import InvalidInput
 from ..core.settings import Settings
 
-AGENTS = ("refund-desk",)
+AGENTS = ("refund-desk", "claude")
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
 DEFAULT_API_URL = "https://slack.com/api/"

@@ -54,6 +54,14 @@ def build_agent(config: Config, store: Store, client: WebClient | None) -> Agent
             raise ConfigError(f"WAKEFUL_AGENT {config.agent!r} cannot be loaded: {exc}") from exc
         agent: Agent = factory(config, store, timezone_lookup(client))
         return agent
+    if config.agent == "claude":
+        try:
+            from .agents.claude import build as build_claude
+        except ImportError as exc:  # the optional extra is not installed
+            raise ConfigError(
+                "WAKEFUL_AGENT=claude needs the anthropic package: pip install 'wakeful[claude]'"
+            ) from exc
+        return build_claude(config, store, timezone_lookup(client))
     from .agents.refund_desk import RefundDesk
 
     return RefundDesk(
@@ -179,7 +187,8 @@ def http_server(app: Any, host: str, port: int) -> Any:
         threads=16,
         backlog=1024,
         connection_limit=1000,
-        max_request_body_size=BODY_CAP,
+        max_request_body_size=BODY_CAP + 1,  # waitress refuses a body equal to its limit
+        channel_timeout=30,  # a client stalled mid-body gives its thread back after 30 s
         ident="wakeful",
         clear_untrusted_proxy_headers=True,
     )

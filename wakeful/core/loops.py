@@ -83,11 +83,13 @@ class _Loop:
     clock: Clock = wall_clock
     poll: float = 1.0
     wakeup: Wakeup | None = None
-    settle: float = 0.0
-    """After a wake-up, wait this long before ticking, so a burst lands in one batch."""
 
     def tick(self, now: int) -> int:
         raise NotImplementedError
+
+    def idle_wait(self) -> float:
+        """How long to sleep when a tick found nothing to do (a wake-up cuts it short)."""
+        return self.poll
 
     def run(self, stop: threading.Event) -> None:
         """Tick until `stop` is set; a store outage is logged and retried, never fatal."""
@@ -105,8 +107,7 @@ class _Loop:
                 continue
             if stop.is_set():
                 return
-            if wakeup.wait(self.poll) and self.settle > 0:
-                stop.wait(self.settle)
+            wakeup.wait(self.idle_wait())
 
 
 @dataclass
@@ -118,16 +119,36 @@ class Worker(_Loop):
     batch_inboxes: int = 20
     notify: Kicker | None = None
     """Kicked after a finish that queued messages (wakes the dispatcher)."""
+    settle: float = 0.0
+    """Seconds an inbox must have been ready before it runs, so a person's burst of quick
+    messages lands in one batch. Counted per inbox from when this worker first saw it ready."""
+    monotonic: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         if not self.holder:
             self.holder = f"worker-{uuid.uuid4().hex[:8]}"
+        self._seen: dict[str, float] = {}
 
     def tick(self, now: int) -> int:
-        runs = 0
-        for inbox in self.store.ready_inboxes(now, self.batch_inboxes):
+        runs = ran = 0
+        ready = self.store.ready_inboxes(now, self.batch_inboxes * 5)
+        t = self.monotonic()
+        self._seen = {inbox: self._seen.get(inbox, t) for inbox in ready}
+        for inbox in ready:
+            if ran >= self.batch_inboxes:
+                break
+            if self.settle > 0 and t - self._seen[inbox] < self.settle:
+                continue  # still inside its batch window
+            ran += 1
             runs += self.run_inbox(inbox)
+            self._seen.pop(inbox, None)
         return runs
+
+    def idle_wait(self) -> float:
+        if not self._seen or self.settle <= 0:
+            return self.poll
+        due = min(self._seen.values()) + self.settle - self.monotonic()
+        return max(0.01, min(self.poll, due))
 
     def run_inbox(self, inbox: str) -> int:
         """Run an inbox until it has nothing claimable; return how many runs finished.

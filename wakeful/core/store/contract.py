@@ -517,6 +517,11 @@ class Store(ABC):
             raise InvalidInput("an answer needs a request id of 1 to 255 characters")
         if not isinstance(user, str) or not user:
             raise InvalidInput("an answer needs a user")
+        try:
+            request_id.encode("utf-8")
+            user.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidInput("request id or user is not valid Unicode") from exc
         with self._tx() as tx:
             state = _approval(tx.one("get_approval_for_update", {"id": request_id}))
             outcome, action = approval_rules.decide(state, answer, user, now)
@@ -805,7 +810,12 @@ def _validate_event(inbox: str, source: str, source_id: str, payload: Any) -> st
         if len(value) > 512:
             raise InvalidInput(f"{name} is longer than 512 characters")
     body = check_json(payload, "payload")
-    size = len(body.encode("utf-8"))
+    try:
+        size = len(body.encode("utf-8"))
+        for value in (inbox, source, source_id):
+            value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"text is not valid Unicode (lone surrogate?): {exc.reason}") from exc
     if size > MAX_PAYLOAD_BYTES:
         raise InvalidInput(f"payload is {size} bytes of JSON; the cap is {MAX_PAYLOAD_BYTES}")
     return body
