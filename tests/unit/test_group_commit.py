@@ -125,3 +125,35 @@ def test_ingest_under_concurrency_stores_every_event_once(tmp_path: object) -> N
     assert store.count_events() == 16 * 50
     assert commits < 16 * 100, "no call ever shared a commit"
     store.close()
+
+
+def test_a_batch_stores_new_keys_once_and_reports_repeats_and_existing_ones(
+    tmp_path: object,
+) -> None:
+    from pathlib import Path
+
+    from wakeful.core.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(Path(str(tmp_path)) / "b.db")
+    first = store.ingest("T1:U1", "slack", "old", {"n": 0}, 1)
+    items = [
+        ("T1:U1", "slack", "a", '{"n":1}', 2),
+        ("T1:U1", "slack", "old", '{"n":2}', 2),  # stored before: duplicate
+        ("T1:U2", "webhook", "a", '{"n":3}', 2),  # same id, other source: new
+        ("T1:U1", "slack", "a", '{"n":4}', 2),  # repeat inside the batch: duplicate
+        ("T1:U3", "slack", "b", '{"n":5}', 2),
+    ]
+    results = store._insert_batch(items)
+    assert results[1] is None and results[3] is None
+    ids = [results[0], results[2], results[4]]
+    assert all(isinstance(i, int) for i in ids) and len(set(ids)) == 3
+    for item, event_id in zip(items, results, strict=True):
+        if event_id is None:
+            continue
+        event = store.event(event_id)
+        assert event is not None
+        assert (event.inbox, event.source, event.source_id) == item[:3]
+    stored = store.event_by_key("slack", "a")
+    assert stored is not None and stored.payload == {"n": 1}  # the first of the repeats
+    assert store.count_events() == 4 and first.event_id is not None
+    store.close()

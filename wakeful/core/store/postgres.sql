@@ -263,3 +263,21 @@ SELECT * FROM runs WHERE inbox = %(inbox)s ORDER BY claim_seq;
 
 -- name: all_runs
 SELECT * FROM runs ORDER BY inbox, claim_seq;
+
+-- Group-commit fragments of the SQLite store. PostgreSQL commits concurrent ingests in parallel
+-- (and groups their WAL flushes itself), so these are defined for the shared name list only.
+
+-- name: existing_keys_head
+SELECT source_id FROM events WHERE source = %s AND source_id IN (
+
+-- name: existing_keys_row
+%s
+
+-- name: existing_keys_tail
+)
+
+-- name: insert_events_head
+INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at) VALUES
+
+-- name: insert_events_row
+(%s, %s, %s, %s, %s, %s)

@@ -259,3 +259,22 @@ SELECT * FROM runs WHERE inbox = :inbox ORDER BY claim_seq;
 
 -- name: all_runs
 SELECT * FROM runs ORDER BY inbox, claim_seq;
+
+-- Group commit: a batch of N concurrent ingests is one existence check and one multi-row
+-- insert. The statements below are fragments joined N times with "," by the store (each
+-- fragment fully parameterised), so the leader crosses into SQLite twice per batch, not 2N.
+
+-- name: existing_keys_head
+SELECT source_id FROM events WHERE source = ? AND source_id IN (
+
+-- name: existing_keys_row
+?
+
+-- name: existing_keys_tail
+)
+
+-- name: insert_events_head
+INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at) VALUES
+
+-- name: insert_events_row
+(?, ?, ?, ?, ?, ?)
