@@ -17,10 +17,9 @@ SELECT * FROM events WHERE id = %(id)s;
 SELECT * FROM events WHERE source = %(source)s AND source_id = %(source_id)s;
 
 -- name: inbox_events
-SELECT * FROM events WHERE inbox = %(inbox)s ORDER BY id;
-
--- name: inbox_events_since
-SELECT * FROM events WHERE inbox = %(inbox)s AND id > %(after_id)s ORDER BY id LIMIT %(limit)s;
+SELECT * FROM events
+WHERE status IN ('pending', 'running', 'done', 'dead') AND inbox = %(inbox)s
+ORDER BY id;
 
 -- name: open_events
 SELECT * FROM events

@@ -16,10 +16,9 @@ SELECT * FROM events WHERE id = :id;
 SELECT * FROM events WHERE source = :source AND source_id = :source_id;
 
 -- name: inbox_events
-SELECT * FROM events WHERE inbox = :inbox ORDER BY id;
-
--- name: inbox_events_since
-SELECT * FROM events WHERE inbox = :inbox AND id > :after_id ORDER BY id LIMIT :limit;
+SELECT * FROM events
+WHERE status IN ('pending', 'running', 'done', 'dead') AND inbox = :inbox
+ORDER BY id;
 
 -- name: open_events
 SELECT * FROM events
