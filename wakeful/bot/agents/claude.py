@@ -27,10 +27,10 @@ from ...core import schedule
 from ...core.agent import Policy, Run, Tool, Toolbox, ToolResult
 from ...core.effects import ApprovalRequest, Effects, Message, Priority, Timer
 from ...core.errors import InvalidInput
-from ...core.records import Event
 from ...core.store.contract import Store
 from .. import blocks
 from ..config import Config, ConfigError
+from .status import ids_note, status_text
 
 log = logging.getLogger("wakeful")
 
@@ -269,10 +269,6 @@ def _defuse(text: str) -> str:
 
 def _mrkdwn(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _safe_id(raw: str) -> str:
@@ -777,27 +773,7 @@ class ClaudeAgent:
         raise ToolInputError("mode must be 'every', 'daily' or 'off'.")
 
     def _status(self, ctx: _Context) -> str:
-        inbox = ctx.run.inbox
-        pending = [e for e in self.store.open_events(inbox) if e.status == "pending"]
-        dead = self.store.dead_events(inbox)
-        first = f"Status: {_plural(len(pending), 'pending event')}{_ids(pending)}"
-        lines = [f"{first}, {len(dead)} dead{_ids(dead)}"]
-        open_approvals = [a for a in self.store.approvals(inbox) if a.answer is None]
-        if open_approvals:
-            described = "; ".join(
-                f"{a.id} ({a.tool} {a.args.get('order_id', '')}, expires {blocks.utc(a.deadline)})"
-                for a in open_approvals
-            )
-            lines.append(f"Open approvals: {described}")
-        else:
-            lines.append("Open approvals: none")
-        digest = next((t for t in self.store.timers(inbox) if t.id.endswith(f"/{DIGEST}")), None)
-        lines.append(
-            "Next digest: none scheduled"
-            if digest is None
-            else f"Next digest: {blocks.utc(digest.next_at)}"
-        )
-        return "\n".join(lines)
+        return status_text(self.store, ctx.run.inbox, DIGEST)
 
     def _digest_facts(self, ctx: _Context, skipped: int) -> str:
         s = ctx.state["stats"]
@@ -812,7 +788,7 @@ class ClaudeAgent:
             f"approvals: {s['approved']} approved, {s['denied']} denied, "
             f"{s['expired']} expired, {pending} pending",
             f"refunds done: {s['refunds']}",
-            f"dead events: {len(dead)}{_ids(dead)}",
+            f"dead events: {len(dead)}{ids_note(dead)}",
         ]
         return "\n".join(lines)
 
@@ -820,10 +796,6 @@ class ClaudeAgent:
 def _timer_body(p: Mapping[str, Any]) -> dict[str, Any]:
     body = p.get("payload")
     return body if isinstance(body, dict) else {}
-
-
-def _ids(events: Sequence[Event]) -> str:
-    return f" (ids {', '.join(str(e.id) for e in events)})" if events else ""
 
 
 def _refund_args(args: Mapping[str, Any]) -> tuple[str, str]:

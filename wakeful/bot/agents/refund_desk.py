@@ -19,6 +19,7 @@ from ...core.errors import InvalidInput
 from ...core.records import Event
 from ...core.store.contract import Store
 from .. import blocks
+from .status import plural, status_text
 
 REFUND = re.compile(r"refund\s+order\s+#?([A-Za-z0-9][A-Za-z0-9_-]{0,63})", re.IGNORECASE)
 REMIND = re.compile(
@@ -36,10 +37,6 @@ TzLookup = Callable[[str], str]
 
 def _seconds(n: str, unit: str) -> int:
     return int(n) * UNIT[unit.lower().rstrip("s")]
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _fresh_stats() -> dict[str, int]:
@@ -102,7 +99,7 @@ class RefundDesk:
         state["stats"]["messages"] += len(chats)
         for (channel, thread), events in by_conversation.items():
             state["home"] = {"channel": channel, "thread_ts": thread}
-            lines = [f"Handled {_plural(len(events), 'message')}."]
+            lines = [f"Handled {plural(len(events), 'message')}."]
             for e in events:
                 lines.extend(self._commands(run, e, channel, thread, state, fx))
             fx.messages.insert(
@@ -258,7 +255,7 @@ class RefundDesk:
         if skipped:
             unit = "day" if (state.get("digest") or {}).get("daily") else "period"
             lines.append(
-                f"After an outage, this digest covers {_plural(skipped + 1, unit)} "
+                f"After an outage, this digest covers {plural(skipped + 1, unit)} "
                 f"({skipped} missed)."
             )
         lines.append(f"- messages handled: {s['messages']}")
@@ -275,26 +272,4 @@ class RefundDesk:
         return "\n".join(lines)
 
     def _status(self, run: Run, state: dict[str, Any]) -> str:
-        pending = [e for e in self.store.open_events(run.inbox) if e.status == "pending"]
-        dead = self.store.dead_events(run.inbox)
-        open_approvals = [a for a in self.store.approvals(run.inbox) if a.answer is None]
-        lines = [f"Status: {_plural(len(pending), 'pending event')}"]
-        if pending:
-            lines[0] += f" (ids {', '.join(str(e.id) for e in pending)})"
-        lines[0] += f", {len(dead)} dead"
-        if dead:
-            lines[0] += f" (ids {', '.join(str(d.id) for d in dead)})"
-        if open_approvals:
-            described = "; ".join(
-                f"{a.id} ({a.tool} {a.args.get('order_id', '')}, expires {blocks.utc(a.deadline)})"
-                for a in open_approvals
-            )
-            lines.append(f"Open approvals: {described}")
-        else:
-            lines.append("Open approvals: none")
-        digest = next((t for t in self.store.timers(run.inbox) if t.id.endswith("/digest")), None)
-        if digest is None:
-            lines.append("Next digest: none scheduled")
-        else:
-            lines.append(f"Next digest: {blocks.utc(digest.next_at)}")
-        return "\n".join(lines)
+        return status_text(self.store, run.inbox, DIGEST)
