@@ -57,8 +57,11 @@ class Store(ABC):
     # -- backend -----------------------------------------------------------------------------
 
     @abstractmethod
-    def _tx(self, write: bool = True) -> AbstractContextManager[Tx]:
-        """A transaction; a write one takes the write lock up front (BEGIN IMMEDIATE)."""
+    def _tx(self, write: bool = True, urgent: bool = False) -> AbstractContextManager[Tx]:
+        """A transaction; a write one takes the write lock up front (BEGIN IMMEDIATE).
+
+        `urgent` marks a write someone is waiting on (an HTTP answer to Slack): a backend with
+        an in-process write queue lets it go before background writers."""
 
     @abstractmethod
     def close(self) -> None:
@@ -522,7 +525,7 @@ class Store(ABC):
             user.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise InvalidInput("request id or user is not valid Unicode") from exc
-        with self._tx() as tx:
+        with self._tx(urgent=True) as tx:
             state = _approval(tx.one("get_approval_for_update", {"id": request_id}))
             outcome, action = approval_rules.decide(state, answer, user, now)
             if action != "store" or state is None:
@@ -567,7 +570,7 @@ class Store(ABC):
     def post(self, inbox: str, messages: Sequence[Message], now: int) -> None:
         """Queue messages outside a run (a click's ephemeral reply, an operator notice)."""
         prepared = [_message_params(inbox, m) for m in messages]
-        with self._tx() as tx:
+        with self._tx(urgent=True) as tx:
             for params in prepared:
                 tx.run("insert_outbox", {**params, "now": now})
 

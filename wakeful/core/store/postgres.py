@@ -111,7 +111,7 @@ class PostgresStore(Store):
     _drop_on_close = False
 
     @contextmanager
-    def _tx(self, write: bool = True) -> Iterator[_PgTx]:
+    def _tx(self, write: bool = True, urgent: bool = False) -> Iterator[_PgTx]:
         try:
             with self._pool.connection() as conn, conn.transaction():
                 yield _PgTx(conn)
