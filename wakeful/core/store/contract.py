@@ -43,6 +43,10 @@ TOO_MANY_ATTEMPTS = "too many attempts"
 BATCH_ROW_CAP = 200
 
 
+class _Fenced(Exception):
+    """A claimed event is no longer running under the claim's generation: undo the finish."""
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetters:
     events: list[Event]
@@ -152,9 +156,11 @@ class Store(ABC):
         """Take or renew the inbox's lease; return its generation, or None if held by another."""
         _require(inbox=inbox, holder=holder)
         with self._tx() as tx:
-            return self._acquire(tx, inbox, holder, now)
+            granted = self._acquire(tx, inbox, holder, now)
+            return None if granted is None else granted[0]
 
-    def _acquire(self, tx: Tx, inbox: str, holder: str, now: int) -> int | None:
+    def _acquire(self, tx: Tx, inbox: str, holder: str, now: int) -> tuple[int, int] | None:
+        """The generation granted and the lease sequence number this grant took, or None."""
         current = _lease(tx.one("get_lease_for_acquire", {"inbox": inbox}))
         if current is None and tx.one("lease_row_exists", {"inbox": inbox}) is not None:
             return None  # another transaction is working on this lease right now
@@ -167,12 +173,10 @@ class Store(ABC):
             "gen": granted.gen,
             "expires_at": granted.expires_at,
         }
-        if current is None:
-            if not tx.run("insert_lease", params):
-                return None  # another holder created the row first (PostgreSQL race)
-        else:
-            tx.run("update_lease", params)
-        return granted.gen
+        row = tx.one("create_lease" if current is None else "take_lease", params)
+        if row is None:
+            return None  # another holder created the row first (PostgreSQL race)
+        return granted.gen, int(row["seq"])
 
     def renew(self, inbox: str, holder: str, gen: int, now: int) -> bool:
         """Heartbeat: extend the lease only if still held in this generation (never revive)."""
@@ -231,17 +235,30 @@ class Store(ABC):
         With `release_if_empty`, a claim that finds nothing lets the lease lapse at once.
         """
         with self._tx() as tx:
-            gen = self._acquire(tx, inbox, holder, now)
-            if gen is None:
+            granted = self._acquire(tx, inbox, holder, now)
+            if granted is None:
                 return None
-            claim = self._claim(tx, inbox, holder, gen, now)
+            gen, seq = granted
+            claim = self._claim(tx, inbox, holder, gen, now, seq=seq)
             if release_if_empty and not claim.events:
                 self._lapse(tx, inbox, holder, gen, now)
             return claim
 
-    def _claim(self, tx: Tx, inbox: str, holder: str, gen: int, now: int) -> Claim:
+    def _claim(
+        self,
+        tx: Tx,
+        inbox: str,
+        holder: str,
+        gen: int,
+        now: int,
+        seq: int | None = None,
+        reset: bool = True,
+    ) -> Claim:
+        """`seq` reuses a lease sequence number this transaction already took; `reset=False`
+        skips the stale-row reset when this transaction has just finished under the lease."""
         s = self.settings
-        tx.run("reset_stale", {"inbox": inbox, "gen": gen, "now": now})
+        if reset:
+            tx.run("reset_stale", {"inbox": inbox, "gen": gen, "now": now})
         tx.run(
             "bury_exhausted",
             {
@@ -251,9 +268,9 @@ class Store(ABC):
                 "now": now,
             },
         )
-        rows = tx.all("next_retry", {"inbox": inbox, "now": now})
-        if not rows:
-            rows = tx.all("next_fresh", {"inbox": inbox, "now": now, "limit": s.claim_cap})
+        rows = tx.all("next_claimable", {"inbox": inbox, "now": now, "limit": s.claim_cap})
+        if rows and int(rows[0]["attempts"]) > 0:
+            rows = rows[:1]  # a retried event is claimed alone
         events: list[Event] = []
         for r in rows:
             attempts = int(r["attempts"]) + 1
@@ -268,8 +285,9 @@ class Store(ABC):
                 },
             )
             events.append(_event(r, status="running", attempts=attempts))
-        seq = 0
-        if events:
+        if not events:
+            seq = 0
+        elif seq is None:
             row = tx.one("next_lease_seq", {"inbox": inbox})
             seq = int(row["seq"]) if row else 0
         return Claim(
@@ -287,8 +305,11 @@ class Store(ABC):
         was fixed at claim time, or now if later).
         """
         prepared = _prepare_effects(claim.inbox, effects, now)
-        with self._tx() as tx:
-            return self._finish(tx, claim, effects, prepared, now, release)
+        try:
+            with self._tx() as tx:
+                return self._finish(tx, claim, effects, prepared, now, release) is not None
+        except _Fenced:
+            return False  # rolled back: nothing changed
 
     def finish_and_claim(
         self, claim: Claim, effects: Effects, now: int
@@ -299,14 +320,28 @@ class Store(ABC):
         transaction and the next claim is None: a worker's whole cycle is two commits.
         """
         prepared = _prepare_effects(claim.inbox, effects, now)
-        with self._tx() as tx:
-            if not self._finish(tx, claim, effects, prepared, now, release=False):
-                return False, None
-            following = self._claim(tx, claim.inbox, claim.holder, claim.gen, now)
-            if following.events:
-                return True, following
-            self._lapse(tx, claim.inbox, claim.holder, claim.gen, now)
-            return True, None
+        try:
+            with self._tx() as tx:
+                finish_seq = self._finish(tx, claim, effects, prepared, now, release=False)
+                if finish_seq is None:
+                    return False, None
+                # Same transaction, same lease: nothing can have gone stale since our claim,
+                # and the finish's sequence number orders the next claim too.
+                following = self._claim(
+                    tx,
+                    claim.inbox,
+                    claim.holder,
+                    claim.gen,
+                    now,
+                    seq=finish_seq or None,
+                    reset=False,
+                )
+                if following.events:
+                    return True, following
+                self._lapse(tx, claim.inbox, claim.holder, claim.gen, now)
+                return True, None
+        except _Fenced:
+            return False, None
 
     def _lapse(self, tx: Tx, inbox: str, holder: str, gen: int, now: int) -> None:
         tx.run("update_lease", {"inbox": inbox, "holder": holder, "gen": gen, "expires_at": now})
@@ -319,32 +354,36 @@ class Store(ABC):
         prepared: _Prepared,
         now: int,
         release: bool,
-    ) -> bool:
+    ) -> int | None:
+        """Write the finish; return the lease sequence number it took (0 for an empty claim),
+        None when the lease is no longer held. Raises _Fenced, which rolls the transaction
+        back, when a claimed event is no longer running under the claim's generation."""
         current = _lease(tx.one("get_lease_for_update", {"inbox": claim.inbox}))
         if not lease_rules.holds(current, claim.holder, claim.gen, now):
-            return False
+            return None
         ids = claim.ids
-        if ids:
-            running = tx.all("running_under", {"inbox": claim.inbox, "gen": claim.gen})
-            if not set(ids) <= {int(r["id"]) for r in running}:
-                return False  # nothing written yet: the transaction commits no change
         for ev in claim.events:
             error = effects.failed.get(ev.id)
             if error is None:
-                tx.run("mark_done", {"id": ev.id, "now": now})
+                changed = tx.run("mark_done_fenced", {"id": ev.id, "gen": claim.gen, "now": now})
             else:
-                tx.run(
-                    "mark_failed",
+                changed = tx.run(
+                    "mark_failed_fenced",
                     {
                         "id": ev.id,
+                        "gen": claim.gen,
                         "error": str(error)[:2000],
                         "now": now,
                         "not_before": now + self.settings.backoff(ev.attempts),
                     },
                 )
+            if changed != 1:
+                raise _Fenced(ev.id)
         self._write_effects(tx, claim.inbox, prepared, now)
+        finish_seq = 0
         if ids:
             row = tx.one("next_lease_seq", {"inbox": claim.inbox})
+            finish_seq = int(row["seq"]) if row else 0
             tx.run(
                 "insert_run",
                 {
@@ -352,7 +391,7 @@ class Store(ABC):
                     "holder": claim.holder,
                     "gen": claim.gen,
                     "claim_seq": claim.seq,
-                    "finish_seq": int(row["seq"]) if row else 0,
+                    "finish_seq": finish_seq,
                     "events": check_json(ids, "events"),
                     "claimed_at": claim.claimed_at,
                     "now": now,
@@ -360,7 +399,7 @@ class Store(ABC):
             )
         if release:
             self._lapse(tx, claim.inbox, claim.holder, claim.gen, now)
-        return True
+        return finish_seq
 
     def _write_effects(self, tx: Tx, inbox: str, p: _Prepared, now: int) -> None:
         for params in p.messages:

@@ -280,3 +280,32 @@ INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at) V
 
 -- name: insert_events_row
 (%s, %s, %s, %s, %s, %s)
+
+-- name: next_claimable
+-- Retried events first (one is claimed alone), then fresh ones in arrival order.
+SELECT * FROM events
+WHERE inbox = %(inbox)s AND status IN ('pending', 'running') AND status = 'pending'
+  AND not_before <= %(now)s
+ORDER BY attempts > 0 DESC, id
+LIMIT %(limit)s;
+
+-- name: take_lease
+UPDATE leases SET holder = %(holder)s, gen = %(gen)s, expires_at = %(expires_at)s, seq = seq + 1
+WHERE inbox = %(inbox)s
+RETURNING seq;
+
+-- name: create_lease
+INSERT INTO leases (inbox, holder, gen, expires_at, seq)
+VALUES (%(inbox)s, %(holder)s, %(gen)s, %(expires_at)s, 1)
+ON CONFLICT (inbox) DO NOTHING
+RETURNING seq;
+
+-- name: mark_done_fenced
+UPDATE events SET status = 'done', error = NULL, updated_at = %(now)s
+WHERE id = %(id)s AND status = 'running' AND gen = %(gen)s;
+
+-- name: mark_failed_fenced
+UPDATE events
+SET status = 'pending', error = %(error)s, updated_at = %(now)s,
+    not_before = GREATEST(not_before, %(not_before)s)
+WHERE id = %(id)s AND status = 'running' AND gen = %(gen)s;

@@ -277,3 +277,32 @@ INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at) V
 
 -- name: insert_events_row
 (?, ?, ?, ?, ?, ?)
+
+-- name: next_claimable
+-- Retried events first (one is claimed alone), then fresh ones in arrival order.
+SELECT * FROM events
+WHERE inbox = :inbox AND status IN ('pending', 'running') AND status = 'pending'
+  AND not_before <= :now
+ORDER BY attempts > 0 DESC, id
+LIMIT :limit;
+
+-- name: take_lease
+UPDATE leases SET holder = :holder, gen = :gen, expires_at = :expires_at, seq = seq + 1
+WHERE inbox = :inbox
+RETURNING seq;
+
+-- name: create_lease
+INSERT INTO leases (inbox, holder, gen, expires_at, seq)
+VALUES (:inbox, :holder, :gen, :expires_at, 1)
+ON CONFLICT (inbox) DO NOTHING
+RETURNING seq;
+
+-- name: mark_done_fenced
+UPDATE events SET status = 'done', error = NULL, updated_at = :now
+WHERE id = :id AND status = 'running' AND gen = :gen;
+
+-- name: mark_failed_fenced
+UPDATE events
+SET status = 'pending', error = :error, updated_at = :now,
+    not_before = MAX(not_before, :not_before)
+WHERE id = :id AND status = 'running' AND gen = :gen;
