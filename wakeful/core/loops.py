@@ -21,7 +21,7 @@ from .effects import Effects
 from .errors import LeaseLost, PermanentSendError, StoreUnavailable, TransientSendError
 from .outbox import Batch, Part
 from .records import Claim
-from .store.contract import Store
+from .store.contract import DUE_PAGE, Store
 
 log = logging.getLogger("wakeful")
 Clock = Callable[[], int]
@@ -208,7 +208,7 @@ class Scheduler(_Loop):
         while True:
             result = self.store.fire_due_timers(now)
             total += result.fired + result.expired_approvals
-            if result.due < 500:
+            if result.due < DUE_PAGE:
                 break
         if total and self.notify is not None:
             self.notify.kick()

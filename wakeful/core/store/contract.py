@@ -40,6 +40,8 @@ from ..settings import MAX_PAYLOAD_BYTES, Settings
 from .sql import Row, Tx
 
 TOO_MANY_ATTEMPTS = "too many attempts"
+DUE_PAGE = 500
+"""Timers one scheduler transaction fires at most; the scheduler pages through the rest."""
 BATCH_ROW_CAP = 200
 
 
@@ -484,7 +486,7 @@ class Store(ABC):
             row = tx.one("next_timer_at")
         return None if row is None or row["next_at"] is None else int(row["next_at"])
 
-    def fire_due_timers(self, now: int, limit: int = 500) -> TimerFired:
+    def fire_due_timers(self, now: int, limit: int = DUE_PAGE) -> TimerFired:
         """Turn due timers into inbox events and advance each timer in the same transaction.
 
         Each occurrence's event key is `<timer id>@<scheduled time>`, so a replayed occurrence
@@ -497,7 +499,7 @@ class Store(ABC):
         with self._tx() as tx:
             for row in tx.all("due_timers", {"now": now, "limit": limit}):
                 due += 1
-                t = _timer_row(row)
+                t = dict(row)
                 if t["action"] == "expire_approval":
                     state = _approval(
                         tx.one(
@@ -921,10 +923,6 @@ def _outbox(row: Row) -> OutboxRow:
         created_at=int(row["created_at"]),
         dispatch_id=row["dispatch_id"],
     )
-
-
-def _timer_row(row: Row) -> dict[str, Any]:
-    return dict(row)
 
 
 def _timer_state(row: Row) -> TimerState:

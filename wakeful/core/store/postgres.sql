@@ -53,54 +53,22 @@ SELECT 1 AS ok FROM leases WHERE inbox = %(inbox)s;
 -- name: get_lease
 SELECT * FROM leases WHERE inbox = %(inbox)s;
 
--- name: insert_lease
-INSERT INTO leases (inbox, holder, gen, expires_at)
-VALUES (%(inbox)s, %(holder)s, %(gen)s, %(expires_at)s)
-ON CONFLICT (inbox) DO NOTHING;
-
 -- name: update_lease
 UPDATE leases SET holder = %(holder)s, gen = %(gen)s, expires_at = %(expires_at)s WHERE inbox = %(inbox)s;
 
 -- name: reset_stale
 UPDATE events SET status = 'pending', updated_at = %(now)s
-WHERE inbox = %(inbox)s AND status IN ('pending', 'running') AND status = 'running' AND gen <> %(gen)s;
+WHERE inbox = %(inbox)s AND status = 'running' AND gen <> %(gen)s;
 
 -- name: bury_exhausted
 UPDATE events SET status = 'dead', error = %(error)s, updated_at = %(now)s
-WHERE inbox = %(inbox)s AND status IN ('pending', 'running') AND status = 'pending'
+WHERE inbox = %(inbox)s AND status = 'pending'
   AND attempts >= %(max_attempts)s;
-
--- name: next_retry
-SELECT * FROM events
-WHERE inbox = %(inbox)s AND status IN ('pending', 'running') AND status = 'pending'
-  AND attempts > 0 AND not_before <= %(now)s
-ORDER BY id
-LIMIT 1;
-
--- name: next_fresh
-SELECT * FROM events
-WHERE inbox = %(inbox)s AND status IN ('pending', 'running') AND status = 'pending'
-  AND attempts = 0 AND not_before <= %(now)s
-ORDER BY id
-LIMIT %(limit)s;
 
 -- name: mark_running
 UPDATE events
 SET status = 'running', gen = %(gen)s, attempts = %(attempts)s, not_before = %(not_before)s,
     updated_at = %(now)s
-WHERE id = %(id)s;
-
--- name: running_under
-SELECT id FROM events
-WHERE inbox = %(inbox)s AND status IN ('pending', 'running') AND status = 'running' AND gen = %(gen)s;
-
--- name: mark_done
-UPDATE events SET status = 'done', error = NULL, updated_at = %(now)s WHERE id = %(id)s;
-
--- name: mark_failed
-UPDATE events
-SET status = 'pending', error = %(error)s, updated_at = %(now)s,
-    not_before = GREATEST(not_before, %(not_before)s)
 WHERE id = %(id)s;
 
 -- name: dead_events
@@ -284,7 +252,7 @@ INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at) V
 -- name: next_claimable
 -- Retried events first (one is claimed alone), then fresh ones in arrival order.
 SELECT * FROM events
-WHERE inbox = %(inbox)s AND status IN ('pending', 'running') AND status = 'pending'
+WHERE inbox = %(inbox)s AND status = 'pending'
   AND not_before <= %(now)s
 ORDER BY attempts > 0 DESC, id
 LIMIT %(limit)s;

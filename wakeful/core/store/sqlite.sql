@@ -50,54 +50,22 @@ SELECT * FROM leases WHERE inbox = :inbox;
 -- name: lease_row_exists
 SELECT 1 AS ok FROM leases WHERE inbox = :inbox;
 
--- name: insert_lease
-INSERT INTO leases (inbox, holder, gen, expires_at)
-VALUES (:inbox, :holder, :gen, :expires_at)
-ON CONFLICT (inbox) DO NOTHING;
-
 -- name: update_lease
 UPDATE leases SET holder = :holder, gen = :gen, expires_at = :expires_at WHERE inbox = :inbox;
 
 -- name: reset_stale
 UPDATE events SET status = 'pending', updated_at = :now
-WHERE inbox = :inbox AND status IN ('pending', 'running') AND status = 'running' AND gen <> :gen;
+WHERE inbox = :inbox AND status = 'running' AND gen <> :gen;
 
 -- name: bury_exhausted
 UPDATE events SET status = 'dead', error = :error, updated_at = :now
-WHERE inbox = :inbox AND status IN ('pending', 'running') AND status = 'pending'
+WHERE inbox = :inbox AND status = 'pending'
   AND attempts >= :max_attempts;
-
--- name: next_retry
-SELECT * FROM events
-WHERE inbox = :inbox AND status IN ('pending', 'running') AND status = 'pending'
-  AND attempts > 0 AND not_before <= :now
-ORDER BY id
-LIMIT 1;
-
--- name: next_fresh
-SELECT * FROM events
-WHERE inbox = :inbox AND status IN ('pending', 'running') AND status = 'pending'
-  AND attempts = 0 AND not_before <= :now
-ORDER BY id
-LIMIT :limit;
 
 -- name: mark_running
 UPDATE events
 SET status = 'running', gen = :gen, attempts = :attempts, not_before = :not_before,
     updated_at = :now
-WHERE id = :id;
-
--- name: running_under
-SELECT id FROM events
-WHERE inbox = :inbox AND status IN ('pending', 'running') AND status = 'running' AND gen = :gen;
-
--- name: mark_done
-UPDATE events SET status = 'done', error = NULL, updated_at = :now WHERE id = :id;
-
--- name: mark_failed
-UPDATE events
-SET status = 'pending', error = :error, updated_at = :now,
-    not_before = MAX(not_before, :not_before)
 WHERE id = :id;
 
 -- name: dead_events
@@ -281,7 +249,7 @@ INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at) V
 -- name: next_claimable
 -- Retried events first (one is claimed alone), then fresh ones in arrival order.
 SELECT * FROM events
-WHERE inbox = :inbox AND status IN ('pending', 'running') AND status = 'pending'
+WHERE inbox = :inbox AND status = 'pending'
   AND not_before <= :now
 ORDER BY attempts > 0 DESC, id
 LIMIT :limit;
