@@ -144,15 +144,26 @@ class SQLiteStore(Store):
         return conn
 
     @contextmanager
-    def _tx(self, write: bool = True, urgent: bool = False) -> Iterator[_SqliteTx]:
-        conn = self._connect()
-        gate = self._write_lock if write else None
-        # Writers of this process queue on a gate that wakes the next one the moment the
-        # previous commits; SQLite's own busy handler (for other processes) sleeps in steps
-        # of up to 100 ms, which would show up directly in Slack's acknowledgement latency.
-        if gate is not None and not gate.acquire(urgent, self._busy_timeout_ms / 1000):
+    def _gated(self, write: bool, urgent: bool) -> Iterator[None]:
+        """Hold this process's write gate around a write (reads pass straight through).
+
+        Writers of this process queue on a gate that wakes the next one the moment the previous
+        commits; SQLite's own busy handler (for other processes) sleeps in steps of up to 100 ms,
+        which would show up directly in Slack's acknowledgement latency."""
+        if not write:
+            yield
+            return
+        if not self._write_lock.acquire(urgent, self._busy_timeout_ms / 1000):
             raise StoreUnavailable("SQLite store unavailable: database is locked (in-process)")
         try:
+            yield
+        finally:
+            self._write_lock.release()
+
+    @contextmanager
+    def _tx(self, write: bool = True, urgent: bool = False) -> Iterator[_SqliteTx]:
+        conn = self._connect()
+        with self._gated(write, urgent):
             try:
                 conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             except sqlite3.Error as exc:
@@ -170,9 +181,6 @@ class SQLiteStore(Store):
             except sqlite3.Error as exc:
                 _rollback(conn)
                 raise translate(exc) from exc
-        finally:
-            if gate is not None:
-                gate.release()
 
     def _store_event(
         self, inbox: str, source: str, source_id: str, body: str, now: int
@@ -236,23 +244,20 @@ class SQLiteStore(Store):
         """One insert as its own autocommit statement: the same single fsync'd transaction
         as BEGIN IMMEDIATE ... COMMIT, two round trips fewer."""
         conn = self._connect()
-        if not self._write_lock.acquire(True, self._busy_timeout_ms / 1000):
-            raise StoreUnavailable("SQLite store unavailable: database is locked (in-process)")
-        try:
-            rows = conn.execute(
-                _QUERIES["insert_event"],
-                {
-                    "inbox": inbox,
-                    "source": source,
-                    "source_id": source_id,
-                    "payload": body,
-                    "now": now,
-                },
-            ).fetchall()  # exhausting the statement commits it
-        except sqlite3.Error as exc:
-            raise translate(exc) from exc
-        finally:
-            self._write_lock.release()
+        with self._gated(write=True, urgent=True):
+            try:
+                rows = conn.execute(
+                    _QUERIES["insert_event"],
+                    {
+                        "inbox": inbox,
+                        "source": source,
+                        "source_id": source_id,
+                        "payload": body,
+                        "now": now,
+                    },
+                ).fetchall()  # exhausting the statement commits it
+            except sqlite3.Error as exc:
+                raise translate(exc) from exc
         return int(rows[0][0]) if rows else None
 
     def _migrate(self) -> None:
