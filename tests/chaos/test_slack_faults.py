@@ -13,18 +13,10 @@ from tests.conftest import T0
 from wakeful.bot.emulator import SlackEmulator
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.core.effects import Message
-from wakeful.core.loops import Dispatcher
+from wakeful.core.loops import Dispatcher, ManualClock
 from wakeful.core.store import Store
 
 TOKEN = "xoxb-faults"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture
@@ -33,13 +25,15 @@ def emu() -> Iterator[SlackEmulator]:
         yield e
 
 
-def dispatcher(store: Store, emu: SlackEmulator, clock: Clock, timeout: int = 5) -> Dispatcher:
+def dispatcher(
+    store: Store, emu: SlackEmulator, clock: ManualClock, timeout: int = 5
+) -> Dispatcher:
     client = make_client(TOKEN, emu.api_url, timeout=timeout)
     sender = SlackSender(client, sleep=lambda _s: None)  # pacing observed, not slept
     return Dispatcher(store=store, sender=sender, clock=clock, concurrency=1)
 
 
-def post(store: Store, clock: Clock, channel: str, text: str) -> None:
+def post(store: Store, clock: ManualClock, channel: str, text: str) -> None:
     store.post("T1:U1", [Message(channel, text, priority="urgent")], clock.now)
 
 
@@ -50,7 +44,7 @@ def texts(emu: SlackEmulator, channel: str) -> list[str]:
 def test_429_is_waited_out_for_at_least_retry_after_then_delivered_in_order(
     store: Store, emu: SlackEmulator
 ) -> None:
-    clock = Clock()
+    clock = ManualClock(T0)
     d = dispatcher(store, emu, clock)
     emu.fault("chat.postMessage", status=429, retry_after=30)
     post(store, clock, "C1", "first")
@@ -74,7 +68,7 @@ def test_429_is_waited_out_for_at_least_retry_after_then_delivered_in_order(
 def test_a_5xx_keeps_the_rows_and_they_go_out_later(
     store: Store, emu: SlackEmulator, fault: dict[str, object]
 ) -> None:
-    clock = Clock()
+    clock = ManualClock(T0)
     d = dispatcher(store, emu, clock)
     emu.fault("chat.postMessage", times=2, **fault)  # type: ignore[arg-type]
     post(store, clock, "C1", "hello")
@@ -88,7 +82,7 @@ def test_a_5xx_keeps_the_rows_and_they_go_out_later(
 def test_a_slow_slack_times_out_and_the_retry_finds_the_post_instead_of_posting_twice(
     store: Store, emu: SlackEmulator
 ) -> None:
-    clock = Clock()
+    clock = ManualClock(T0)
     d = dispatcher(store, emu, clock, timeout=1)
     emu.fault("chat.postMessage", delay=2.0)  # Slack posts, the answer comes too late
     post(store, clock, "C1", "only once")
@@ -105,7 +99,7 @@ def test_a_slow_slack_times_out_and_the_retry_finds_the_post_instead_of_posting_
 def test_a_permanent_failure_is_parked_visible_and_requeueable(
     store: Store, emu: SlackEmulator, error: str
 ) -> None:
-    clock = Clock()
+    clock = ManualClock(T0)
     d = dispatcher(store, emu, clock)
     emu.fault("chat.postMessage", error=error)
     post(store, clock, "C9", "parked")
@@ -122,7 +116,7 @@ def test_a_permanent_failure_is_parked_visible_and_requeueable(
 
 
 def test_nothing_is_lost_under_a_mix_of_faults(store: Store, emu: SlackEmulator) -> None:
-    clock = Clock()
+    clock = ManualClock(T0)
     d = dispatcher(store, emu, clock, timeout=1)
     expected: dict[str, list[str]] = {f"C{c}": [] for c in range(4)}
     faults = [

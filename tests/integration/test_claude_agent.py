@@ -44,7 +44,7 @@ from wakeful.bot.config import Config, ConfigError
 from wakeful.bot.runtime import build_agent
 from wakeful.core.agent import Policy, Run
 from wakeful.core.errors import LeaseLost
-from wakeful.core.loops import Dispatcher, Scheduler, Worker
+from wakeful.core.loops import Dispatcher, ManualClock, Scheduler, Worker
 from wakeful.core.outbox import Part
 from wakeful.core.records import OutboxRow
 from wakeful.core.store.contract import Store
@@ -58,14 +58,6 @@ HOUR = 3600
 ROOT = Path(__file__).resolve().parents[2]
 _event_ids = itertools.count(1)
 _agents: list[ClaudeAgent] = []
-
-
-class Clock:
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class RecordingSender:
@@ -85,7 +77,7 @@ class World:
         store: Store,
         fake: FakeAnthropic,
         *,
-        clock: Clock | None = None,
+        clock: ManualClock | None = None,
         sender: RecordingSender | None = None,
         holder: str = "worker-a",
         policies: dict[str, Policy] | None = None,
@@ -96,7 +88,7 @@ class World:
     ) -> None:
         self.store = store
         self.fake = fake
-        self.clock = clock or Clock()
+        self.clock = clock or ManualClock(T0)
         self.sender = sender or RecordingSender()
         self.agent = ClaudeAgent(
             store,

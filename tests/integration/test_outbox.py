@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from wakeful.core.effects import SLACK_TEXT_LIMIT, ApprovalRequest, Effects, Message
 from wakeful.core.errors import PermanentSendError, TransientSendError
-from wakeful.core.loops import Dispatcher
+from wakeful.core.loops import Dispatcher, ManualClock
 from wakeful.core.outbox import SEPARATOR, Part
 from wakeful.core.records import Ingested
 from wakeful.core.store.contract import Store
@@ -24,14 +24,6 @@ INBOX = "T1:U8"
 
 MakeStore = Callable[..., Store]
 Failure = Callable[[Part], BaseException | None]
-
-
-class Clock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class Sender:
@@ -79,7 +71,7 @@ class Sender:
 class Rig:
     def __init__(self, store: Store, now: int = T0) -> None:
         self.store = store
-        self.clock = Clock(now)
+        self.clock = ManualClock(now)
         self.sender = Sender()
         self.dispatcher = Dispatcher(store=store, clock=self.clock, sender=self.sender)
 

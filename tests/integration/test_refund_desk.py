@@ -23,7 +23,7 @@ from tests.conftest import T0, MakeStore
 from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.core.agent import Agent, Run, Tool, Toolbox
 from wakeful.core.effects import Effects
-from wakeful.core.loops import Dispatcher, Scheduler, Worker
+from wakeful.core.loops import Dispatcher, ManualClock, Scheduler, Worker
 from wakeful.core.outbox import Part
 from wakeful.core.records import OutboxRow
 from wakeful.core.store.contract import Store
@@ -40,14 +40,6 @@ _event_ids = itertools.count(1)
 
 def utc(ts: int) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-class Clock:
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class RecordingSender:
@@ -71,7 +63,7 @@ class Desk:
         self,
         store: Store,
         *,
-        clock: Clock | None = None,
+        clock: ManualClock | None = None,
         sender: RecordingSender | None = None,
         holder: str = "worker-a",
         tz_lookup: Callable[[str], str] | None = None,
@@ -79,7 +71,7 @@ class Desk:
         ttl: int = TTL,
     ) -> None:
         self.store = store
-        self.clock = clock or Clock()
+        self.clock = clock or ManualClock(T0)
         self.sender = sender or RecordingSender()
         self.agent = RefundDesk(store, approval_ttl=ttl, approvers=(BOSS,), tz_lookup=tz_lookup)
         agent: Agent = wrap(self.agent) if wrap else self.agent

@@ -21,7 +21,7 @@ from wakeful.bot.emulator import SlackEmulator
 from wakeful.bot.sender import EVENT_TYPE, SlackSender, classify, make_client
 from wakeful.core.effects import Message
 from wakeful.core.errors import PermanentSendError, TransientSendError
-from wakeful.core.loops import Dispatcher
+from wakeful.core.loops import Dispatcher, ManualClock
 from wakeful.core.outbox import Part
 
 TOKEN = "xoxb-sender-test"
@@ -42,14 +42,6 @@ class FakeTime:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
-
-
-class Clock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture
@@ -366,7 +358,7 @@ def test_a_dispatcher_crash_before_mark_sent_never_posts_twice(
     [sending] = batch.parts
     if reached_slack:
         sender.send(sending)  # the post reaches Slack; the dispatcher dies before mark_sent
-    clock = Clock(T0 + 1)
+    clock = ManualClock(T0 + 1)
     dispatcher = Dispatcher(store=store, sender=sender, clock=clock)
     assert dispatcher.tick(clock.now) == 0  # still in flight: nobody else touches it
     clock.now = T0 + store.settings.send_timeout + 1

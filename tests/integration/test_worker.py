@@ -5,16 +5,8 @@ from __future__ import annotations
 from tests.conftest import T0
 from wakeful.core.agent import Run
 from wakeful.core.effects import Effects, Message
-from wakeful.core.loops import Scheduler, Wakeup, Worker
+from wakeful.core.loops import ManualClock, Scheduler, Wakeup, Worker
 from wakeful.core.store.contract import Store
-
-
-class Clock:
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class EchoAgent:
@@ -39,7 +31,7 @@ def test_worker_runs_each_ready_inbox_once_per_batch(store: Store) -> None:
         for i in range(2):
             store.ingest(f"T1:U{u}", "slack", f"E{u}{i}", {"text": f"m{i}"}, T0)
     agent = EchoAgent()
-    worker = Worker(store=store, clock=Clock(), agent=agent)
+    worker = Worker(store=store, clock=ManualClock(T0), agent=agent)
     assert worker.tick(T0) == 3
     assert agent.batches == [["m0", "m1"]] * 3
     assert store.count_events("done") == 6
@@ -51,7 +43,7 @@ def test_worker_runs_each_ready_inbox_once_per_batch(store: Store) -> None:
 def test_a_failing_event_is_retried_alone_then_buried(store: Store) -> None:
     store.ingest("T1:U1", "slack", "bad", {"text": "boom"}, T0)
     store.ingest("T1:U1", "slack", "good", {"text": "fine"}, T0)
-    clock = Clock()
+    clock = ManualClock(T0)
     agent = EchoAgent()
     worker = Worker(store=store, clock=clock, agent=agent)
     for _ in range(6):
@@ -72,7 +64,7 @@ def test_scheduler_kicks_the_worker_wakeup(store: Store) -> None:
 
     store.add_timer("T1:U1", Timer.once("t", T0 + 5, {"text": "tick"}), T0)
     wakeup = Wakeup()
-    scheduler = Scheduler(store=store, clock=Clock(), notify=wakeup)
+    scheduler = Scheduler(store=store, clock=ManualClock(T0), notify=wakeup)
     assert scheduler.tick(T0) == 0
     assert not wakeup.wait(0)
     assert scheduler.tick(T0 + 5) == 1

@@ -31,6 +31,16 @@ def wall_clock() -> int:
     return int(time.time())
 
 
+class ManualClock:
+    """A clock that only moves when told to: scenarios and tests drive the loops with it."""
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
 class Sender(Protocol):
     """Delivers one part; returns the posted message's id (Slack ts) or None.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .effects import ApprovalRequest, Effects, Message, Timer
-from .loops import Dispatcher, Scheduler
+from .loops import Dispatcher, ManualClock, Scheduler
 from .outbox import SEPARATOR, Part
 from .settings import Settings
 from .store.contract import Store
@@ -19,14 +19,6 @@ T0 = 1_700_000_000  # 2023-11-14 22:13:20 UTC
 HOUR = 3600
 DAY = 86_400
 StoreFactory = Callable[[Settings], Store]
-
-
-class _Clock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class _RecordingSender:
@@ -175,7 +167,7 @@ def approvals(store: Store) -> list[str]:
 
 
 def paced_outbox(store: Store) -> list[str]:
-    inbox, clock = "T1:U8", _Clock(T0 - 2 * HOUR)
+    inbox, clock = "T1:U8", ManualClock(T0 - 2 * HOUR)
     sender = _RecordingSender()
     dispatcher = Dispatcher(store=store, clock=clock, sender=sender)
     store.post(inbox, [Message(channel="C8", text="earlier update")], clock.now)
