@@ -95,38 +95,24 @@ class SlackSender:
 
     def _post(self, part: Part) -> str | None:
         self._pace(part.channel)
-        kwargs: dict[str, Any] = {
-            "channel": part.channel,
-            "text": part.text,
-            "metadata": {
-                "event_type": EVENT_TYPE,
-                "event_payload": {"dispatch_id": part.dispatch_id, "part_id": part.part_id},
-            },
+        metadata = {
+            "event_type": EVENT_TYPE,
+            "event_payload": {"dispatch_id": part.dispatch_id, "part_id": part.part_id},
         }
-        if part.blocks is not None:
-            kwargs["blocks"] = part.blocks
-        if part.thread_ts:
-            kwargs["thread_ts"] = part.thread_ts
-        response = self.client.chat_postMessage(**kwargs)
+        response = self.client.chat_postMessage(**_content(part, threaded=True), metadata=metadata)
         ts = response.get("ts")
         return None if ts is None else str(ts)
 
     def _update(self, part: Part) -> str | None:
         if not part.target_ts:
             raise PermanentSendError("an update needs the posted prompt's ts")
-        kwargs: dict[str, Any] = {"channel": part.channel, "ts": part.target_ts, "text": part.text}
-        if part.blocks is not None:
-            kwargs["blocks"] = part.blocks
-        self.client.chat_update(**kwargs)
+        self.client.chat_update(**_content(part, threaded=False), ts=part.target_ts)
         return part.target_ts
 
     def _ephemeral(self, part: Part) -> str | None:
-        kwargs: dict[str, Any] = {"channel": part.channel, "user": part.user, "text": part.text}
-        if part.blocks is not None:
-            kwargs["blocks"] = part.blocks
-        if part.thread_ts:
-            kwargs["thread_ts"] = part.thread_ts
-        response = self.client.chat_postEphemeral(**kwargs)
+        if not part.user:
+            raise PermanentSendError("an ephemeral needs the user who sees it")
+        response = self.client.chat_postEphemeral(**_content(part, threaded=True), user=part.user)
         ts = response.get("message_ts")
         return None if ts is None else str(ts)
 
@@ -157,6 +143,16 @@ class SlackSender:
             if not cursor or not messages:
                 return None
         return None
+
+
+def _content(part: Part, threaded: bool) -> dict[str, Any]:
+    """channel, text, and blocks / thread_ts when the part has them: what every call sends."""
+    kwargs: dict[str, Any] = {"channel": part.channel, "text": part.text}
+    if part.blocks is not None:
+        kwargs["blocks"] = part.blocks
+    if threaded and part.thread_ts:
+        kwargs["thread_ts"] = part.thread_ts
+    return kwargs
 
 
 def classify(exc: SlackApiError) -> TransientSendError | PermanentSendError:
