@@ -3,6 +3,7 @@ and a failed commit fails every caller in it."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -156,4 +157,95 @@ def test_a_batch_stores_new_keys_once_and_reports_repeats_and_existing_ones(
     stored = store.event_by_key("slack", "a")
     assert stored is not None and stored.payload == {"n": 1}  # the first of the repeats
     assert store.count_events() == 4 and first.event_id is not None
+    store.close()
+
+
+def _queue_behind(gc: GroupCommit[int, int], batches: list[list[int]], items: list[int]) -> None:
+    """Commit `items` as one batch: caller -1 leads a commit that is held until they queued."""
+    hold = threading.Event()
+    held = len(batches) + 1
+    original = gc._run_batch
+
+    def run(batch: Sequence[int]) -> Sequence[int]:
+        out = original(batch)
+        if len(batches) == held:
+            hold.wait(5)
+        return out
+
+    gc._run_batch = run
+    first = threading.Thread(target=gc.submit, args=(-1,))
+    first.start()
+    _wait_until(lambda: len(batches) == held)
+    rest = [threading.Thread(target=gc.submit, args=(i,)) for i in items]
+    for t in rest:
+        t.start()
+    _wait_until(lambda: len(gc._queue) == len(items))
+    hold.set()
+    for t in [first, *rest]:
+        t.join(5)
+    gc._run_batch = original
+
+
+def test_after_a_big_batch_the_next_leader_waits_for_as_many_callers() -> None:
+    # Without the wait the first caller back would commit alone, one fsync for one row, while
+    # the others queue behind it: batches alternate between everyone and no one.
+    batches: list[list[int]] = []
+
+    def run(items: Sequence[int]) -> list[int]:
+        batches.append(list(items))
+        return list(items)
+
+    gc = GroupCommit(run, gather=30.0, gather_from=4)
+    _queue_behind(gc, batches, [1, 2, 3, 4])
+    assert sorted(batches[-1]) == [1, 2, 3, 4]
+    lead = threading.Thread(target=gc.submit, args=(5,))
+    lead.start()
+    _wait_until(lambda: gc._target == 3)  # the lone caller is gathering, not committing
+    assert sorted(batches[-1]) == [1, 2, 3, 4]
+    others = [threading.Thread(target=gc.submit, args=(i,)) for i in (6, 7, 8)]
+    for t in others:
+        t.start()
+    for t in [lead, *others]:
+        t.join(5)
+    assert sorted(batches[-1]) == [5, 6, 7, 8]
+
+
+def test_a_gathering_leader_gives_up_after_its_wait_and_a_trickle_never_waits() -> None:
+    batches: list[list[int]] = []
+
+    def run(items: Sequence[int]) -> list[int]:
+        batches.append(list(items))
+        return list(items)
+
+    gc = GroupCommit(run, gather=0.05, gather_from=4)
+    _queue_behind(gc, batches, [1, 2, 3, 4])
+    assert gc.submit(5) == 5  # nobody came back within 50 ms: it commits alone
+    assert batches[-1] == [5]
+    slow = GroupCommit(run, gather=60.0, gather_from=4)
+    _queue_behind(slow, batches, [10, 11])  # two at once: fewer than gather_from
+    started = time.monotonic()
+    for i in range(12, 20):  # then lone callers, one after another
+        assert slow.submit(i) == i
+    assert time.monotonic() - started < 30, "a lone caller waited for company"
+    assert batches[-8:] == [[i] for i in range(12, 20)]
+
+
+def test_a_batch_of_new_keys_maps_each_caller_to_its_own_row(tmp_path: object) -> None:
+    # The no-repeat path stores the batch in one statement and derives the ids from the last
+    # rowid: each caller must still get the id of its own row.
+    from pathlib import Path
+
+    from wakeful.core.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(Path(str(tmp_path)) / "f.db")
+    store.ingest("T1:U0", "slack", "before", {"n": 0}, 1)
+    items = [(f"T1:U{i % 3}", "slack", f"k{i}", f'{{"n":{i}}}', 2) for i in range(1, 9)]
+    results = store._insert_batch(items)
+    assert len(set(results)) == 8
+    for (inbox, source, key, body, _), event_id in zip(items, results, strict=True):
+        assert event_id is not None
+        event = store.event(event_id)
+        assert event is not None
+        assert (event.inbox, event.source, event.source_id) == (inbox, source, key)
+        assert event.payload == json.loads(body)
     store.close()
