@@ -48,6 +48,7 @@ class SlackFront:
         bot_user_id: str = "",
         bot_id: str = "",
         wakeup: Kicker | None = None,
+        outbox_wakeup: Kicker | None = None,
         clock: Callable[[], int] = lambda: int(time.time()),
         verifier_clock: Clock | None = None,
         body_cap: int = BODY_CAP,
@@ -56,6 +57,9 @@ class SlackFront:
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
         self.wakeup: Kicker = wakeup or Wakeup()
+        """Kicked when an event is stored (the worker's)."""
+        self.outbox_wakeup: Kicker = outbox_wakeup or self.wakeup
+        """Kicked when a reply is queued (the dispatcher's)."""
         self.clock = clock
         self.body_cap = body_cap
         self.verifier = SignatureVerifier(signing_secret, clock=verifier_clock or Clock())
@@ -163,7 +167,7 @@ class SlackFront:
                 [Message(channel, text, blocks=note_blocks, kind="ephemeral", user=user)],
                 now,
             )
-            self.wakeup.kick()
+            self.outbox_wakeup.kick()
 
     def _click_note(
         self, request_id: str, outcome: str

@@ -56,7 +56,7 @@ def _serve(args: argparse.Namespace) -> int:
     runtime = Runtime(config, store, roles)
     # Socket Mode needs no signing secret (nothing is served over HTTP); Bolt wants one anyway.
     secret = config.signing_secret or secrets.token_hex(16)
-    front = SlackFront(store, secret, me["user_id"], me["bot_id"], runtime.bell)
+    front = SlackFront(store, secret, me["user_id"], me["bot_id"], runtime.work, runtime.send)
     runtime.start()
     try:
         if config.socket_mode:

@@ -166,7 +166,7 @@ class Demo:
             )
             store = open_store(config.db, config.engine_settings())
             runtime = Runtime(config, store, ("worker", "scheduler", "dispatcher"), poll=0.2)
-            front = SlackFront(store, SECRET, "UBOT", "BBOT", runtime.bell)
+            front = SlackFront(store, SECRET, "UBOT", "BBOT", runtime.work, runtime.send)
             server = http_server(front, "127.0.0.1", 0)
             thread = threading.Thread(target=server.run, daemon=True)
             thread.start()

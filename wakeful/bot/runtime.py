@@ -13,7 +13,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from ..core.agent import Agent
-from ..core.loops import Bell, Dispatcher, Scheduler, Worker
+from ..core.loops import Bell, Dispatcher, Scheduler, Wakeup, Worker
 from ..core.store import Store, open_store
 from .config import Config, ConfigError
 from .sender import SlackSender, make_client
@@ -98,6 +98,10 @@ class Runtime:
     roles: tuple[str, ...]
     poll: float = 1.0
     bell: Bell = field(default_factory=Bell)
+    work: Wakeup = field(default_factory=Wakeup)
+    """Kicked when events are stored: wakes the worker."""
+    send: Wakeup = field(default_factory=Wakeup)
+    """Kicked when outbox rows are queued: wakes the dispatcher."""
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
     client: WebClient | None = None
@@ -113,15 +117,15 @@ class Runtime:
                     store=self.store,
                     agent=agent,
                     poll=self.poll,
-                    wakeup=self.bell.subscribe(),
-                    notify=self.bell,
+                    wakeup=self.bell.subscribe(self.work),
+                    notify=self.send,
                     settle=self.config.batch_window,
                 )
             )
         if "scheduler" in self.roles:
             loops.append(
                 Scheduler(
-                    store=self.store, poll=self.poll, wakeup=self.bell.subscribe(), notify=self.bell
+                    store=self.store, poll=self.poll, wakeup=self.bell.subscribe(), notify=self.work
                 )
             )
         if "dispatcher" in self.roles:
@@ -132,7 +136,7 @@ class Runtime:
                     store=self.store,
                     sender=SlackSender(self.client),
                     poll=self.poll,
-                    wakeup=self.bell.subscribe(),
+                    wakeup=self.bell.subscribe(self.send),
                 )
             )
         listen = getattr(self.store, "listen", None)

@@ -496,6 +496,9 @@ class Store(ABC):
         expiry timer stores the `expired` answer instead.
         """
         due = fired = expired = 0
+        earliest = self.next_timer_at()  # most passes find nothing: no write lock for those
+        if earliest is None or earliest > now:
+            return TimerFired(0, 0, 0)
         with self._tx() as tx:
             for row in tx.all("due_timers", {"now": now, "limit": limit}):
                 due += 1
@@ -622,60 +625,62 @@ class Store(ABC):
         whose wait is over) is handed out again with the same dispatch id and `retry` set, before
         anything newer for that destination, so order holds and the sender can look first.
         """
+        # Most wake-ups find nothing to send (rows held by the gap, or already in flight): look
+        # first without the write lock, which the HTTP front's inserts are waiting for.
+        with self._tx(write=False) as tx:
+            dests = tx.all("open_destinations", {"limit": limit})
+            if not any(self._claimable(tx, d["channel"], d["thread_ts"], now) for d in dests):
+                return []
         batches: list[outbox_rules.Batch] = []
-        gap = self.settings.outbox_gap
         with self._tx() as tx:
             for dest in tx.all("open_destinations", {"limit": limit}):
                 channel, thread = str(dest["channel"]), str(dest["thread_ts"])
                 lock = tx.one("lock_destination", {"channel": channel, "thread_ts": thread})
                 if lock is None or not lock["ok"]:
                     continue  # another dispatcher is on this destination
-                rows = [
-                    _outbox(r)
-                    for r in tx.all(
-                        "open_rows",
-                        {"channel": channel, "thread_ts": thread, "limit": BATCH_ROW_CAP},
-                    )
-                ]
-                sending = [r for r in rows if r.status == "sending"]
-                if sending:
-                    dispatch_id = sending[0].dispatch_id
+                pick = self._claimable(tx, channel, thread, now)
+                if pick is None:
+                    continue
+                rows, retry = pick
+                until = now + self.settings.send_timeout
+                if retry:
+                    dispatch_id = rows[0].dispatch_id
                     assert dispatch_id is not None
-                    batch_rows = [r for r in sending if r.dispatch_id == dispatch_id]
-                    if (
-                        tx.run(
-                            "reclaim_batch",
-                            {
-                                "dispatch_id": dispatch_id,
-                                "now": now,
-                                "until": now + self.settings.send_timeout,
-                            },
-                        )
-                        == 0
-                    ):
-                        continue  # still in flight or waiting out a retry-after
-                    retry = True
-                else:
-                    last = tx.one("get_destination", {"channel": channel, "thread_ts": thread})
-                    if not outbox_rules.ready(
-                        rows, None if last is None else int(last["last_sent_at"]), now, gap
-                    ):
+                    params = {"dispatch_id": dispatch_id, "now": now, "until": until}
+                    if tx.run("reclaim_batch", params) == 0:
                         continue
+                else:
                     dispatch_id = uuid.uuid4().hex
-                    batch_rows = rows
                     for r in rows:
                         tx.run(
-                            "claim_row",
-                            {
-                                "id": r.id,
-                                "dispatch_id": dispatch_id,
-                                "until": now + self.settings.send_timeout,
-                            },
+                            "claim_row", {"id": r.id, "dispatch_id": dispatch_id, "until": until}
                         )
-                    retry = False
-                parts = outbox_rules.plan_parts(dispatch_id, batch_rows, retry)
+                parts = outbox_rules.plan_parts(dispatch_id, rows, retry)
                 batches.append(outbox_rules.Batch(dispatch_id, channel, thread, parts, retry))
         return batches
+
+    def _claimable(
+        self, tx: Tx, channel: str, thread: str, now: int
+    ) -> tuple[list[OutboxRow], bool] | None:
+        """What one destination would send now, and whether it is a retry; None if nothing.
+
+        A batch still `sending` goes first, whole, once its deadline has passed (in flight or
+        waiting out a retry-after until then); otherwise the pending rows, if the gap allows."""
+        raw = tx.all("open_rows", {"channel": channel, "thread_ts": thread, "limit": BATCH_ROW_CAP})
+        sending = [r for r in raw if r["status"] == "sending"]
+        if sending:
+            first = sending[0]
+            if int(first["in_flight_until"]) > now:
+                return None
+            return [_outbox(r) for r in sending if r["dispatch_id"] == first["dispatch_id"]], True
+        rows = [_outbox(r) for r in raw]
+        last = tx.one("get_destination", {"channel": channel, "thread_ts": thread})
+        gap = self.settings.outbox_gap
+        if not outbox_rules.ready(
+            rows, None if last is None else int(last["last_sent_at"]), now, gap
+        ):
+            return None
+        return rows, False
 
     def mark_sent(self, part: outbox_rules.Part, ts: str | None, now: int) -> None:
         """Record a delivered part; posts containing normal rows restart the destination's gap."""

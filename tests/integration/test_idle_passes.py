@@ -1,0 +1,66 @@
+"""Idle loop passes take no write lock: the scheduler and the dispatcher are woken far more
+often than they find work, and every write lock they take is one the HTTP front's insert (and
+Slack's three-second clock) may have to wait for. SQLite only: the lock is SQLite's."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from wakeful.core.effects import Message, Timer
+from wakeful.core.errors import StoreUnavailable
+from wakeful.core.settings import Settings
+from wakeful.core.store.sqlite import SQLiteStore
+
+T0 = 1_700_000_000
+
+
+@contextmanager
+def write_locked(path: str) -> Iterator[None]:
+    """Another process's writer holding the database's write lock."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[tuple[SQLiteStore, SQLiteStore]]:
+    """The store that sets things up, and a second one (same file) with a short busy wait."""
+    settings = Settings(send_timeout=60)
+    setup = SQLiteStore(tmp_path / "idle.db", settings)
+    probe = SQLiteStore(tmp_path / "idle.db", settings, busy_timeout_ms=100)
+    yield setup, probe
+    probe.close()
+    setup.close()
+
+
+def test_a_dispatcher_pass_with_nothing_to_send_takes_no_write_lock(
+    stores: tuple[SQLiteStore, SQLiteStore],
+) -> None:
+    setup, probe = stores
+    setup.post("T1:U1", [Message("C1", "now", priority="urgent")], T0)
+    assert len(setup.claim_batches(T0)) == 1  # in flight until T0 + 60
+    with write_locked(setup.path):
+        assert probe.claim_batches(T0 + 1) == []  # still in flight: nothing to claim
+        with pytest.raises(StoreUnavailable):
+            probe.claim_batches(T0 + 61)  # its deadline passed: reclaiming it must write
+
+
+def test_a_scheduler_pass_with_nothing_due_takes_no_write_lock(
+    stores: tuple[SQLiteStore, SQLiteStore],
+) -> None:
+    setup, probe = stores
+    setup.add_timer("T1:U1", Timer.once("ping", T0 + 60), T0)
+    with write_locked(setup.path):
+        assert probe.fire_due_timers(T0 + 59).due == 0
+        with pytest.raises(StoreUnavailable):
+            probe.fire_due_timers(T0 + 60)
+    assert probe.fire_due_timers(T0 + 60).fired == 1
