@@ -80,7 +80,7 @@ def sustained(url: str, rates: list[float], seconds: float) -> tuple[float, dict
 
 def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
     seconds = 3.0 if quick else 30.0
-    ramp = [400.0] if quick else [400.0, 800.0, 1200.0, 1600.0, 2000.0]
+    ramp = [400.0] if quick else [400.0, 800.0, 1200.0, 1600.0, 2000.0, 2500.0, 3000.0]
     ramp_seconds = 2.0 if quick else 8.0
     tmp = Path(tempfile.mkdtemp(prefix="wakeful-bench-http-"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
