@@ -23,7 +23,8 @@ class Figure:
     def row(self) -> str:
         ratio = "" if self.ratio is None else f"{self.ratio:.2f}x {self.baseline}"
         verdict = "" if self.met is None else ("met" if self.met else "MISSED")
-        cells = [self.name, f"{self.value:,.1f} {self.unit}", ratio, self.goal, verdict, self.note]
+        value = f"{self.value:.2f}" if self.unit == "x" else f"{self.value:,.1f}"
+        cells = [self.name, f"{value} {self.unit}", ratio, self.goal, verdict, self.note]
         return "| " + " | ".join(cells) + " |"
 
 
