@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,36 @@ def _start(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], 
         proc.kill()
         raise RuntimeError(f"{cmd[2:4]} did not start: {line!r}")
     return proc, line[line.index("http://") :].strip()
+
+
+def _start_loops(env: dict[str, str]) -> list[subprocess.Popen[str]]:
+    """`wakeful worker`, `scheduler` and `dispatcher`, each its own process on `env`'s store."""
+    procs = []
+    for role in ("worker", "scheduler", "dispatcher"):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wakeful.bot.cli", role, "--poll", "0.05"],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if "running" not in line:
+            proc.kill()
+            raise RuntimeError(f"wakeful {role} did not start: {line!r}")
+        procs.append(proc)
+    return procs
+
+
+def _replies(db: Path) -> int:
+    """Outbox rows sent: proof that the loops kept up with the load, not just the front."""
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM outbox WHERE status = 'sent'").fetchone()[0])
+    finally:
+        conn.close()
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -101,27 +132,34 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
         }
         results: dict[str, dict[str, Any]] = {}
         best: dict[str, float] = {}
+        replies: dict[str, int] = {}
+        split = {**wenv, "WAKEFUL_DB": str(tmp / "bench-split.db")}
         for name, cmd, e in (
             ("bare slack-bolt", [sys.executable, "-m", "bench.bare_app", "--secret", SECRET], env),
             ("wakeful serve", [sys.executable, "-m", "wakeful.bot.cli", "serve"], wenv),
             (
                 "wakeful serve --no-loops",
                 [sys.executable, "-m", "wakeful.bot.cli", "serve", "--no-loops"],
-                {**wenv, "WAKEFUL_DB": str(tmp / "bench-noloops.db")},
+                split,
             ),
         ):
             proc, url = _start(cmd, e)
+            loops = _start_loops(e) if "--no-loops" in cmd else []
             try:
                 load(url, 100, 1.0)  # warm up
                 results[name] = load(url, 200, seconds)
                 best[name], _ = sustained(url, ramp, ramp_seconds)
             finally:
-                _stop(proc)
+                for p in [proc, *loops]:
+                    _stop(p)
+            if e is not env:
+                replies[name] = _replies(Path(e["WAKEFUL_DB"]))
             r = results[name]
             say(
                 f"  {name}: 200/s for {seconds:.0f}s -> p50 {r['p50_ms']:.1f} ms, "
                 f"p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms, {r['statuses']}; "
                 f"sustained {best[name]:.0f}/s"
+                + (f"; {replies[name]:,} replies sent" if name in replies else "")
             )
         bare, ours = results["bare slack-bolt"], results["wakeful serve"]
         ratio = ours["p99_ms"] / max(bare["p99_ms"], 0.001)
@@ -170,15 +208,15 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
         front = results["wakeful serve --no-loops"]
         figures.append(
             Figure(
-                "HTTP ack p99 at 200/s, serve --no-loops (loops elsewhere)",
+                "HTTP ack p99 at 200/s, serve --no-loops + worker, scheduler, dispatcher processes",
                 front["p99_ms"],
                 "ms",
                 front["p99_ms"] / max(bare["p99_ms"], 0.001),
                 "bare app p99",
                 "<= 1.5x",
                 front["p99_ms"] / max(bare["p99_ms"], 0.001) <= 1.5,
-                f"sustained {best['wakeful serve --no-loops']:.0f}/s; "
-                "same store-then-ack path, worker and dispatcher in other processes",
+                f"sustained {best['wakeful serve --no-loops']:.0f}/s; same store-then-ack path, "
+                "the loops in three other processes on the same SQLite file",
             )
         )
         for f in figures:

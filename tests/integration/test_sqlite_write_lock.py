@@ -1,10 +1,13 @@
-"""Idle loop passes take no write lock: the scheduler and the dispatcher are woken far more
-often than they find work, and every write lock they take is one the HTTP front's insert (and
-Slack's three-second clock) may have to wait for. SQLite only: the lock is SQLite's."""
+"""SQLite's write lock, which the HTTP front's insert (and Slack's three-second clock) waits for
+whenever someone else holds it. Idle loop passes do not take it: the scheduler and the
+dispatcher are woken far more often than they find work. An urgent write that finds another
+process holding it keeps looking until the busy timeout, then fails (503, Slack retries)."""
 
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,3 +67,29 @@ def test_a_scheduler_pass_with_nothing_due_takes_no_write_lock(
         with pytest.raises(StoreUnavailable):
             probe.fire_due_timers(T0 + 60)
     assert probe.fire_due_timers(T0 + 60).fired == 1
+
+
+def test_an_urgent_write_waits_out_another_process_lock(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "wait.db", busy_timeout_ms=5000)
+    other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.2, lambda: other.execute("ROLLBACK"))
+    release.start()
+    started = time.monotonic()
+    try:
+        assert store.ingest("T1:U1", "slack", "Ev1", {"text": "hi"}, T0).stored
+    finally:
+        release.join()
+        other.close()
+    assert time.monotonic() - started >= 0.2  # it waited for the lock rather than failing
+    assert store.count_events() == 1
+    store.close()
+
+
+def test_an_urgent_write_gives_up_at_the_busy_timeout_and_stores_nothing(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "give-up.db", busy_timeout_ms=300)
+    with write_locked(store.path), pytest.raises(StoreUnavailable):
+        store.ingest("T1:U1", "slack", "Ev1", {"text": "hi"}, T0)
+    assert store.count_events() == 0
+    assert store.ingest("T1:U1", "slack", "Ev1", {"text": "hi"}, T0).stored  # the retry
+    store.close()
