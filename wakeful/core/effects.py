@@ -173,9 +173,13 @@ class Effects:
         self.save_session = True
 
 
+_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+"""Built once: json.dumps with these options builds a new encoder on every call (every ingest)."""
+
+
 def check_json(value: Any, what: str) -> str:
     """Serialise `value` or raise InvalidInput; payloads must round-trip through JSON."""
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return _JSON.encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc
