@@ -102,11 +102,30 @@ class Runtime:
     """Kicked when events are stored: wakes the worker."""
     send: Wakeup = field(default_factory=Wakeup)
     """Kicked when outbox rows are queued: wakes the dispatcher."""
+    due: Wakeup = field(default_factory=Wakeup)
+    """Kicked when timers are added: wakes the scheduler."""
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
     client: WebClient | None = None
 
     def start(self) -> None:
+        loops = self.build_loops()
+        listen = getattr(self.store, "listen", None)
+        if listen is not None and loops:
+            listen(self.work.kick)  # PostgreSQL: an event stored on any host wakes the worker
+        for loop in loops:
+            thread = threading.Thread(
+                target=loop.run,
+                args=(self.stop,),
+                name=f"wakeful-{type(loop).__name__.lower()}",
+                daemon=True,
+            )
+            thread.start()
+            self.threads.append(thread)
+        log.info("started %s", ", ".join(type(lp).__name__.lower() for lp in loops) or "no loops")
+
+    def build_loops(self) -> list[Any]:
+        """This process's loops, wired so each kick wakes the one loop it is news for."""
         if self.config.bot_token:
             self.client = make_client(self.config.bot_token, self.config.api_url)
         loops: list[Any] = []
@@ -119,13 +138,17 @@ class Runtime:
                     poll=self.poll,
                     wakeup=self.bell.subscribe(self.work),
                     notify=self.send,
+                    timers=self.due,
                     settle=self.config.batch_window,
                 )
             )
         if "scheduler" in self.roles:
             loops.append(
                 Scheduler(
-                    store=self.store, poll=self.poll, wakeup=self.bell.subscribe(), notify=self.work
+                    store=self.store,
+                    poll=self.poll,
+                    wakeup=self.bell.subscribe(self.due),
+                    notify=self.work,
                 )
             )
         if "dispatcher" in self.roles:
@@ -139,19 +162,7 @@ class Runtime:
                     wakeup=self.bell.subscribe(self.send),
                 )
             )
-        listen = getattr(self.store, "listen", None)
-        if listen is not None and loops:
-            listen(self.bell.kick)  # PostgreSQL: an insert on any host wakes these loops
-        for loop in loops:
-            thread = threading.Thread(
-                target=loop.run,
-                args=(self.stop,),
-                name=f"wakeful-{type(loop).__name__.lower()}",
-                daemon=True,
-            )
-            thread.start()
-            self.threads.append(thread)
-        log.info("started %s", ", ".join(type(lp).__name__.lower() for lp in loops) or "no loops")
+        return loops
 
     def shutdown(self, timeout: float = 10.0) -> None:
         self.stop.set()

@@ -53,7 +53,8 @@ class GroupCommit(Generic[In, Out]):
     starts, so it commits alone (one whole fsync for one row) while they queue behind it. So a
     leader that follows a batch of at least `gather_from` callers first waits, up to `gather`
     seconds, for as many callers as that batch had (the idea of PostgreSQL's commit_delay and
-    commit_siblings). A lone caller, or a trickle of them, never waits.
+    commit_siblings). A trickle of lone callers never waits; the first lone caller after a
+    burst waits once, at most `gather`, and its batch size then ends the gathering.
     """
 
     def __init__(

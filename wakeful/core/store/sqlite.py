@@ -120,8 +120,12 @@ class SQLiteStore(Store):
         )
         self._migrate()
 
-    def _connect(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+    def _connect(self, urgent: bool = False) -> sqlite3.Connection:
+        """This thread's connection; an urgent writer's is a second one whose busy timeout is 0,
+        because it waits for another process's lock in `_locking` instead of SQLite's handler
+        (reads and background writes keep the handler, on the first connection)."""
+        name = "urgent" if urgent else "conn"
+        conn: sqlite3.Connection | None = getattr(self._local, name, None)
         if conn is not None:
             return conn
         if self._closed:
@@ -131,7 +135,8 @@ class SQLiteStore(Store):
                 self.path, isolation_level=None, check_same_thread=False, timeout=0
             )
             conn.row_factory = sqlite3.Row
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            busy = 0 if urgent else int(self._busy_timeout_ms)
+            conn.execute(f"PRAGMA busy_timeout = {busy}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
@@ -140,30 +145,25 @@ class SQLiteStore(Store):
                 conn.execute(f"PRAGMA max_page_count = {self._max_pages}")
         except sqlite3.Error as exc:
             raise translate(exc) from exc
-        self._local.conn = conn
+        setattr(self._local, name, conn)
         with self._lock:
             self._all.append(conn)
         return conn
 
     @contextmanager
-    def _gated(self, conn: sqlite3.Connection, write: bool, urgent: bool) -> Iterator[None]:
+    def _gated(self, write: bool, urgent: bool) -> Iterator[None]:
         """Hold this process's write gate around a write (reads pass straight through).
 
         Writers of this process queue on a gate that wakes the next one the moment the previous
         commits; SQLite's own busy handler (for other processes) sleeps in steps of up to 100 ms,
         which would show up directly in Slack's acknowledgement latency. For the same reason an
-        urgent writer waits for another process's lock in `_locking` rather than in that
-        handler, so its connection's busy timeout is 0 while it writes."""
+        urgent writer waits for another process's lock in `_locking`, not in that handler."""
         if not write:
             yield
             return
         if not self._write_lock.acquire(urgent, self._busy_timeout_ms / 1000):
             raise StoreUnavailable("SQLite store unavailable: database is locked (in-process)")
         try:
-            busy = 0 if urgent else self._busy_timeout_ms
-            if getattr(self._local, "busy", None) != busy:
-                conn.execute(f"PRAGMA busy_timeout = {busy}")
-                self._local.busy = busy
             yield
         finally:
             self._write_lock.release()
@@ -188,8 +188,8 @@ class SQLiteStore(Store):
 
     @contextmanager
     def _tx(self, write: bool = True, urgent: bool = False) -> Iterator[_SqliteTx]:
-        conn = self._connect()
-        with self._gated(conn, write, urgent):
+        conn = self._connect(urgent and write)
+        with self._gated(write, urgent):
             try:
                 self._locking(urgent, lambda: conn.execute("BEGIN IMMEDIATE" if write else "BEGIN"))
             except sqlite3.Error as exc:
@@ -216,8 +216,8 @@ class SQLiteStore(Store):
         return self._group.submit((inbox, source, source_id, body, now))
 
     def _insert_batch(self, items: Sequence[tuple[str, str, str, str, int]]) -> list[int | None]:
-        conn = self._connect()
-        with self._gated(conn, write=True, urgent=True):
+        conn = self._connect(urgent=True)
+        with self._gated(write=True, urgent=True):
             try:
                 # The common case, no repeats: one autocommit statement is the whole fsync'd
                 # transaction, one step with the GIL released instead of four (BEGIN, check,
