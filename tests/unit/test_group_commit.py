@@ -160,6 +160,17 @@ def test_a_batch_stores_new_keys_once_and_reports_repeats_and_existing_ones(
     store.close()
 
 
+def _echo() -> tuple[list[list[int]], Callable[[Sequence[int]], list[int]]]:
+    """A batch runner that answers each item with itself, and the batches it was given."""
+    batches: list[list[int]] = []
+
+    def run(items: Sequence[int]) -> list[int]:
+        batches.append(list(items))
+        return list(items)
+
+    return batches, run
+
+
 def _queue_behind(gc: GroupCommit[int, int], batches: list[list[int]], items: list[int]) -> None:
     """Commit `items` as one batch: caller -1 leads a commit that is held until they queued."""
     hold = threading.Event()
@@ -189,12 +200,7 @@ def _queue_behind(gc: GroupCommit[int, int], batches: list[list[int]], items: li
 def test_after_a_big_batch_the_next_leader_waits_for_as_many_callers() -> None:
     # Without the wait the first caller back would commit alone, one fsync for one row, while
     # the others queue behind it: batches alternate between everyone and no one.
-    batches: list[list[int]] = []
-
-    def run(items: Sequence[int]) -> list[int]:
-        batches.append(list(items))
-        return list(items)
-
+    batches, run = _echo()
     gc = GroupCommit(run, gather=30.0, gather_from=4)
     _queue_behind(gc, batches, [1, 2, 3, 4])
     assert sorted(batches[-1]) == [1, 2, 3, 4]
@@ -211,12 +217,7 @@ def test_after_a_big_batch_the_next_leader_waits_for_as_many_callers() -> None:
 
 
 def test_a_gathering_leader_gives_up_after_its_wait_and_a_trickle_never_waits() -> None:
-    batches: list[list[int]] = []
-
-    def run(items: Sequence[int]) -> list[int]:
-        batches.append(list(items))
-        return list(items)
-
+    batches, run = _echo()
     gc = GroupCommit(run, gather=0.05, gather_from=4)
     _queue_behind(gc, batches, [1, 2, 3, 4])
     assert gc.submit(5) == 5  # nobody came back within 50 ms: it commits alone

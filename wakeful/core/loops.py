@@ -174,8 +174,7 @@ class Worker(_Loop):
 
     def sleep(self, wakeup: Wakeup, stop: threading.Event) -> None:
         if not (self.settle > 0 and self._seen):
-            wakeup.wait(self.idle_wait())
-            return
+            return super().sleep(wakeup, stop)
         # An inbox is waiting out its batch window. A kick still matters (a new inbox's window
         # starts when a tick first sees it), but under load kicks come hundreds a second and
         # each would cost a tick: after one, let the next ones pile up for a tenth of a window.

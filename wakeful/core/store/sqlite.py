@@ -222,13 +222,11 @@ class SQLiteStore(Store):
                 # The common case, no repeats: one autocommit statement is the whole fsync'd
                 # transaction, one step with the GIL released instead of four (BEGIN, check,
                 # insert, COMMIT) that each wait to get it back from the callers.
-                last = self._locking(True, lambda: self._insert_rows(conn, items))
+                return list(self._locking(True, lambda: self._insert_rows(conn, items)))
             except sqlite3.IntegrityError:
                 pass  # a key exists (a retry): the statement stored nothing; sort it out below
             except sqlite3.Error as exc:
                 raise translate(exc) from exc
-            else:
-                return list(range(last - len(items) + 1, last + 1))
         with self._tx(urgent=True) as tx:
             return self._insert_fresh(tx._conn, items)
 
@@ -252,17 +250,17 @@ class SQLiteStore(Store):
                 fresh.append(i)
         results: list[int | None] = [None] * len(items)
         if fresh:
-            last = self._insert_rows(conn, [items[i] for i in fresh])
-            for n, i in enumerate(fresh):
-                results[i] = last - len(fresh) + 1 + n
+            ids = self._insert_rows(conn, [items[i] for i in fresh])
+            for i, event_id in zip(fresh, ids, strict=True):
+                results[i] = event_id
         return results
 
     @staticmethod
     def _insert_rows(
         conn: sqlite3.Connection, items: Sequence[tuple[str, str, str, str, int]]
-    ) -> int:
-        """One multi-row INSERT; returns the last rowid. One writer holds the lock, so the new
-        rowids are consecutive, ending there."""
+    ) -> range:
+        """One multi-row INSERT; returns the new rows' ids in the items' order. One writer holds
+        the lock, so the rowids are consecutive, ending at the last one."""
         cursor = conn.execute(
             _rows_sql("insert_events", len(items)),
             [
@@ -271,7 +269,8 @@ class SQLiteStore(Store):
                 for v in (inbox, source, sid, body, now, now)
             ],
         )
-        return int(cursor.lastrowid or 0)
+        last = int(cursor.lastrowid or 0)
+        return range(last - len(items) + 1, last + 1)
 
     def _migrate(self) -> None:
         conn = self._connect()
