@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from wakeful.core.effects import Effects, Message
-from wakeful.core.store.sqlite import SQLiteStore
+from wakeful.core.store import Store, open_store
 
 from .common import Figure, rate, seconds
 
@@ -113,7 +113,7 @@ class Bench:
 
     # -- ingest ------------------------------------------------------------------------------
 
-    def ingest_round(self, store: SQLiteStore, prefix: str) -> float:
+    def ingest_round(self, store: Store, prefix: str) -> float:
         def once() -> None:
             tag = f"{prefix}{time.perf_counter_ns()}"
             for i in range(self.n):
@@ -122,14 +122,14 @@ class Bench:
         value, _ = rate(self.n, once, 1)
         return value
 
-    def measure_ingest(self) -> SQLiteStore:
+    def measure_ingest(self) -> Store:
         """Returns the store, for the figures that compare against ingest on it."""
-        store = SQLiteStore(self.path("ingest"))
+        store = open_store(self.path("ingest"))
         self.ratio("ingest, one caller", lambda: self.ingest_round(store, "a"), "events/s", 0.9)
         return store
 
     def measure_concurrent_ingest(self, callers: int = 16) -> None:
-        store = SQLiteStore(self.path("concurrent"))
+        store = open_store(self.path("concurrent"))
 
         def once() -> None:
             barrier = threading.Barrier(callers)
@@ -157,7 +157,7 @@ class Bench:
 
     # -- the run cycle -----------------------------------------------------------------------
 
-    def cycle_round(self, store: SQLiteStore, inboxes: int) -> float:
+    def cycle_round(self, store: Store, inboxes: int) -> float:
         """A full run per inbox: acquire+claim one event, finish with one outbox message."""
         tag = time.perf_counter_ns()
         names = [f"T9:C{tag}-{i}" for i in range(inboxes)]
@@ -172,9 +172,9 @@ class Bench:
             assert finished and following is None
         return inboxes / (time.perf_counter() - started)
 
-    def measure_cycle(self) -> SQLiteStore:
+    def measure_cycle(self) -> Store:
         """Returns the store, for the figures that compare against the cycle on it."""
-        store = SQLiteStore(self.path("cycle"))
+        store = open_store(self.path("cycle"))
         self.ratio(
             "run cycle (lease, claim 1, finish + 1 outbox row)",
             lambda: self.cycle_round(store, self.n // 2),
@@ -186,9 +186,9 @@ class Bench:
 
     # -- history -----------------------------------------------------------------------------
 
-    def history_store(self, done: int, inboxes: int) -> SQLiteStore:
+    def history_store(self, done: int, inboxes: int) -> Store:
         path = self.path("history")
-        store = SQLiteStore(path)
+        store = open_store(path)
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("PRAGMA synchronous=OFF")
         conn.execute("BEGIN")
@@ -204,7 +204,7 @@ class Bench:
         conn.close()
         return store
 
-    def measure_history(self, empty_cycle: SQLiteStore, empty_ingest: SQLiteStore) -> None:
+    def measure_history(self, empty_cycle: Store, empty_ingest: Store) -> None:
         """The cycle and ingest on a store with a long history, in rounds alternating with
         the same on the (nearly) empty stores of the figures above."""
         done, inboxes = (100_000, 1_000) if self.quick else (1_000_000, 10_000)
@@ -238,7 +238,7 @@ class Bench:
 
     def timer_pass(self, total: int, due: int) -> float:
         path = self.path("timers")
-        store = SQLiteStore(path)
+        store = open_store(path)
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("BEGIN")
         conn.executemany(
@@ -299,7 +299,7 @@ class Bench:
     # -- outbox ------------------------------------------------------------------------------
 
     def measure_outbox(self) -> None:
-        store = SQLiteStore(self.path("outbox"))
+        store = open_store(self.path("outbox"))
         destinations, per = 1000, 3
         for d in range(destinations):
             store.post(f"T1:U{d}", [Message(f"C{d}", f"update {i}") for i in range(per)], NOW)
@@ -323,7 +323,7 @@ class Bench:
 
     # -- peers -------------------------------------------------------------------------------
 
-    def measure_peers(self, ours: SQLiteStore) -> None:
+    def measure_peers(self, ours: Store) -> None:
         """Each peer's enqueue in rounds alternating with wakeful's ingest on the same disk."""
 
         def ingest() -> float:

@@ -116,7 +116,8 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
     tmp = Path(tempfile.mkdtemp(prefix="wakeful-bench-http-"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     emu, api = _start(
-        [sys.executable, "-m", "wakeful.bot.emulator", "--port", "0", "--token", "xoxb-bench"], env
+        [sys.executable, "-m", "wakeful.devtools.emulator", "--port", "0", "--token", "xoxb-bench"],
+        env,
     )
     figures: list[Figure] = []
     try:

@@ -15,13 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_pg(dsn: str, quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
-    from wakeful.core.store.postgres import PostgresStore
+    from wakeful.devtools.stores import fresh_postgres
 
     figures: list[Figure] = []
     events = 300 if quick else 3000
     base: float | None = None
     for procs in (1, 2, 4):
-        store = PostgresStore.fresh_for_tests(dsn)
+        store = fresh_postgres(dsn)
         now = int(time.time())
         for i in range(events):
             store.ingest(f"T1:U{i}", "slack", f"E{i}", {"text": "hi"}, now)
@@ -34,7 +34,7 @@ def run_pg(dsn: str, quick: bool, say: Callable[[str], None] = print) -> list[Fi
             "--db",
             dsn,
             "--schema",
-            str(store.schema),
+            str(store.db.schema),  # type: ignore[attr-defined]
             "--max-sleep",
             "0",
         ]

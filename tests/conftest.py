@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from wakeful.core.settings import Settings
-from wakeful.core.store.contract import Store
-from wakeful.core.store.sqlite import SQLiteStore
+from wakeful.core.store import Store, open_store
+from wakeful.devtools.stores import fresh_postgres
 
 T0 = 1_700_000_000
 PG_DSN = os.environ.get("WAKEFUL_TEST_PG_DSN", "")
@@ -24,9 +24,8 @@ def _pg_store(settings: Settings) -> Store:
         # The only skip: no server named. With a DSN set, a missing driver or an unreachable
         # server is a failure, never a skip (CI always sets the DSN).
         pytest.skip("WAKEFUL_TEST_PG_DSN is not set: PostgreSQL store tests skipped")
-    from wakeful.core.store.postgres import PostgresStore
 
-    return PostgresStore.fresh_for_tests(PG_DSN, settings)
+    return fresh_postgres(PG_DSN, settings)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -38,7 +37,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeS
     def make(**overrides: int) -> Store:
         settings = Settings(**overrides)
         if request.param == "sqlite":
-            store: Store = SQLiteStore(tmp_path / f"store-{next(counter)}.db", settings)
+            store: Store = open_store(tmp_path / f"store-{next(counter)}.db", settings)
         else:
             store = _pg_store(settings)
         made.append(store)

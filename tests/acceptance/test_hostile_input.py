@@ -1,7 +1,7 @@
 """Hostile input against the real HTTP front: `SlackFront` over a SQLite file, served by the
 product's own waitress server (`http_server`), spoken to over real HTTP with `http.client`.
 
-The rules under test (wakeful/bot/app.py):
+The rules under test (bot/front.py, bot/payloads.py, bot/signature.py):
 - signature and timestamp are checked before anything is parsed: a forged, stale, truncated or
   duplicated signature is a 401, and nothing reaches the store;
 - a correctly signed body that is not what Slack sends is a 400 (a non-UTF-8 body is a 401:
@@ -43,7 +43,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from wakeful.bot import blocks
-from wakeful.bot.app import BODY_CAP, EVENTS_PATH, SlackFront
+from wakeful.bot.front import BODY_CAP, EVENTS_PATH, SlackFront
 from wakeful.bot.runtime import http_server
 from wakeful.core.effects import ApprovalRequest, Effects
 from wakeful.core.records import Event

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MakeStore
-from wakeful.core.scenarios import SCENARIOS, SETTINGS
+from wakeful.devtools.scenarios import SCENARIOS, SETTINGS
 
 REFERENCE = """\
 1. webhook delivered twice

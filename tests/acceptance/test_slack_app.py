@@ -34,9 +34,9 @@ from typing import Any
 
 import pytest
 
-from wakeful.bot.app import BODY_CAP
-from wakeful.bot.emulator import EventSender, SlackEmulator
+from wakeful.bot.front import BODY_CAP
 from wakeful.core.store import Store, open_store
+from wakeful.devtools.emulator import EventSender, SlackEmulator
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "xoxb-acceptance"

@@ -9,16 +9,16 @@ import pytest
 
 from tests.conftest import MakeStore
 from tests.support.chaos import Figures, Plan, run_chaos
-from wakeful.core.store.sqlite import SQLiteStore
+from wakeful.core.store.sqlite import SQLiteConnector
 
 
 def _run(make_store: MakeStore, tmp_path: Path, plan: Plan) -> tuple[Figures, str]:
     store = make_store()
-    if isinstance(store, SQLiteStore):
-        db, backend = store.path, "sqlite"
+    if isinstance(store.db, SQLiteConnector):
+        db, backend = store.db.path, "sqlite"
     else:
-        schema = store.schema  # type: ignore[attr-defined]
-        db = f"{store.dsn}?options=-csearch_path%3D{schema}"  # type: ignore[attr-defined]
+        schema = store.db.schema  # type: ignore[attr-defined]
+        db = f"{store.db.dsn}?options=-csearch_path%3D{schema}"  # type: ignore[attr-defined]
         backend = "postgres"
     figures = run_chaos(plan, store, db, tmp_path, backend)
     print(figures.line(backend))

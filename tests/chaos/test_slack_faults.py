@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import T0
-from wakeful.bot.emulator import SlackEmulator
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.core.effects import Message
 from wakeful.core.loops import Dispatcher, ManualClock
 from wakeful.core.store import Store
+from wakeful.devtools.emulator import SlackEmulator
 
 TOKEN = "xoxb-faults"
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import T0
-from wakeful.bot.emulator import EventSender, SlackEmulator
 from wakeful.core.errors import StoreUnavailable
-from wakeful.core.store.sqlite import SQLiteStore
+from wakeful.core.store import open_store
+from wakeful.devtools.emulator import EventSender, SlackEmulator
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def test_a_locked_database_is_retried_within_the_busy_timeout_then_a_clear_error
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "w.db"
-    store = SQLiteStore(path, busy_timeout_ms=300)
+    store = open_store(path, busy_timeout_ms=300)
     blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     blocker.execute("BEGIN IMMEDIATE")
     started = time.monotonic()
@@ -46,10 +46,9 @@ def test_a_locked_database_is_retried_within_the_busy_timeout_then_a_clear_error
 
 
 def test_postgres_unreachable_is_a_clear_store_unavailable_error() -> None:
-    from wakeful.core.store.postgres import PostgresStore
 
     with pytest.raises(StoreUnavailable, match="cannot connect to PostgreSQL"):
-        PostgresStore("postgresql://postgres@127.0.0.1:1/test", connect_timeout=1)
+        open_store("postgresql://postgres@127.0.0.1:1/test", connect_timeout=1)
 
 
 def _get(url: str) -> int:
@@ -62,7 +61,7 @@ def _get(url: str) -> int:
 
 def test_a_full_disk_answers_503_keeps_the_process_up_and_recovers(tmp_path: Path) -> None:
     db = tmp_path / "full.db"
-    SQLiteStore(db).close()
+    open_store(db).close()
     probe = sqlite3.connect(db)
     pages = probe.execute("PRAGMA page_count").fetchone()[0]
     probe.close()
@@ -101,7 +100,7 @@ def test_a_full_disk_answers_503_keeps_the_process_up_and_recovers(tmp_path: Pat
             assert full.status == 503
             assert app.poll() is None, "the process died on a full disk"
             assert _get(base + "/healthz") in (200, 503)
-            store = SQLiteStore(db)
+            store = open_store(db)
             assert store.event_by_key("slack", full.event_id) is None  # nothing acknowledged
             # Space returns; Slack's retry of the same event is stored once.
             filler.execute("DROP TABLE ballast")

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import T0
 from wakeful.core.effects import ApprovalRequest, Effects, Message
 from wakeful.core.errors import InvalidInput
 from wakeful.core.records import Event
-from wakeful.core.store.contract import Store
+from wakeful.core.store import Store
 
-T0 = 1_700_000_000
 HOUR = 3600
 WINDOW = 4 * HOUR
 INBOX = "T1:U7"

@@ -30,13 +30,15 @@ from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.bot.agents.claude import (
     CUT_OFF_LINE,
     DEFAULT_MODEL,
-    NO_REPLY,
     REFUSED_LINE,
     SYSTEM_PROMPT,
     TOO_MANY_STEPS_LINE,
     ClaudeAgent,
-    approx_tokens,
     build,
+)
+from wakeful.bot.agents.conversation import (
+    NO_REPLY,
+    approx_tokens,
     is_clean_user_turn,
     trim_history,
 )
@@ -45,9 +47,9 @@ from wakeful.bot.runtime import build_agent
 from wakeful.core.agent import Policy, Run
 from wakeful.core.errors import LeaseLost
 from wakeful.core.loops import Dispatcher, ManualClock, Scheduler, Worker
-from wakeful.core.outbox import Part
 from wakeful.core.records import OutboxRow
-from wakeful.core.store.contract import Store
+from wakeful.core.rules.outbox import Part
+from wakeful.core.store import Store
 
 TEAM = "T1"
 USER = "U1"
@@ -860,11 +862,11 @@ def test_wakeful_serve_without_the_key_exits_with_one_line(tmp_path: Path) -> No
 def test_the_default_install_never_imports_anthropic(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "import wakeful.bot.cli, wakeful.bot.runtime, wakeful.bot.config, wakeful.bot.app\n"
+        "import wakeful.bot.cli, wakeful.bot.runtime, wakeful.bot.config, wakeful.bot.front\n"
         "from wakeful.bot.config import Config\n"
         "from wakeful.bot.runtime import build_agent\n"
-        "from wakeful.core.store.sqlite import SQLiteStore\n"
-        f"build_agent(Config(), SQLiteStore({str(tmp_path / 'w.db')!r}), None)\n"
+        "from wakeful.core.store import open_store\n"
+        f"build_agent(Config(), open_store({str(tmp_path / 'w.db')!r}), None)\n"
         "assert 'anthropic' not in sys.modules, 'anthropic was imported'\n"
     )
     done = subprocess.run(

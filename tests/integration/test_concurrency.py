@@ -15,8 +15,8 @@ from typing import Any
 
 from tests.conftest import T0, MakeStore
 from wakeful.core.effects import Message, Timer
-from wakeful.core.store.contract import Store
-from wakeful.core.store.sqlite import SQLiteStore
+from wakeful.core.store import Store
+from wakeful.core.store.sqlite import SQLiteConnector
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,10 +91,10 @@ def test_worker_processes_finish_every_event_with_no_overlapping_runs(
     for u in range(inboxes):
         for i in range(per_inbox):
             store.ingest(f"T1:U{u}", "slack", f"E{u}-{i}", {"i": i}, now)
-    if isinstance(store, SQLiteStore):
-        db, schema = store.path, None
+    if isinstance(store.db, SQLiteConnector):
+        db, schema = store.db.path, None
     else:
-        db, schema = store.dsn, store.schema  # type: ignore[attr-defined]
+        db, schema = store.db.dsn, store.db.schema  # type: ignore[attr-defined]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = []
     for w in range(4):
@@ -129,7 +129,7 @@ def test_worker_processes_finish_every_event_with_no_overlapping_runs(
     runs_by_inbox: dict[str, list[dict[str, Any]]] = {}
     for row in store.outbox():
         runs_by_inbox.setdefault(row.inbox, []).append(json.loads(row.text))
-    from wakeful.core.audit import overlapping_runs
+    from wakeful.devtools.audit import overlapping_runs
 
     log = store.runs()
     assert overlapping_runs(log) == []

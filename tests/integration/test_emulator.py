@@ -20,7 +20,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 
-from wakeful.bot.emulator import Call, EventSender, RemoteEmulator, SlackEmulator
+from wakeful.devtools.emulator import Call, EventSender, RemoteEmulator, SlackEmulator
 
 TOKEN = "xoxb-test-token"
 SECRET = "shh-signing-secret"
@@ -329,7 +329,7 @@ def test_what_slack_sdk_sends(emu: SlackEmulator, client: WebClient) -> None:
 def test_subprocess_mode_serves_and_admin_endpoints_work() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "wakeful.bot.emulator", "--port", "0", "--token", TOKEN],
+        [sys.executable, "-m", "wakeful.devtools.emulator", "--port", "0", "--token", TOKEN],
         stdout=subprocess.PIPE,
         text=True,
         env=env,

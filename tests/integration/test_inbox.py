@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import T0
 from wakeful.core.errors import InvalidInput
 from wakeful.core.settings import MAX_PAYLOAD_BYTES
-from wakeful.core.store.contract import Store
+from wakeful.core.store import Store
 
 
 def test_a_delivery_is_stored_once_and_the_repeat_reports_duplicate(store: Store) -> None:

@@ -7,7 +7,8 @@ import pytest
 from tests.conftest import T0, MakeStore
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
 from wakeful.core.errors import LeaseLost
-from wakeful.core.store.contract import TOO_MANY_ATTEMPTS, Store
+from wakeful.core.store import Store
+from wakeful.core.store.claims import TOO_MANY_ATTEMPTS
 
 INBOX = "T1:U1"
 
@@ -278,7 +279,7 @@ def test_dead_letters_are_listed_and_requeued_with_attempts_reset(make_store: Ma
 
 
 def test_the_run_log_orders_every_finished_run_and_has_no_overlaps(store: Store) -> None:
-    from wakeful.core.audit import overlapping_runs
+    from wakeful.devtools.audit import overlapping_runs
 
     add(store, "e1", "e2")
     a = store.acquire_and_claim(INBOX, "A", T0)
@@ -294,8 +295,8 @@ def test_the_run_log_orders_every_finished_run_and_has_no_overlaps(store: Store)
 
 
 def test_overlap_detection_flags_a_run_claimed_before_the_previous_finished() -> None:
-    from wakeful.core.audit import overlapping_runs
     from wakeful.core.records import RunRecord
+    from wakeful.devtools.audit import overlapping_runs
 
     first = RunRecord(
         INBOX, "A", 1, claim_seq=1, finish_seq=4, events=(1,), claimed_at=0, finished_at=0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from tests.conftest import T0, MakeStore
 from wakeful.core.errors import InvalidInput
 from wakeful.core.store import open_store
 from wakeful.core.store.sql import load_migrations
-from wakeful.core.store.sqlite import SQLiteStore
+from wakeful.core.store.sqlite import SQLiteConnector
 
 
 def test_schema_version_is_the_latest_migration(make_store: MakeStore) -> None:
@@ -20,24 +21,25 @@ def test_schema_version_is_the_latest_migration(make_store: MakeStore) -> None:
 
 def test_reopening_keeps_data_and_does_not_reapply(tmp_path: Path) -> None:
     path = tmp_path / "w.db"
-    first = SQLiteStore(path)
+    first = open_store(path)
     first.ingest("T1:U1", "slack", "Ev1", {"x": 1}, T0)
     first.close()
-    again = SQLiteStore(path)
+    again = open_store(path)
     assert [e.source_id for e in again.events("T1:U1")] == ["Ev1"]
-    conn = again._connect()
+    again.close()
+    conn = sqlite3.connect(path)
     assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(
         load_migrations("sqlite")
     )
-    again.close()
+    conn.close()
 
 
 def test_open_store_picks_the_backend_and_rejects_unknown_urls(tmp_path: Path) -> None:
     store = open_store(tmp_path / "a.db")
-    assert isinstance(store, SQLiteStore)
+    assert isinstance(store.db, SQLiteConnector)
     store.close()
     store = open_store(f"sqlite:///{tmp_path / 'b.db'}")
-    assert isinstance(store, SQLiteStore)
+    assert isinstance(store.db, SQLiteConnector)
     store.close()
     with pytest.raises(InvalidInput, match="unsupported store URL"):
         open_store("mysql://localhost/x")

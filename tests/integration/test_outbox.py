@@ -10,15 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import T0
 from wakeful.core.effects import SLACK_TEXT_LIMIT, ApprovalRequest, Effects, Message
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.loops import Dispatcher, ManualClock
-from wakeful.core.outbox import SEPARATOR, Part
 from wakeful.core.records import Ingested
-from wakeful.core.store.contract import Store
-from wakeful.core.store.sqlite import SQLiteStore
+from wakeful.core.rules.outbox import SEPARATOR, Part
+from wakeful.core.store import Store, open_store
+from wakeful.core.store.sqlite import SQLiteConnector
 
-T0 = 1_700_000_000
 GAP = 3600
 INBOX = "T1:U8"
 
@@ -199,8 +199,8 @@ def test_updates_and_ephemerals_are_never_held(make_store: MakeStore) -> None:
 
 
 def test_no_write_lock_is_held_while_the_sender_is_on_the_network(store: Store) -> None:
-    if isinstance(store, SQLiteStore):
-        other: Store = SQLiteStore(store.path, settings=store.settings, busy_timeout_ms=200)
+    if isinstance(store.db, SQLiteConnector):
+        other: Store = open_store(store.db.path, settings=store.settings, busy_timeout_ms=200)
     else:
         other = store
     rig = Rig(store)

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import T0, MakeStore
-from wakeful.bot.emulator import SlackEmulator
 from wakeful.core.effects import Message, Timer
-from wakeful.core.store import Store
-from wakeful.core.store.sqlite import SQLiteStore
+from wakeful.core.store import Store, open_store
+from wakeful.core.store.sqlite import SQLiteConnector
+from wakeful.devtools.emulator import SlackEmulator
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 1000
@@ -25,17 +25,15 @@ RACERS = 4
 
 
 def _where(store: Store) -> tuple[str, str | None]:
-    if isinstance(store, SQLiteStore):
-        return store.path, None
-    return store.dsn, store.schema  # type: ignore[attr-defined]
+    if isinstance(store.db, SQLiteConnector):
+        return store.db.path, None
+    return store.db.dsn, store.db.schema  # type: ignore[attr-defined]
 
 
 def _open(db: str, schema: str | None) -> Store:
     if db.startswith("postgresql://"):
-        from wakeful.core.store.postgres import PostgresStore
-
-        return PostgresStore(db, schema=schema, pool_size=1)
-    return SQLiteStore(db)
+        return open_store(db, schema=schema, pool_size=1)
+    return open_store(db)
 
 
 def _racer(db: str, schema: str | None, me: int, barrier: Any, out: Any) -> None:

@@ -24,9 +24,9 @@ from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.core.agent import Agent, Run, Tool, Toolbox
 from wakeful.core.effects import Effects
 from wakeful.core.loops import Dispatcher, ManualClock, Scheduler, Worker
-from wakeful.core.outbox import Part
 from wakeful.core.records import OutboxRow
-from wakeful.core.store.contract import Store
+from wakeful.core.rules.outbox import Part
+from wakeful.core.store import Store
 
 TEAM = "T1"
 USER = "U1"

@@ -17,12 +17,12 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.slack_response import SlackResponse
 
 from tests.conftest import T0, MakeStore
-from wakeful.bot.emulator import SlackEmulator
 from wakeful.bot.sender import EVENT_TYPE, SlackSender, classify, make_client
 from wakeful.core.effects import Message
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.loops import Dispatcher, ManualClock
-from wakeful.core.outbox import Part
+from wakeful.core.rules.outbox import Part
+from wakeful.devtools.emulator import SlackEmulator
 
 TOKEN = "xoxb-sender-test"
 INBOX = "T1:U1"

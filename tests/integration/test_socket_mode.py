@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from slack_sdk.socket_mode.request import SocketModeRequest
 
-from wakeful.bot.app import SlackFront
-from wakeful.bot.emulator import SlackEmulator
+from wakeful.bot.front import SlackFront
 from wakeful.core.errors import StoreUnavailable
-from wakeful.core.store import Store
+from wakeful.core.store import Store, open_store
+from wakeful.devtools.emulator import SlackEmulator
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,6 +111,5 @@ def test_serve_reports_a_socket_mode_connection_failure_in_one_line(tmp_path: Pa
 
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
-    from wakeful.core.store.sqlite import SQLiteStore
 
-    return SQLiteStore(tmp_path / "socket.db")
+    return open_store(tmp_path / "socket.db")

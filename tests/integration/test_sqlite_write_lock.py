@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import T0
 from wakeful.core.effects import Message, Timer
 from wakeful.core.errors import StoreUnavailable
 from wakeful.core.settings import Settings
-from wakeful.core.store.sqlite import SQLiteStore
-
-T0 = 1_700_000_000
+from wakeful.core.store import Store, open_store
 
 
 @contextmanager
@@ -35,18 +34,18 @@ def write_locked(path: str) -> Iterator[None]:
 
 
 @pytest.fixture
-def stores(tmp_path: Path) -> Iterator[tuple[SQLiteStore, SQLiteStore]]:
+def stores(tmp_path: Path) -> Iterator[tuple[Store, Store]]:
     """The store that sets things up, and a second one (same file) with a short busy wait."""
     settings = Settings(send_timeout=60)
-    setup = SQLiteStore(tmp_path / "idle.db", settings)
-    probe = SQLiteStore(tmp_path / "idle.db", settings, busy_timeout_ms=100)
+    setup = open_store(tmp_path / "idle.db", settings)
+    probe = open_store(tmp_path / "idle.db", settings, busy_timeout_ms=100)
     yield setup, probe
     probe.close()
     setup.close()
 
 
 def test_a_dispatcher_pass_with_nothing_to_send_takes_no_write_lock(
-    stores: tuple[SQLiteStore, SQLiteStore],
+    stores: tuple[Store, Store],
 ) -> None:
     setup, probe = stores
     setup.post("T1:U1", [Message("C1", "now", priority="urgent")], T0)
@@ -58,7 +57,7 @@ def test_a_dispatcher_pass_with_nothing_to_send_takes_no_write_lock(
 
 
 def test_a_scheduler_pass_with_nothing_due_takes_no_write_lock(
-    stores: tuple[SQLiteStore, SQLiteStore],
+    stores: tuple[Store, Store],
 ) -> None:
     setup, probe = stores
     setup.add_timer("T1:U1", Timer.once("ping", T0 + 60), T0)
@@ -70,8 +69,8 @@ def test_a_scheduler_pass_with_nothing_due_takes_no_write_lock(
 
 
 def test_an_urgent_write_waits_out_another_process_lock(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "wait.db", busy_timeout_ms=5000)
-    other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+    store = open_store(tmp_path / "wait.db", busy_timeout_ms=5000)
+    other = sqlite3.connect(store.db.path, isolation_level=None, check_same_thread=False)
     other.execute("BEGIN IMMEDIATE")
     released: list[float] = []
 
@@ -96,8 +95,8 @@ def test_an_urgent_write_waits_out_another_process_lock(tmp_path: Path) -> None:
 
 
 def test_an_urgent_write_gives_up_at_the_busy_timeout_and_stores_nothing(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "give-up.db", busy_timeout_ms=300)
-    with write_locked(store.path), pytest.raises(StoreUnavailable):
+    store = open_store(tmp_path / "give-up.db", busy_timeout_ms=300)
+    with write_locked(store.db.path), pytest.raises(StoreUnavailable):
         store.ingest("T1:U1", "slack", "Ev1", {"text": "hi"}, T0)
     assert store.count_events() == 0
     assert store.ingest("T1:U1", "slack", "Ev1", {"text": "hi"}, T0).stored  # the retry

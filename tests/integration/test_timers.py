@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -9,14 +10,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from tests.conftest import T0
 from wakeful.core.effects import Effects, Timer
 from wakeful.core.errors import InvalidInput
 from wakeful.core.records import Event
-from wakeful.core.schedule import next_daily
-from wakeful.core.store.contract import Store
-from wakeful.core.store.sqlite import _QUERIES, SQLiteStore
+from wakeful.core.rules.schedule import next_daily
+from wakeful.core.store import Store
+from wakeful.core.store.sqlite import _QUERIES, SQLiteConnector
 
-T0 = 1_700_000_000
 HOUR = 3600
 DAY = 86_400
 INBOX = "T1:U1"
@@ -303,11 +304,13 @@ def test_a_fenced_finish_adds_no_timer(store: Store) -> None:
 def test_due_scan_searches_the_timers_due_index(store: Store) -> None:
     for i in range(200):
         store.add_timer(f"I{i}", Timer.once("t", T0 + i * 60), T0)
-    if isinstance(store, SQLiteStore):
-        conn = store._connect()
+    if isinstance(store.db, SQLiteConnector):
+        conn = sqlite3.connect(store.db.path)
+        conn.row_factory = sqlite3.Row
         plan = conn.execute(
             "EXPLAIN QUERY PLAN " + _QUERIES["due_timers"], {"now": T0, "limit": 500}
         ).fetchall()
+        conn.close()
         details = [str(r["detail"]) for r in plan]
         assert any(d.startswith("SEARCH timers USING") and "timers_due" in d for d in details), (
             details
@@ -316,9 +319,17 @@ def test_due_scan_searches_the_timers_due_index(store: Store) -> None:
         return
     # PostgreSQL picks a sequential scan for a table this small whatever the indexes; with
     # sequential scans priced out, the plan shows whether the due scan *can* use the index.
+    import psycopg
+    from psycopg.rows import dict_row
+
     from wakeful.core.store.postgres import _QUERIES as PG_QUERIES
 
-    with store._pool.connection() as conn, conn.transaction():  # type: ignore[attr-defined]
+    db = store.db
+    search_path = f"-c search_path={db.schema}"  # type: ignore[attr-defined]
+    with (
+        psycopg.connect(db.dsn, options=search_path, row_factory=dict_row) as conn,  # type: ignore[attr-defined]
+        conn.transaction(),
+    ):
         conn.execute("SET LOCAL enable_seqscan = off")
         rows = conn.execute(
             "EXPLAIN " + PG_QUERIES["due_timers"], {"now": T0, "limit": 500}

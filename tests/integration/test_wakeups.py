@@ -13,12 +13,12 @@ from typing import Any
 from slack_sdk.socket_mode.request import SocketModeRequest
 
 from tests.conftest import T0
-from wakeful.bot.app import SlackFront
+from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.bot.config import Config
+from wakeful.bot.front import SlackFront
 from wakeful.bot.runtime import Runtime
 from wakeful.core.loops import Dispatcher, ManualClock, Scheduler, Wakeup, Worker
-from wakeful.core.store import Store
-from wakeful.core.store.sqlite import SQLiteStore
+from wakeful.core.store import Store, open_store
 
 
 class Client:
@@ -32,7 +32,7 @@ class Client:
 
 def test_a_stored_event_wakes_the_worker_and_a_queued_note_the_dispatcher(store: Store) -> None:
     work, send = Wakeup(), Wakeup()
-    front = SlackFront(store, "s", bot_user_id="UBOT", wakeup=work, outbox_wakeup=send)
+    front = SlackFront(store, "s", bot_user_id="UBOT", wake_worker=work, wake_dispatcher=send)
     client = Client()
     dm = {"type": "message", "channel_type": "im", "channel": "D1", "user": "U1", "text": "hi"}
     body = {"type": "event_callback", "team_id": "T1", "event_id": "Ev1", "event": dm}
@@ -62,7 +62,7 @@ def test_a_worker_in_a_batch_window_still_wakes_for_a_kick_but_lets_kicks_pile_u
     # windows). Under load, though, kicks come hundreds a second: after one it waits a tenth
     # of a window, and the kicks of that moment cost one tick between them.
     store.ingest("T1:U1", "slack", "E1", {"text": "first"}, T0)
-    worker = Worker(store=store, clock=ManualClock(T0), settle=1.0)
+    worker = Worker(store=store, agent=RefundDesk(store), clock=ManualClock(T0), settle=1.0)
     assert worker.tick(T0) == 0  # seen, not yet settled: due in a second
     wakeup, stop = Wakeup(), threading.Event()
     wakeup.kick()  # another message arrived
@@ -75,14 +75,16 @@ def test_a_worker_in_a_batch_window_still_wakes_for_a_kick_but_lets_kicks_pile_u
 
 def test_each_kick_wakes_the_loop_it_is_news_for(tmp_path: Path) -> None:
     config = Config(bot_token="xoxb-t", db=str(tmp_path / "w.db"))
-    store = SQLiteStore(config.db)
+    store = open_store(config.db)
     runtime = Runtime(config, store, ("worker", "scheduler", "dispatcher"))
     worker, scheduler, dispatcher = runtime.build_loops()
     assert isinstance(worker, Worker) and isinstance(scheduler, Scheduler)
     assert isinstance(dispatcher, Dispatcher)
     # New events wake the worker (from the front, the scheduler, or another host's NOTIFY);
     # replies it queues wake the dispatcher; timers it adds wake the scheduler.
-    assert worker.wakeup is runtime.work and scheduler.notify is runtime.work
-    assert worker.notify is runtime.send and dispatcher.wakeup is runtime.send
-    assert worker.timers is runtime.due and scheduler.wakeup is runtime.due
+    assert worker.wakeup is runtime.wake_worker and scheduler.wake_worker is runtime.wake_worker
+    assert worker.wake_dispatcher is runtime.wake_dispatcher
+    assert dispatcher.wakeup is runtime.wake_dispatcher
+    assert worker.wake_scheduler is runtime.wake_scheduler
+    assert scheduler.wakeup is runtime.wake_scheduler
     store.close()

@@ -6,7 +6,7 @@ from tests.conftest import T0
 from wakeful.core.agent import Run
 from wakeful.core.effects import Effects, Message
 from wakeful.core.loops import ManualClock, Scheduler, Wakeup, Worker
-from wakeful.core.store.contract import Store
+from wakeful.core.store import Store
 
 
 class EchoAgent:
@@ -64,7 +64,7 @@ def test_scheduler_kicks_the_worker_wakeup(store: Store) -> None:
 
     store.add_timer("T1:U1", Timer.once("t", T0 + 5, {"text": "tick"}), T0)
     wakeup = Wakeup()
-    scheduler = Scheduler(store=store, clock=ManualClock(T0), notify=wakeup)
+    scheduler = Scheduler(store=store, clock=ManualClock(T0), wake_worker=wakeup)
     assert scheduler.tick(T0) == 0
     assert not wakeup.wait(0)
     assert scheduler.tick(T0 + 5) == 1

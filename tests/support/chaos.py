@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wakeful.bot.emulator import EventSender, SlackEmulator
-from wakeful.core.audit import overlapping_runs
 from wakeful.core.store import Store
+from wakeful.devtools.audit import overlapping_runs
+from wakeful.devtools.emulator import EventSender, SlackEmulator
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "chaos-secret"

@@ -29,5 +29,5 @@ class PoisonedDesk:
 
 def build(config: Config, store: Store, tz_lookup: Callable[[str], str]) -> PoisonedDesk:
     return PoisonedDesk(
-        RefundDesk(store, config.approval_ttl, config.approvers, tz_lookup=tz_lookup)
+        RefundDesk(store, approvers=config.approvers, tz_lookup=tz_lookup)
     )

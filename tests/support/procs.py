@@ -20,8 +20,7 @@ from wakeful.core.agent import Run
 from wakeful.core.effects import Effects, Message
 from wakeful.core.loops import Worker
 from wakeful.core.settings import Settings
-from wakeful.core.store import Store
-from wakeful.core.store.sqlite import SQLiteStore
+from wakeful.core.store import Store, open_store
 
 
 class RecordingAgent:
@@ -45,10 +44,8 @@ class RecordingAgent:
 
 def open_for(db: str, schema: str | None, settings: Settings) -> Store:
     if db.startswith("postgresql://"):
-        from wakeful.core.store.postgres import PostgresStore
-
-        return PostgresStore(db, settings, schema=schema, pool_size=2)
-    return SQLiteStore(db, settings)
+        return open_store(db, settings, schema=schema, pool_size=2)
+    return open_store(db, settings)
 
 
 def main(argv: list[str]) -> int:

@@ -1,5 +1,5 @@
-from wakeful.core.approvals import decide
 from wakeful.core.records import ApprovalState
+from wakeful.core.rules.approvals import decide
 
 
 def state(answer: str | None = None) -> ApprovalState:

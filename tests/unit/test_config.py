@@ -11,7 +11,14 @@ BASE = {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s"}
 
 def test_defaults_match_the_documented_contract() -> None:
     c = Config.from_env(BASE, need={"token", "secret"})
-    assert (c.db, c.port, c.outbox_gap, c.lease_ttl, c.max_attempts, c.approval_ttl) == (
+    assert (
+        c.db,
+        c.port,
+        c.settings.outbox_gap,
+        c.settings.lease_ttl,
+        c.settings.max_attempts,
+        c.settings.approval_ttl,
+    ) == (
         "wakeful.db",
         3000,
         3600,
@@ -39,7 +46,14 @@ def test_every_setting_is_read() -> None:
     }
     c = Config.from_env(env)
     assert c.socket_mode and c.api_url == "http://127.0.0.1:9/api/"
-    assert (c.db, c.port, c.outbox_gap, c.lease_ttl, c.max_attempts, c.approval_ttl) == (
+    assert (
+        c.db,
+        c.port,
+        c.settings.outbox_gap,
+        c.settings.lease_ttl,
+        c.settings.max_attempts,
+        c.settings.approval_ttl,
+    ) == (
         "postgresql://x@y/z",
         8080,
         60,
@@ -48,7 +62,7 @@ def test_every_setting_is_read() -> None:
         600,
     )
     assert c.approvers == ("U01ABC", "W02DEF")
-    s = c.engine_settings()
+    s = c.settings
     assert (s.lease_ttl, s.max_attempts, s.outbox_gap) == (30, 5, 60)
 
 

@@ -1,5 +1,5 @@
-from wakeful.core.lease import decide, holds
 from wakeful.core.records import Lease
+from wakeful.core.rules.lease import decide, holds
 from wakeful.core.settings import Settings
 
 NOW = 1000

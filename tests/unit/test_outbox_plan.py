@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import T0
 from wakeful.core.effects import SLACK_BLOCK_LIMIT, SLACK_TEXT_LIMIT
-from wakeful.core.outbox import SEPARATOR, plan_parts, ready
 from wakeful.core.records import OutboxRow
+from wakeful.core.rules.outbox import SEPARATOR, plan_parts, ready
 
-T0 = 1_700_000_000
 GAP = 3600
 
 

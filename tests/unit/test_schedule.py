@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import T0
 from wakeful.core.errors import InvalidInput
-from wakeful.core.schedule import missed, next_daily, next_every, zone
+from wakeful.core.rules.schedule import missed, next_daily, next_every, zone
 
-T0 = 1_700_000_000
 HOUR = 3600
 DAY = 86_400
 

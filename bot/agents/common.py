@@ -1,0 +1,136 @@
+"""What both built-in agents say and ask the same way: the approval prompt and the rewrite of it
+once answered, the facts of a digest, the status text, where a reply goes, and a person's time
+zone. One place, so the two agents cannot drift apart."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from wakeful.bot import blocks
+from wakeful.core.effects import Message
+from wakeful.core.errors import InvalidInput
+from wakeful.core.records import Event
+from wakeful.core.rules.schedule import zone
+from wakeful.core.store import Store
+
+DIGEST = "digest"
+"""The timer name of an inbox's digest."""
+TzLookup = Callable[[str], str]
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def ids_note(events: Sequence[Event]) -> str:
+    return f" (ids {', '.join(str(e.id) for e in events)})" if events else ""
+
+
+def fresh_stats() -> dict[str, int]:
+    """The counters a digest reports, zeroed when a digest goes out."""
+    return {"messages": 0, "approved": 0, "denied": 0, "expired": 0, "refunds": 0}
+
+
+def reply_thread(payload: Mapping[str, Any]) -> str | None:
+    """The thread a reply to this Slack message belongs in: its thread, or, for a mention
+    outside one, a new thread under the mention."""
+    thread = payload.get("thread_ts") or (
+        payload.get("ts") if payload.get("kind") == "mention" else None
+    )
+    return str(thread) if thread else None
+
+
+def user_zone(lookup: TzLookup, user: str) -> str:
+    """The person's IANA zone from Slack, or UTC when unknown to Slack or to this machine."""
+    tz = lookup(user) or "UTC"
+    try:
+        zone(tz)
+    except InvalidInput:
+        return "UTC"  # Slack named a zone this machine's tz database lacks
+    return tz
+
+
+def approval_prompt(
+    channel: str,
+    thread_ts: str | None,
+    request_id: str,
+    summary: str,
+    requester: str,
+    deadline: int,
+) -> Message:
+    """The Approve / Deny question, urgent: a person is waiting to answer it."""
+    return Message(
+        channel,
+        f"Approval needed: {summary} for <@{requester}>",
+        thread_ts=thread_ts,
+        blocks=blocks.approval_prompt(request_id, summary, requester, deadline),
+        priority="urgent",
+    )
+
+
+def outcome_update(
+    channel: str,
+    thread_ts: str | None,
+    request_id: str,
+    summary: str,
+    answer: str,
+    user: str | None,
+    at: int | None,
+) -> Message:
+    """The prompt rewritten with the answer that stands, its buttons gone."""
+    line = blocks.outcome_line(answer, user, at)
+    return Message(
+        channel,
+        f"{summary}: {line}",
+        thread_ts=thread_ts,
+        kind="update",
+        ref=request_id,
+        blocks=blocks.approval_outcome(summary, answer, user, at),
+    )
+
+
+def outage_note(skipped: int, unit: str) -> str | None:
+    """How much a digest covers when `skipped` periods (of `unit`: day or period) were missed."""
+    if not skipped:
+        return None
+    return f"After an outage, this digest covers {plural(skipped + 1, unit)} ({skipped} missed)."
+
+
+def digest_facts(store: Store, inbox: str, stats: Mapping[str, int]) -> list[str]:
+    """What happened since the last digest, one fact a line."""
+    pending = sum(1 for a in store.approvals(inbox) if a.answer is None)
+    dead = store.dead_events(inbox)
+    return [
+        f"messages handled: {stats['messages']}",
+        f"approvals: {stats['approved']} approved, {stats['denied']} denied, "
+        f"{stats['expired']} expired, {pending} pending",
+        f"refunds done: {stats['refunds']}",
+        f"dead events: {len(dead)}{ids_note(dead)}" if dead else "dead events: none",
+    ]
+
+
+def status_text(store: Store, inbox: str) -> str:
+    """Pending and dead events (with ids), open approvals and the next digest of an inbox."""
+    pending = [e for e in store.open_events(inbox) if e.status == "pending"]
+    dead = store.dead_events(inbox)
+    lines = [
+        f"Status: {plural(len(pending), 'pending event')}{ids_note(pending)}, "
+        f"{len(dead)} dead{ids_note(dead)}"
+    ]
+    open_approvals = [a for a in store.approvals(inbox) if a.answer is None]
+    if open_approvals:
+        described = "; ".join(
+            f"{a.id} ({a.tool} {a.args.get('order_id', '')}, expires {blocks.utc(a.deadline)})"
+            for a in open_approvals
+        )
+        lines.append(f"Open approvals: {described}")
+    else:
+        lines.append("Open approvals: none")
+    digest = next((t for t in store.timers(inbox) if t.id.endswith(f"/{DIGEST}")), None)
+    lines.append(
+        "Next digest: none scheduled"
+        if digest is None
+        else f"Next digest: {blocks.utc(digest.next_at)}"
+    )
+    return "\n".join(lines)

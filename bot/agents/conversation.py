@@ -1,0 +1,142 @@
+"""The conversation with the model, as saved in an inbox's session: turns, their size, where
+the history may be cut, and how text from outside is labelled so the model can tell data from
+orders."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from html import escape
+from typing import Any, cast
+
+NO_REPLY = "NO_REPLY"
+"""The whole answer the system prompt asks for when a run has nothing worth saying."""
+TEXT_CAP = 4000
+"""Characters of one incoming message or payload given to the model; the rest is cut."""
+_OUR_TAGS = re.compile(r"<(\s*/?\s*(?:untrusted|wakeful)_)", re.IGNORECASE)
+_BROADCAST = re.compile(r"<!(channel|here|everyone|subteam\^[A-Z0-9]+)(\|[^>]*)?>")
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
+_THINKING = ("thinking", "redacted_thinking")
+
+Block = dict[str, Any]
+Turn = dict[str, Any]
+
+
+def approx_tokens(turn: Turn) -> int:
+    """Characters / 4 of the turn's JSON: rough, cheap, and the same on every host."""
+    return len(json.dumps(turn, ensure_ascii=False)) // 4 + 1
+
+
+def _blocks(turn: Turn) -> list[Block]:
+    content = turn.get("content")
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def is_clean_user_turn(turn: Turn) -> bool:
+    """A user turn that answers no tool_use: the only place the history may start."""
+    return turn.get("role") == "user" and not any(
+        b.get("type") == "tool_result" for b in _blocks(turn)
+    )
+
+
+def trim_history(turns: list[Turn], budget: int) -> list[Turn]:
+    """Drop the oldest turns until the rest fits `budget` tokens.
+
+    The history may only start at a user turn without tool_result blocks, so an assistant
+    tool_use is never separated from the user turn that carries its result. When even the
+    latest such start does not fit, that start is kept: the current exchange always stays.
+    """
+    sizes = [approx_tokens(t) for t in turns]
+    total = sum(sizes)
+    if total <= budget:
+        return turns
+    dropped, start = 0, 0
+    for i in range(1, len(turns)):
+        dropped += sizes[i - 1]
+        if is_clean_user_turn(turns[i]):
+            start = i
+            if total - dropped <= budget:
+                break
+    return turns[start:]
+
+
+def strip_old_thinking(turns: list[Turn]) -> list[Turn]:
+    """Thinking blocks are needed only to continue a tool call; elsewhere they only cost
+    budget, and a later model may not accept another model's thinking."""
+    out: list[Turn] = []
+    for i, turn in enumerate(turns):
+        open_call = i == len(turns) - 1 and any(b.get("type") == "tool_use" for b in _blocks(turn))
+        if turn.get("role") == "assistant" and not open_call:
+            kept = [b for b in _blocks(turn) if b.get("type") not in _THINKING]
+            turn = {"role": "assistant", "content": kept or [text_block(NO_REPLY)]}
+        out.append(turn)
+    return out
+
+
+def text_block(text: str) -> Block:
+    return {"type": "text", "text": text}
+
+
+def tool_result(tool_use_id: str, text: str, error: bool = False) -> Block:
+    block: Block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": text}
+    if error:
+        block["is_error"] = True
+    return block
+
+
+def assistant_content(content: Sequence[Any]) -> list[Block]:
+    """The response's blocks as plain JSON for the session: text, tool_use and the thinking
+    that must accompany a tool_use when the call continues."""
+    out: list[Block] = []
+    for block in content:
+        kind = getattr(block, "type", None)
+        if kind == "text" and str(getattr(block, "text", "")).strip():  # blank text is refused
+            out.append(text_block(str(block.text)))
+        elif kind == "tool_use":
+            out.append(
+                {
+                    "type": "tool_use",
+                    "id": str(block.id),
+                    "name": str(block.name),
+                    "input": block.input if isinstance(block.input, dict) else {},
+                }
+            )
+        elif kind in _THINKING:
+            out.append(cast(Block, block.model_dump(mode="json", exclude_none=True)))
+    return out
+
+
+def final_text(content: list[Block]) -> str:
+    return "\n".join(str(b["text"]) for b in content if b.get("type") == "text").strip()
+
+
+# -- labelling what came from outside --------------------------------------------------------
+
+
+def neutralise(text: str) -> str:
+    """Outside text cannot open or close one of our labels: their `<` becomes `&lt;`."""
+    if len(text) > TEXT_CAP:
+        text = text[:TEXT_CAP] + " [cut]"
+    return _OUR_TAGS.sub(r"&lt;\1", text)
+
+
+def label_attrs(**values: Any) -> str:
+    return "".join(
+        f' {k}="{escape(str(v)[:200], quote=True)}"'
+        for k, v in values.items()
+        if v not in (None, "")
+    )
+
+
+def defuse(text: str) -> str:
+    """A reply must not page a whole channel because a message talked the model into it."""
+    return _BROADCAST.sub(lambda m: "@" + m.group(1).split("^")[0], text)
+
+
+def mrkdwn(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def safe_id(raw: str) -> str:
+    return _UNSAFE_ID.sub("", raw)[:80] or "x"

@@ -1,0 +1,249 @@
+"""`refund-desk`: the built-in deterministic agent (no network), for demos, tests and as the
+reference for what an agent returns.
+
+It answers each batch of chat with one reply, asks for approval before a refund, sets reminders
+and paced digests, and reports status. Everything it knows between runs lives in the session
+state that `finish` saves with the run, so counts in a digest are exact even across crashes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from wakeful.bot import blocks
+from wakeful.bot.agents.common import (
+    DIGEST,
+    TzLookup,
+    approval_prompt,
+    digest_facts,
+    fresh_stats,
+    outage_note,
+    outcome_update,
+    plural,
+    reply_thread,
+    status_text,
+    user_zone,
+)
+from wakeful.core.agent import Run, Tool, Toolbox
+from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
+from wakeful.core.records import Event
+from wakeful.core.store import Store
+
+REFUND = re.compile(r"refund\s+order\s+#?([A-Za-z0-9][A-Za-z0-9_-]{0,63})", re.IGNORECASE)
+REMIND = re.compile(
+    r"remind me in (\d{1,7}) (seconds?|minutes?|hours?) to (.+)", re.IGNORECASE | re.DOTALL
+)
+DIGEST_EVERY = re.compile(r"digest every (\d{1,7}) (seconds?|minutes?|hours?)", re.IGNORECASE)
+DIGEST_DAILY = re.compile(r"digest daily at (\d{1,2}):(\d{2})\b", re.IGNORECASE)
+DIGEST_OFF = re.compile(r"digest off\b", re.IGNORECASE)
+MENTION = re.compile(r"<@[A-Z0-9]+>")
+UNIT = {"second": 1, "minute": 60, "hour": 3600}
+
+
+def _seconds(n: str, unit: str) -> int:
+    return int(n) * UNIT[unit.lower().rstrip("s")]
+
+
+class RefundDesk:
+    """The default agent. `tz_lookup` maps a Slack user id to an IANA zone (users.info)."""
+
+    def __init__(
+        self,
+        store: Store,
+        approval_ttl: int | None = None,
+        approvers: tuple[str, ...] = (),
+        tz_lookup: TzLookup | None = None,
+    ) -> None:
+        self.store = store
+        self.approval_ttl = approval_ttl or store.settings.approval_ttl
+        self.approvers = approvers
+        self.tz_lookup = tz_lookup or (lambda _user: "UTC")
+        self.tools = Toolbox(
+            [
+                Tool("refund_order", "ask", self._refund, "Refund an order (needs approval)."),
+            ]
+        )
+        self._inbox = ""
+        self._now = 0
+
+    def _refund(self, args: Mapping[str, Any], key: str) -> bool:
+        """The default refund tool: records the refund under the approval's request id, so a
+        retried run refunds once. Returns False when this key was already refunded."""
+        return self.store.record_tool_call(key, "refund_order", dict(args), self._inbox, self._now)
+
+    # -- the run --------------------------------------------------------------------------
+
+    def run(self, run: Run) -> Effects:
+        self._inbox, self._now = run.inbox, run.now
+        state: dict[str, Any] = dict(run.session or {})
+        state.setdefault("stats", fresh_stats())
+        state.setdefault("calls", {})
+        state.setdefault("since", run.now)
+        effects = Effects()
+        chats = [e for e in run.events if e.source == "slack"]
+        if chats:
+            self._chat(run, chats, state, effects)
+        for event in run.events:
+            if event.source == "approval":
+                self._answered(event, state, effects)
+            elif event.source == "timer":
+                self._timer(run, event, state, effects)
+        effects.set_session(state)
+        return effects
+
+    def _chat(self, run: Run, chats: list[Event], state: dict[str, Any], fx: Effects) -> None:
+        by_conversation: dict[tuple[str, str | None], list[Event]] = {}
+        for e in chats:
+            where = (e.payload["channel"], reply_thread(e.payload))
+            by_conversation.setdefault(where, []).append(e)
+        state["stats"]["messages"] += len(chats)
+        for (channel, thread), events in by_conversation.items():
+            state["home"] = {"channel": channel, "thread_ts": thread}
+            lines = [f"Handled {plural(len(events), 'message')}."]
+            for e in events:
+                lines.extend(self._commands(run, e, channel, thread, state, fx))
+            fx.messages.insert(
+                0, Message(channel, "\n".join(lines), thread_ts=thread, priority="urgent")
+            )
+
+    def _commands(
+        self,
+        run: Run,
+        e: Event,
+        channel: str,
+        thread: str | None,
+        state: dict[str, Any],
+        fx: Effects,
+    ) -> list[str]:
+        text = MENTION.sub("", str(e.payload.get("text") or "")).strip()
+        user = str(e.payload.get("user") or "")
+        lines: list[str] = []
+        for n, match in enumerate(REFUND.finditer(text)):
+            order = match.group(1)
+            request_id = f"refund-{e.id}-{n}"
+            outcome = self.tools.call("refund_order", {"order_id": order}, request_id)
+            if outcome.status == "refused":
+                lines.append(f"I am not allowed to refund order {order}.")
+                continue
+            summary = f"refund order {order}"
+            deadline = run.now + self.approval_ttl
+            prompt = approval_prompt(channel, thread, request_id, summary, user, deadline)
+            fx.approvals.append(
+                ApprovalRequest(
+                    id=request_id,
+                    tool="refund_order",
+                    args={"order_id": order, "reason": text[:500]},
+                    requester=user,
+                    approvers=self.approvers,
+                    deadline=deadline,
+                    prompt=prompt,
+                )
+            )
+            state["calls"][request_id] = {
+                "tool": "refund_order",
+                "args": {"order_id": order},
+                "channel": channel,
+                "thread_ts": thread,
+                "summary": summary,
+            }
+            lines.append(f"Asked for approval to refund order {order}.")
+        if m := REMIND.search(text):
+            delay = _seconds(m.group(1), m.group(2))
+            what = m.group(3).strip()
+            payload = {"kind": "reminder", "text": what, "channel": channel, "thread_ts": thread}
+            fx.timers.append(Timer.once(f"remind-{e.id}", run.now + delay, payload))
+            lines.append(f"I'll remind you in {m.group(1)} {m.group(2)}: {what}")
+        if m := DIGEST_EVERY.search(text):
+            every = _seconds(m.group(1), m.group(2))
+            payload = {"kind": DIGEST, "channel": channel, "thread_ts": thread}
+            fx.timers.append(Timer.every(DIGEST, every, run.now + every, payload))
+            state["digest"] = {"every": every}
+            lines.append(f"Digest set: every {m.group(1)} {m.group(2)}.")
+        elif m := DIGEST_DAILY.search(text):
+            hh, mm = int(m.group(1)), int(m.group(2))
+            if hh > 23 or mm > 59:
+                lines.append(f"{m.group(1)}:{m.group(2)} is not a time of day; use HH:MM.")
+            else:
+                tz = user_zone(self.tz_lookup, user)
+                at = f"{hh:02d}:{mm:02d}"
+                payload = {"kind": DIGEST, "channel": channel, "thread_ts": thread}
+                fx.timers.append(Timer.daily(DIGEST, at, tz, payload))
+                state["digest"] = {"daily": at, "tz": tz}
+                lines.append(f"Digest set: daily at {at} ({tz}).")
+        elif DIGEST_OFF.search(text):
+            fx.cancel_timers.append(DIGEST)
+            state["digest"] = None
+            lines.append("Digest off.")
+        if text.lower() == "status":
+            lines.append(self._status(run, state))
+        return lines
+
+    def _answered(self, e: Event, state: dict[str, Any], fx: Effects) -> None:
+        p = e.payload
+        request_id = str(p["approval"])
+        call = state["calls"].pop(request_id, None) or {
+            "tool": p.get("tool"),
+            "args": p.get("args") or {},
+            "channel": (state.get("home") or {}).get("channel"),
+            "thread_ts": None,
+            "summary": f"{p.get('tool')} {p.get('args')}",
+        }
+        order = call["args"].get("order_id", "?")
+        channel, thread = call["channel"], call["thread_ts"]
+        answer = p["answer"]
+        if answer == "yes":
+            self.tools.run_approved("refund_order", call["args"], request_id)
+            state["stats"]["approved"] += 1
+            state["stats"]["refunds"] += 1
+            text = f"Refunded order {order}."
+        elif answer == "no":
+            state["stats"]["denied"] += 1
+            text = f"Refund for order {order} denied; nothing was done."
+        else:
+            state["stats"]["expired"] += 1
+            text = f"Refund request for order {order} expired; nothing was done."
+        if not channel:
+            return
+        fx.messages.append(
+            outcome_update(
+                channel,
+                thread,
+                request_id,
+                call["summary"],
+                answer,
+                p.get("user"),
+                p.get("answered_at"),
+            )
+        )
+        fx.messages.append(Message(channel, text, thread_ts=thread, priority="urgent"))
+
+    def _timer(self, run: Run, e: Event, state: dict[str, Any], fx: Effects) -> None:
+        p = e.payload
+        body = p.get("payload") or {}
+        channel, thread = body.get("channel"), body.get("thread_ts")
+        if not channel:
+            return
+        if body.get("kind") == "reminder":
+            fx.messages.append(
+                Message(channel, f"Reminder: {body.get('text', '')}", thread, priority="urgent")
+            )
+        elif body.get("kind") == DIGEST:
+            fx.messages.append(Message(channel, self._digest(run, p, state), thread))
+            state["stats"] = fresh_stats()
+            state["since"] = run.now
+
+    # -- texts ----------------------------------------------------------------------------
+
+    def _digest(self, run: Run, timer: Mapping[str, Any], state: dict[str, Any]) -> str:
+        unit = "day" if (state.get("digest") or {}).get("daily") else "period"
+        note = outage_note(int(timer.get("skipped") or 0), unit)
+        since = blocks.utc(int(state.get("since") or run.now))
+        facts = digest_facts(self.store, run.inbox, state["stats"])
+        return "\n".join(
+            [f"Digest since {since}:", *([note] if note else []), *(f"- {f}" for f in facts)]
+        )
+
+    def _status(self, run: Run, state: dict[str, Any]) -> str:
+        return status_text(self.store, run.inbox)

@@ -1,0 +1,255 @@
+"""The `wakeful` command line: serve, the loops one by one, the demo, scenarios, and the
+operator's dead-letter commands. Settings come from the environment; flags mirror a few."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import secrets
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+from wakeful.bot.config import Config, ConfigError
+from wakeful.core.errors import StoreError, WakefulError
+from wakeful.core.store import open_store
+
+log = logging.getLogger("wakeful")
+LOOP_ROLES = ("worker", "scheduler", "dispatcher")
+
+
+def _env(args: argparse.Namespace) -> dict[str, str]:
+    env = dict(os.environ)
+    for flag, name in (("db", "WAKEFUL_DB"), ("port", "WAKEFUL_PORT"), ("host", "WAKEFUL_HOST")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            env[name] = str(value)
+    return env
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from wakeful.bot.front import EVENTS_PATH, SlackFront
+    from wakeful.bot.runtime import (
+        Runtime,
+        http_server,
+        identify,
+        install_signal_handlers,
+        open_configured_store,
+    )
+    from wakeful.bot.sender import make_client
+
+    config = Config.from_env(_env(args), need={"token", "secret", "agent"})
+    store = open_configured_store(config)
+    client = make_client(config.bot_token, config.api_url)
+    me = identify(client, config.api_url)
+    roles = () if args.no_loops else LOOP_ROLES
+    if roles:
+        # The loops share the interpreter with the HTTP threads: hand the GIL over more often
+        # so a burst of agent runs does not hold an acknowledgement back (default is 5 ms).
+        sys.setswitchinterval(0.0005)
+    runtime = Runtime(config, store, roles)
+    # Socket Mode needs no signing secret (nothing is served over HTTP); Bolt wants one anyway.
+    secret = config.signing_secret or secrets.token_hex(16)
+    front = SlackFront(
+        store, secret, me["user_id"], me["bot_id"], runtime.wake_worker, runtime.wake_dispatcher
+    )
+    runtime.start()
+    try:
+        if config.socket_mode:
+            from slack_sdk.errors import SlackApiError
+            from slack_sdk.socket_mode.builtin import SocketModeClient
+
+            socket = SocketModeClient(config.app_token, web_client=client, concurrency=16)
+            socket.socket_mode_request_listeners.append(front.on_socket_request)
+            install_signal_handlers(runtime.stop.set)
+            try:
+                socket.connect()
+            except SlackApiError as exc:
+                raise ConfigError(
+                    f"SLACK_APP_TOKEN could not open a Socket Mode connection "
+                    f"({exc.response.get('error')})"
+                ) from exc
+            except OSError as exc:
+                raise ConfigError(f"cannot reach Slack for Socket Mode: {exc}") from exc
+            print("wakeful: connected in Socket Mode", flush=True)
+            runtime.stop.wait()
+            socket.close()
+        else:
+            server = http_server(front, config.host, config.port)
+            port = server.effective_port
+            print(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}", flush=True)
+
+            def stop() -> None:
+                runtime.stop.set()
+                raise KeyboardInterrupt
+
+            install_signal_handlers(stop)
+            try:
+                server.run()
+            except KeyboardInterrupt:
+                pass
+            finally:
+                server.close()
+    finally:
+        runtime.shutdown()
+        store.close()
+    return 0
+
+
+def _loop(role: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        from wakeful.bot.runtime import Runtime, install_signal_handlers, open_configured_store
+
+        need = {"token"} if role == "dispatcher" else set()
+        if role == "worker":
+            need.add("agent")
+        config = Config.from_env(_env(args), need=need)
+        store = open_configured_store(config)
+        runtime = Runtime(config, store, (role,), poll=args.poll)
+        install_signal_handlers(runtime.stop.set)
+        runtime.start()
+        print(f"wakeful: {role} running on {redact(config.db)}", flush=True)
+        try:
+            runtime.stop.wait()
+        finally:
+            runtime.shutdown()
+            store.close()
+        return 0
+
+    return run
+
+
+def redact(db: str) -> str:
+    """A store URL fit for a log line: no password."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", db)
+
+
+def _scenarios(args: argparse.Namespace) -> int:
+    from wakeful.devtools.scenarios import print_transcript
+
+    return print_transcript(args.db)
+
+
+def _dead_letters(args: argparse.Namespace) -> int:
+    config = Config.from_env(_env(args))
+    store = open_store(config.db, config.settings)
+    try:
+        dead = store.dead_letters(limit=args.limit)
+        print(f"dead events: {len(dead.events)}")
+        for e in dead.events:
+            print(
+                f"  event {e.id}  inbox {e.inbox}  {e.source}:{e.source_id}  "
+                f"attempts {e.attempts}  error: {e.error}"
+            )
+        print(f"failed outbox rows: {len(dead.outbox)}")
+        for r in dead.outbox:
+            print(
+                f"  outbox {r.id}  channel {r.channel}  attempts {r.attempts}  "
+                f"error: {r.error}  text: {r.text[:60]!r}"
+            )
+    finally:
+        store.close()
+    return 0
+
+
+def _requeue(args: argparse.Namespace) -> int:
+    import time
+
+    config = Config.from_env(_env(args))
+    store = open_store(config.db, config.settings)
+    try:
+        now = int(time.time())
+        ok = (
+            store.requeue_event(args.id, now)
+            if args.kind == "event"
+            else store.requeue_outbox(args.id, now)
+        )
+    finally:
+        store.close()
+    if not ok:
+        print(
+            f"wakeful: no {'dead event' if args.kind == 'event' else 'failed outbox row'} "
+            f"with id {args.id}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"requeued {args.kind} {args.id}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from wakeful.devtools.demo import run_demo
+
+    return run_demo(verbose=args.verbose)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="wakeful", description=__doc__)
+    parser.add_argument("--log-level", default=os.environ.get("WAKEFUL_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--db", help="store: a SQLite path or postgresql://... (WAKEFUL_DB)")
+
+    p = sub.add_parser("serve", help="run the Slack app with worker, scheduler and dispatcher")
+    common(p)
+    p.add_argument("--port", type=int, help="HTTP port (WAKEFUL_PORT, default 3000)")
+    p.add_argument("--host", help="HTTP bind address (WAKEFUL_HOST, default 0.0.0.0)")
+    p.add_argument("--no-loops", action="store_true", help="serve HTTP only; run loops elsewhere")
+    p.set_defaults(func=_serve)
+    for role in LOOP_ROLES:
+        p = sub.add_parser(role, help=f"run the {role} alone (scale out)")
+        common(p)
+        p.add_argument("--poll", type=float, default=1.0, help="seconds between idle polls")
+        p.set_defaults(func=_loop(role))
+    p = sub.add_parser("demo", help="a narrated session against a local Slack emulator")
+    p.add_argument("--verbose", action="store_true", help="also print every Web API call")
+    p.set_defaults(func=_demo)
+    p = sub.add_parser("scenarios", help="replay the eight reference failure scenarios")
+    p.add_argument("--db", help="postgresql://... to run on PostgreSQL (default: temp SQLite)")
+    p.set_defaults(func=_scenarios)
+    p = sub.add_parser("dead-letters", help="list dead events and failed outbox rows")
+    common(p)
+    p.add_argument("--limit", type=int, default=100)
+    p.set_defaults(func=_dead_letters)
+    p = sub.add_parser("requeue", help="give a dead event or a failed outbox row another go")
+    common(p)
+    p.add_argument("kind", choices=("event", "outbox"))
+    p.add_argument("id", type=int)
+    p.set_defaults(func=_requeue)
+    return parser
+
+
+def _exit_quietly(signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # A stop that arrives while starting up is still a clean stop; each command installs its
+    # own handler once it has something to drain.
+    signal.signal(signal.SIGTERM, _exit_quietly)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        code: int = args.func(args)
+    except ConfigError as exc:
+        print(f"wakeful: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:
+        print(f"wakeful: store error: {exc}", file=sys.stderr)
+        return 1
+    except WakefulError as exc:
+        print(f"wakeful: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Settings from the environment. A missing or malformed one stops start-up with one line that
+names it (ConfigError), before anything listens or writes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+from wakeful.core.errors import InvalidInput
+from wakeful.core.settings import DEFAULTS, Settings
+
+AGENTS = ("refund-desk", "claude")
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
+DEFAULT_API_URL = "https://slack.com/api/"
+
+
+class ConfigError(InvalidInput):
+    """A setting is missing or malformed; the message names it."""
+
+
+ENGINE_SETTINGS: dict[str, tuple[str, int]] = {
+    "WAKEFUL_OUTBOX_GAP": ("outbox_gap", 0),
+    "WAKEFUL_LEASE_TTL": ("lease_ttl", 1),
+    "WAKEFUL_MAX_ATTEMPTS": ("max_attempts", 1),
+    "WAKEFUL_APPROVAL_TTL": ("approval_ttl", 1),
+    "WAKEFUL_SEND_TIMEOUT": ("send_timeout", 1),
+    "WAKEFUL_BACKOFF_BASE": ("backoff_base", 1),
+    "WAKEFUL_BACKOFF_CAP": ("backoff_cap", 1),
+}
+"""Environment variable -> (engine Settings field, lowest value). Defaults come from Settings."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything a process reads from its environment; the engine's tunables in `settings`."""
+
+    bot_token: str = ""
+    signing_secret: str = ""
+    app_token: str = ""
+    api_url: str = DEFAULT_API_URL
+    db: str = "wakeful.db"
+    host: str = "0.0.0.0"
+    port: int = 3000
+    approvers: tuple[str, ...] = ()
+    agent: str = "refund-desk"
+    sqlite_max_pages: int = 0
+    batch_window: float = 0.5
+    """Seconds the worker waits after a new event, so quick messages share one run."""
+    anthropic_api_key: str = ""
+    model: str = ""
+    settings: Settings = field(default_factory=Settings)
+
+    @property
+    def socket_mode(self) -> bool:
+        return bool(self.app_token)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], need: Collection[str] = ()) -> Config:
+        """Read every setting; `need` names the ones this command cannot run without
+        (`token`, `secret`, `agent`)."""
+        bot_token = env.get("SLACK_BOT_TOKEN", "").strip()
+        secret = env.get("SLACK_SIGNING_SECRET", "").strip()
+        app_token = env.get("SLACK_APP_TOKEN", "").strip()
+        if "token" in need and not bot_token:
+            raise ConfigError("SLACK_BOT_TOKEN is not set (the bot token, xoxb-...)")
+        if bot_token and not bot_token.startswith("xox"):
+            raise ConfigError("SLACK_BOT_TOKEN must be a Slack token starting with 'xoxb-'")
+        if app_token and not app_token.startswith("xapp-"):
+            raise ConfigError("SLACK_APP_TOKEN must be an app-level token starting with 'xapp-'")
+        if "secret" in need and not secret and not app_token:
+            raise ConfigError(
+                "SLACK_SIGNING_SECRET is not set (needed to verify requests in HTTP mode)"
+            )
+        agent = env.get("WAKEFUL_AGENT", "refund-desk").strip() or "refund-desk"
+        if agent not in AGENTS and not _FACTORY.match(agent):
+            raise ConfigError(
+                f"WAKEFUL_AGENT must be one of {', '.join(AGENTS)} or module.path:factory, "
+                f"got {agent!r}"
+            )
+        api_key = env.get("ANTHROPIC_API_KEY", "").strip()
+        if agent == "claude" and "agent" in need and not api_key:
+            raise ConfigError("ANTHROPIC_API_KEY is not set (required by WAKEFUL_AGENT=claude)")
+        tunables = {
+            name: _int(env, var, getattr(DEFAULTS, name), low)
+            for var, (name, low) in ENGINE_SETTINGS.items()
+        }
+        return cls(
+            bot_token=bot_token,
+            signing_secret=secret,
+            app_token=app_token,
+            api_url=_api_url(env.get("SLACK_API_URL", "")),
+            db=env.get("WAKEFUL_DB", "").strip() or cls.db,
+            host=env.get("WAKEFUL_HOST", "").strip() or cls.host,
+            port=_int(env, "WAKEFUL_PORT", cls.port, 0, 65535),
+            approvers=_approvers(env.get("WAKEFUL_APPROVERS", "")),
+            agent=agent,
+            batch_window=_seconds(env, "WAKEFUL_BATCH_WINDOW", cls.batch_window),
+            sqlite_max_pages=_int(env, "WAKEFUL_SQLITE_MAX_PAGES", 0, 0),
+            anthropic_api_key=api_key,
+            model=env.get("WAKEFUL_MODEL", "").strip(),
+            settings=Settings(**tunables),
+        )
+
+
+def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int | None = None) -> int:
+    return int(_number(env, name, default, int, "a whole number", low, high))
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    return _number(env, name, default, float, "a number of seconds", 0, 60, " seconds")
+
+
+def _number(
+    env: Mapping[str, str],
+    name: str,
+    default: float,
+    parse: Callable[[str], float],
+    what: str,
+    low: float,
+    high: float | None,
+    unit: str = "",
+) -> float:
+    """The setting `name` read with `parse`, within [low, high]; its default when unset."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = parse(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be {what}, got {raw!r}") from None
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ConfigError(f"{name} must be {bounds}{unit}, got {raw}")
+    return value
+
+
+def _api_url(raw: str) -> str:
+    raw = raw.strip()
+    if not raw:
+        return DEFAULT_API_URL
+    parsed = urlparse(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ConfigError(f"SLACK_API_URL must be an http(s) URL, got {raw!r}")
+    return raw if raw.endswith("/") else raw + "/"
+
+
+def _approvers(raw: str) -> tuple[str, ...]:
+    ids = tuple(p.strip() for p in raw.split(",") if p.strip())
+    for user in ids:
+        if not _USER_ID.match(user):
+            raise ConfigError(
+                f"WAKEFUL_APPROVERS must be comma-separated Slack user ids like U012AB3CD, "
+                f"got {user!r}"
+            )
+    return ids

@@ -1,0 +1,145 @@
+"""The HTTP front: one WSGI callable in front of Bolt, answering Slack only after the commit.
+
+It enforces what Bolt leaves open: a body cap (413), the signature before anything is parsed
+(401), a malformed body (400), 503 when the store cannot take the write, and 200 instead of
+Bolt's 404 for events this app does not handle (a 404 makes Slack retry and counts toward
+disabling the app's events). `GET /healthz` reports whether the store answers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from slack_bolt.request import BoltRequest
+from slack_sdk.signature import Clock
+
+from wakeful.bot import payloads, socket_mode
+from wakeful.bot.listeners import Listeners
+from wakeful.bot.signature import RequestSignature
+from wakeful.core.errors import StoreUnavailable
+
+BODY_CAP = 1024 * 1024
+"""Largest request body accepted, in bytes (413 above). Slack's payloads are far smaller."""
+EVENTS_PATH = "/slack/events"
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+Reply = tuple[str, list[tuple[str, str]], bytes]
+
+
+@dataclass(eq=False)
+class SlackFront(Listeners):
+    """Slack requests (HTTP or Socket Mode) into core: the listeners' Bolt app behind a WSGI
+    callable that checks each request before Bolt sees it."""
+
+    verifier_clock: Clock | None = None
+    body_cap: int = BODY_CAP
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.signature = RequestSignature(self.signing_secret, self.verifier_clock)
+
+    def on_socket_request(self, client: Any, req: Any) -> None:
+        """A Socket Mode envelope (a SocketModeClient listener)."""
+        socket_mode.on_request(self.app, client, req)
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        status, headers, body = self.handle(environ)
+        start_response(status, headers)
+        return [body]
+
+    def handle(self, environ: Environ) -> Reply:
+        path = environ.get("PATH_INFO") or "/"
+        method = environ.get("REQUEST_METHOD", "GET")
+        if path == "/healthz":
+            return self._health()
+        if path != EVENTS_PATH:
+            return reply(404, "not found")
+        if method != "POST":
+            return reply(405, "use POST")
+        data = read_body(environ, self.body_cap)
+        if isinstance(data, tuple):
+            return data
+        timestamp = environ.get("HTTP_X_SLACK_REQUEST_TIMESTAMP", "")
+        signature = environ.get("HTTP_X_SLACK_SIGNATURE", "")
+        if not self.signature.valid(data, timestamp, signature):
+            return reply(401, "invalid signature or stale timestamp")
+        try:
+            text = data.decode("utf-8")
+            parsed = payloads.parse(text, environ.get("CONTENT_TYPE", ""))
+        except (ValueError, RecursionError) as exc:
+            return reply(400, f"malformed body: {str(exc)[:200]}")
+        if not payloads.handled(parsed):
+            # Acknowledge what this app does not handle (Slack retries a 404 and counts it
+            # toward switching the app's events off) without handing it to Bolt at all.
+            return reply(200, "")
+        return self._dispatch(environ, text)
+
+    def _dispatch(self, environ: Environ, text: str) -> Reply:
+        headers: dict[str, str | Sequence[str]] = {
+            key[5:].replace("_", "-").lower(): [str(value)]
+            for key, value in environ.items()
+            if key.startswith("HTTP_")
+        }
+        headers["content-type"] = [environ.get("CONTENT_TYPE", "")]
+        try:
+            request = BoltRequest(body=text, query=environ.get("QUERY_STRING", ""), headers=headers)
+        except Exception as exc:  # Bolt could not read the payload's structure: bad input
+            return reply(400, f"malformed body: {type(exc).__name__}")
+        try:
+            response = self.app.dispatch(request)
+        except StoreUnavailable:
+            return reply(503, "store unavailable; please retry")
+        if response.status == 404:
+            return reply(200, "")  # an event type or payload this app does not handle
+        out_headers = [
+            (k, v)
+            for k, values in response.headers.items()
+            for v in values
+            if k.lower() != "content-length"
+        ]
+        body = (response.body or "").encode("utf-8")
+        return f"{response.status} {_REASONS.get(response.status, 'OK')}", out_headers, body
+
+    def _health(self) -> Reply:
+        ok = self.store.healthy()
+        body = json.dumps({"ok": ok, "store": type(self.store.db).__name__}).encode()
+        status = "200 OK" if ok else "503 Service Unavailable"
+        return status, [("Content-Type", "application/json")], body
+
+
+def read_body(environ: Environ, cap: int) -> bytes | Reply:
+    """The raw body, or the 400 / 413 reply when its length is bad or over `cap` bytes."""
+    raw_length = environ.get("CONTENT_LENGTH") or ""
+    try:
+        length = int(raw_length) if raw_length else -1
+    except ValueError:
+        return reply(400, "bad Content-Length")
+    if length > cap:
+        return reply(413, f"body larger than {cap} bytes")
+    data: bytes = environ["wsgi.input"].read(length if length >= 0 else cap + 1)
+    if len(data) > cap:
+        return reply(413, f"body larger than {cap} bytes")
+    return data
+
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Payload Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+def reply(status: int, text: str) -> Reply:
+    return (
+        f"{status} {_REASONS.get(status, 'Error')}",
+        [("Content-Type", "text/plain; charset=utf-8")],
+        text.encode("utf-8"),
+    )

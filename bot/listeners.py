@@ -1,0 +1,175 @@
+"""Bolt's side of the front: the listeners that turn Slack requests into core calls.
+
+The Bolt app is built with `process_before_response=True`, so a listener finishes (the insert
+has committed) before the acknowledgement leaves: messages and mentions go to `ingest`, Approve
+/ Deny clicks to `answer`. Listeners only write to the store; the dispatcher holds the token.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_bolt import Ack, App, BoltResponse
+from slack_bolt.authorization import AuthorizeResult
+
+from wakeful.bot import blocks
+from wakeful.core.effects import Message
+from wakeful.core.errors import InvalidInput, StoreUnavailable
+from wakeful.core.loops import Kicker, Wakeup
+from wakeful.core.store import Store
+
+IGNORED_SUBTYPES = frozenset({"message_changed", "message_deleted", "bot_message"})
+ACCEPTED_SUBTYPES = frozenset({None, "file_share", "thread_broadcast", "me_message"})
+
+
+@dataclass(eq=False)
+class Listeners:
+    """Slack events and clicks into the store, each acknowledged only after its commit."""
+
+    store: Store
+    signing_secret: str
+    bot_user_id: str = ""
+    bot_id: str = ""
+    wake_worker: Kicker = field(default_factory=Wakeup)
+    """Kicked when an event is stored."""
+    wake_dispatcher: Kicker = field(default_factory=Wakeup)
+    """Kicked when a reply is queued."""
+    clock: Callable[[], int] = field(default=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
+            # No token here: listeners only write to the store; the dispatcher holds it.
+            return AuthorizeResult(
+                enterprise_id=enterprise_id,
+                team_id=team_id,
+                bot_user_id=self.bot_user_id or None,
+                bot_id=self.bot_id or None,
+            )
+
+        bolt_log = logging.getLogger("wakeful.bolt")
+        bolt_log.addFilter(_quiet_token_notice)
+        self.app = App(
+            signing_secret=self.signing_secret,
+            process_before_response=True,
+            authorize=authorize,
+            logger=bolt_log,
+        )
+        self.app.event("message")(self._on_message)
+        self.app.event("app_mention")(self._on_mention)
+        self.app.action(blocks.APPROVE)(self._on_approve)
+        self.app.action(blocks.DENY)(self._on_deny)
+        self.app.error(self._on_error)
+
+    def _is_ours_or_noise(self, event: dict[str, Any]) -> bool:
+        user = event.get("user")
+        return (
+            bool(event.get("bot_id"))
+            or event.get("subtype") in IGNORED_SUBTYPES
+            or event.get("subtype") not in ACCEPTED_SUBTYPES
+            or not isinstance(user, str)
+            or not user
+            or (bool(self.bot_user_id) and user == self.bot_user_id)
+        )
+
+    def _ingest(self, body: dict[str, Any], event: dict[str, Any], kind: str) -> None:
+        team = str(body.get("team_id") or event.get("team") or "")
+        event_id = body.get("event_id")
+        if not team or not isinstance(event_id, str):
+            raise InvalidInput("event envelope lacks team_id or event_id")
+        payload = {
+            "kind": kind,
+            "text": event.get("text") or "",
+            "channel": event.get("channel"),
+            "ts": event.get("ts"),
+            "thread_ts": event.get("thread_ts"),
+            "user": event.get("user"),
+            "team": team,
+            "channel_type": event.get("channel_type"),
+        }
+        if not isinstance(payload["channel"], str):
+            raise InvalidInput("message event has no channel")
+        result = self.store.ingest(
+            f"{team}:{event['user']}", "slack", event_id, payload, self.clock()
+        )
+        if result.stored:
+            self.wake_worker.kick()
+
+    def _on_message(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
+        if event.get("channel_type") == "im" and not self._is_ours_or_noise(event):
+            self._ingest(body, event, "message")
+        ack()
+
+    def _on_mention(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
+        if not self._is_ours_or_noise(event):
+            self._ingest(body, event, "mention")
+        ack()
+
+    def _on_approve(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+        self._on_click(body, action, "yes")
+        ack()
+
+    def _on_deny(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+        self._on_click(body, action, "no")
+        ack()
+
+    def _on_click(self, body: dict[str, Any], action: dict[str, Any], answer: str) -> None:
+        user = (body.get("user") or {}).get("id")
+        # An org-wide install sends "team": null; the clicker's team is then user.team_id.
+        team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id")
+        request_id = action.get("value")
+        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
+            "channel_id"
+        )
+        if not isinstance(user, str) or not user:
+            raise InvalidInput("click has no user")
+        now = self.clock()
+        try:
+            outcome, stored = self.store.answer_detail(str(request_id or ""), answer, user, now)
+        except InvalidInput:
+            outcome, stored = "unknown", False  # tampered or malformed id: nothing answered
+        if stored:
+            self.wake_worker.kick()  # the answer event resumes the agent's run
+            return
+        note = self._click_note(str(request_id), outcome)
+        if note is not None and isinstance(channel, str) and channel:
+            text, note_blocks = note
+            inbox = f"{team or 'T'}:{user}"
+            self.store.post(
+                inbox,
+                [Message(channel, text, blocks=note_blocks, kind="ephemeral", user=user)],
+                now,
+            )
+            self.wake_dispatcher.kick()
+
+    def _click_note(
+        self, request_id: str, outcome: str
+    ) -> tuple[str, list[dict[str, Any]] | None] | None:
+        """What the tapper alone sees when their tap changed nothing."""
+        if outcome == "unknown":
+            return "This approval request is unknown; nothing was done.", None
+        state = self.store.approval(request_id)
+        if outcome == "forbidden":
+            requester = state.requester if state else "the requester"
+            return blocks.NOT_YOURS, blocks.not_yours(requester)
+        if state is None or state.answer is None:
+            return None
+        line = blocks.outcome_line(state.answer, state.answered_by, state.answered_at)
+        return f"Already answered: {line}", None
+
+    def _on_error(self, error: Exception, logger: logging.Logger) -> BoltResponse:
+        if isinstance(error, StoreUnavailable):
+            logger.warning("store unavailable; asking Slack to retry: %s", error)
+            return BoltResponse(status=503, body="store unavailable; please retry")
+        if isinstance(error, InvalidInput):
+            return BoltResponse(status=400, body=f"bad request: {error}")
+        logger.exception("listener failed", exc_info=error)
+        return BoltResponse(status=500, body="internal error")
+
+
+def _quiet_token_notice(record: logging.LogRecord) -> bool:
+    """Bolt notes that SLACK_BOT_TOKEN is ignored when `authorize` is given; that is the point."""
+    return "will be ignored" not in record.getMessage()

@@ -1,0 +1,205 @@
+"""Assembling a process: store, agent, loops, HTTP server or Socket Mode, and a clean stop."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+from wakeful.bot.config import Config, ConfigError
+from wakeful.bot.sender import SlackSender, make_client
+from wakeful.core.agent import Agent
+from wakeful.core.loops import Bell, Dispatcher, Scheduler, Wakeup, Worker
+from wakeful.core.store import Store, open_store
+
+log = logging.getLogger("wakeful")
+
+
+def timezone_lookup(client: WebClient | None) -> Callable[[str], str]:
+    """users.info -> the user's IANA zone, cached; UTC when unknown or Slack is unreachable.
+
+    Handed to agents as a capability: they get a zone, never the token.
+    """
+    cache: dict[str, str] = {}
+
+    def lookup(user: str) -> str:
+        if client is None or not user:
+            return "UTC"
+        if user not in cache:
+            try:
+                info = client.users_info(user=user)
+                cache[user] = str((info.get("user") or {}).get("tz") or "UTC")
+            except Exception as exc:  # any failure means: fall back, never fail the run
+                log.warning("users.info failed for %s: %s", user, exc)
+                return "UTC"
+        return cache[user]
+
+    return lookup
+
+
+def build_agent(config: Config, store: Store, client: WebClient | None) -> Agent:
+    if ":" in config.agent:
+        import importlib
+
+        module_name, _, name = config.agent.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"WAKEFUL_AGENT {config.agent!r} cannot be loaded: {exc}") from exc
+        agent: Agent = factory(config, store, timezone_lookup(client))
+        return agent
+    if config.agent == "claude":
+        try:
+            from wakeful.bot.agents.claude import build as build_claude
+        except ImportError as exc:  # the optional extra is not installed
+            raise ConfigError(
+                "WAKEFUL_AGENT=claude needs the anthropic package: pip install 'wakeful[claude]'"
+            ) from exc
+        return build_claude(config, store, timezone_lookup(client))
+    from wakeful.bot.agents.refund_desk import RefundDesk
+
+    return RefundDesk(
+        store,
+        approvers=config.approvers,
+        tz_lookup=timezone_lookup(client),
+    )
+
+
+def identify(client: WebClient, api_url: str) -> dict[str, str]:
+    """auth.test once at start-up: who the bot is, so it never answers itself."""
+    try:
+        response = client.auth_test()
+    except SlackApiError as exc:
+        raise ConfigError(
+            f"SLACK_BOT_TOKEN was rejected by Slack ({exc.response.get('error')})"
+        ) from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot reach the Slack API at {api_url}: {exc}") from exc
+    return {
+        "user_id": str(response.get("user_id") or ""),
+        "bot_id": str(response.get("bot_id") or ""),
+        "team_id": str(response.get("team_id") or ""),
+    }
+
+
+@dataclass
+class Runtime:
+    """The loops of one process, each on its own thread, stopped together."""
+
+    config: Config
+    store: Store
+    roles: tuple[str, ...]
+    poll: float = 1.0
+    bell: Bell = field(default_factory=Bell)
+    wake_worker: Wakeup = field(default_factory=Wakeup)
+    """Kicked when events are stored."""
+    wake_dispatcher: Wakeup = field(default_factory=Wakeup)
+    """Kicked when outbox rows are queued."""
+    wake_scheduler: Wakeup = field(default_factory=Wakeup)
+    """Kicked when timers or approvals are added."""
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+    client: WebClient | None = None
+
+    def start(self) -> None:
+        loops = self.build_loops()
+        if loops:
+            self.store.listen(self.wake_worker.kick)  # PostgreSQL: a store on any host wakes us
+        for loop in loops:
+            thread = threading.Thread(
+                target=loop.run,
+                args=(self.stop,),
+                name=f"wakeful-{type(loop).__name__.lower()}",
+                daemon=True,
+            )
+            thread.start()
+            self.threads.append(thread)
+        log.info("started %s", ", ".join(type(lp).__name__.lower() for lp in loops) or "no loops")
+
+    def build_loops(self) -> list[Any]:
+        """This process's loops, wired so each kick wakes the one loop it is news for."""
+        if self.config.bot_token:
+            self.client = make_client(self.config.bot_token, self.config.api_url)
+        loops: list[Any] = []
+        if "worker" in self.roles:
+            agent = build_agent(self.config, self.store, self.client)
+            loops.append(
+                Worker(
+                    store=self.store,
+                    agent=agent,
+                    poll=self.poll,
+                    wakeup=self.bell.subscribe(self.wake_worker),
+                    wake_dispatcher=self.wake_dispatcher,
+                    wake_scheduler=self.wake_scheduler,
+                    settle=self.config.batch_window,
+                )
+            )
+        if "scheduler" in self.roles:
+            loops.append(
+                Scheduler(
+                    store=self.store,
+                    poll=self.poll,
+                    wakeup=self.bell.subscribe(self.wake_scheduler),
+                    wake_worker=self.wake_worker,
+                )
+            )
+        if "dispatcher" in self.roles:
+            if self.client is None:
+                raise ConfigError("SLACK_BOT_TOKEN is not set (the dispatcher posts to Slack)")
+            loops.append(
+                Dispatcher(
+                    store=self.store,
+                    sender=SlackSender(self.client),
+                    poll=self.poll,
+                    wakeup=self.bell.subscribe(self.wake_dispatcher),
+                )
+            )
+        return loops
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        self.stop.set()
+        self.bell.kick()
+        for thread in self.threads:
+            thread.join(timeout)
+
+
+def open_configured_store(config: Config) -> Store:
+    if config.sqlite_max_pages and "://" not in config.db:
+        return open_store(config.db, config.settings, max_pages=config.sqlite_max_pages)
+    return open_store(config.db, config.settings)
+
+
+def install_signal_handlers(on_stop: Callable[[], None]) -> None:
+    def handler(signum: int, _frame: object) -> None:
+        log.info("signal %s: stopping", signum)
+        on_stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def http_server(app: Any, host: str, port: int) -> Any:
+    """waitress: a maintained, pure-Python production WSGI server with a thread pool, so one
+    slow commit never stalls other connections, and it runs in-process beside the loops."""
+    from waitress.server import create_server
+
+    from wakeful.bot.front import BODY_CAP
+
+    return create_server(
+        app,
+        host=host,
+        port=port,
+        threads=16,
+        backlog=1024,
+        connection_limit=1000,
+        max_request_body_size=BODY_CAP + 1,  # waitress refuses a body equal to its limit
+        channel_timeout=30,  # a client stalled mid-body gives its thread back after 30 s
+        ident="wakeful",
+        clear_untrusted_proxy_headers=True,
+    )

@@ -1,0 +1,173 @@
+"""Outbox parts to Slack Web API calls. The dispatcher's side of the token: nothing else in
+wakeful posts to Slack.
+
+Posts carry message metadata (`wakeful_dispatch` with the part id), so when a batch is retried
+after a crash or a timeout the sender first looks in the conversation for that id and never posts
+the same part twice. Slack errors map to core's transient / permanent failures.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import urllib.error
+from collections.abc import Callable
+from http.client import HTTPException
+from typing import Any
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+from wakeful.core.errors import PermanentSendError, TransientSendError
+from wakeful.core.rules.outbox import Part
+
+log = logging.getLogger("wakeful.sender")
+EVENT_TYPE = "wakeful_dispatch"
+PER_CHANNEL_INTERVAL = 1.0  # Slack: about one message per second per channel
+TRANSIENT_ERRORS = frozenset(
+    {
+        "ratelimited",
+        "rate_limited",
+        "internal_error",
+        "fatal_error",
+        "service_unavailable",
+        "request_timeout",
+        "team_added_to_org",
+        "timeout",
+    }
+)
+LOOKBACK = 200
+
+
+def make_client(token: str, api_url: str, timeout: int = 10) -> WebClient:
+    """A WebClient with no automatic retries: a blind retry of chat.postMessage can post twice;
+    the outbox retries instead, after looking for the earlier attempt."""
+    return WebClient(token=token, base_url=api_url, timeout=timeout, retry_handlers=[])
+
+
+class SlackSender:
+    """Implements core's Sender with slack_sdk."""
+
+    def __init__(
+        self,
+        client: WebClient,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self._sleep = sleep
+        self._clock = clock
+        self._last_post: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def send(self, part: Part) -> str | None:
+        try:
+            if part.kind == "update":
+                return self._update(part)
+            if part.kind == "ephemeral":
+                return self._ephemeral(part)
+            if part.retry:
+                found = self.find_posted(part)
+                if found is not None:
+                    log.info("part %s already posted as %s; not posting again", part.part_id, found)
+                    return found
+            return self._post(part)
+        except SlackApiError as exc:
+            raise classify(exc) from exc
+        except (
+            urllib.error.URLError,
+            TimeoutError,
+            ConnectionError,
+            HTTPException,
+            OSError,
+        ) as exc:
+            raise TransientSendError(f"network: {exc}", retry_after=5) from exc
+
+    def _pace(self, channel: str) -> None:
+        with self._lock:
+            last = self._last_post.get(channel)
+            now = self._clock()
+            wait = 0.0 if last is None else PER_CHANNEL_INTERVAL - (now - last)
+            self._last_post[channel] = now + max(0.0, wait)
+        if wait > 0:
+            self._sleep(wait)
+
+    def _post(self, part: Part) -> str | None:
+        self._pace(part.channel)
+        metadata = {
+            "event_type": EVENT_TYPE,
+            "event_payload": {"dispatch_id": part.dispatch_id, "part_id": part.part_id},
+        }
+        response = self.client.chat_postMessage(**_content(part, threaded=True), metadata=metadata)
+        ts = response.get("ts")
+        return None if ts is None else str(ts)
+
+    def _update(self, part: Part) -> str | None:
+        if not part.target_ts:
+            raise PermanentSendError("an update needs the posted prompt's ts")
+        self.client.chat_update(**_content(part, threaded=False), ts=part.target_ts)
+        return part.target_ts
+
+    def _ephemeral(self, part: Part) -> str | None:
+        if not part.user:
+            raise PermanentSendError("an ephemeral needs the user who sees it")
+        response = self.client.chat_postEphemeral(**_content(part, threaded=True), user=part.user)
+        ts = response.get("message_ts")
+        return None if ts is None else str(ts)
+
+    def find_posted(self, part: Part) -> str | None:
+        """The ts of a message already carrying this part's id, among the recent ones."""
+        seen = 0
+        cursor: str | None = None
+        while seen < LOOKBACK:
+            kwargs: dict[str, Any] = {
+                "channel": part.channel,
+                "limit": 100,
+                "include_all_metadata": True,
+            }
+            if cursor:
+                kwargs["cursor"] = cursor
+            if part.thread_ts:
+                response = self.client.conversations_replies(ts=part.thread_ts, **kwargs)
+            else:
+                response = self.client.conversations_history(**kwargs)
+            messages = response.get("messages") or []
+            for message in messages:
+                meta = message.get("metadata") or {}
+                payload = meta.get("event_payload") or {}
+                if meta.get("event_type") == EVENT_TYPE and payload.get("part_id") == part.part_id:
+                    return str(message.get("ts"))
+            seen += len(messages)
+            cursor = ((response.get("response_metadata") or {}).get("next_cursor")) or None
+            if not cursor or not messages:
+                return None
+        return None
+
+
+def _content(part: Part, threaded: bool) -> dict[str, Any]:
+    """channel, text, and blocks / thread_ts when the part has them: what every call sends."""
+    kwargs: dict[str, Any] = {"channel": part.channel, "text": part.text}
+    if part.blocks is not None:
+        kwargs["blocks"] = part.blocks
+    if threaded and part.thread_ts:
+        kwargs["thread_ts"] = part.thread_ts
+    return kwargs
+
+
+def classify(exc: SlackApiError) -> TransientSendError | PermanentSendError:
+    """429 / 5xx / Slack's own transient codes -> transient; anything else -> permanent."""
+    response = exc.response
+    status = getattr(response, "status_code", 200)
+    error = str(response.get("error") if hasattr(response, "get") else "") or f"http {status}"
+    if status == 429 or error in ("ratelimited", "rate_limited"):
+        headers = getattr(response, "headers", {}) or {}
+        raw = headers.get("Retry-After") or headers.get("retry-after") or "1"
+        try:
+            retry_after = int(float(raw))
+        except ValueError:
+            retry_after = 1
+        return TransientSendError(f"rate limited ({error})", retry_after=max(1, retry_after))
+    if status >= 500 or error in TRANSIENT_ERRORS:
+        return TransientSendError(f"slack {status}: {error}", retry_after=5)
+    return PermanentSendError(error)

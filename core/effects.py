@@ -1,0 +1,185 @@
+"""What a run asks for. An agent returns these; `finish` writes them in one fenced transaction."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from wakeful.core.errors import InvalidInput
+
+Priority = Literal["normal", "urgent"]
+MessageKind = Literal["post", "update", "ephemeral"]
+MissedPolicy = Literal["coalesce", "catch_up"]
+
+SLACK_TEXT_LIMIT = 40_000
+SLACK_BLOCK_LIMIT = 50
+_HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One outbound message.
+
+    `post` rows are paced per (channel, thread) and merged; `update` rewrites the prompt of the
+    approval named in `ref`; `ephemeral` shows only to `user`. Updates and ephemerals answer a
+    person's own click, so they are never held by the gap.
+    """
+
+    channel: str
+    text: str
+    thread_ts: str | None = None
+    blocks: list[dict[str, Any]] | None = None
+    priority: Priority = "normal"
+    kind: MessageKind = "post"
+    ref: str | None = None
+    user: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.channel:
+            raise InvalidInput("message channel must not be empty")
+        if not isinstance(self.text, str):
+            raise InvalidInput("message text must be a string")
+        if not self.text and not self.blocks:
+            raise InvalidInput("message needs text or blocks")
+        if self.priority not in ("normal", "urgent"):
+            raise InvalidInput(f"priority must be 'normal' or 'urgent', got {self.priority!r}")
+        if self.kind not in ("post", "update", "ephemeral"):
+            raise InvalidInput(f"unknown message kind {self.kind!r}")
+        if self.kind == "update" and not self.ref:
+            raise InvalidInput("an update message needs the ref of the approval it rewrites")
+        if self.kind == "ephemeral" and not self.user:
+            raise InvalidInput("an ephemeral message needs a user")
+        if self.blocks is not None and len(self.blocks) > SLACK_BLOCK_LIMIT:
+            raise InvalidInput(f"a message may carry at most {SLACK_BLOCK_LIMIT} blocks")
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """A timer owned by one inbox. Build with `once`, `every` or `daily`.
+
+    `name` is unique within the inbox; the stored id is `<inbox>/<name>` and each occurrence's
+    event key is `<id>@<scheduled time>`.
+    """
+
+    name: str
+    kind: Literal["once", "every", "daily"]
+    first_at: int | None = None
+    every_seconds: int | None = None
+    daily_at: str | None = None
+    tz: str = "UTC"
+    policy: MissedPolicy = "coalesce"
+    payload: Any = None
+
+    def __post_init__(self) -> None:
+        if not self.name or "@" in self.name or "/" in self.name:
+            raise InvalidInput("timer name must be non-empty and must not contain '@' or '/'")
+        if self.name.startswith("approval:"):
+            raise InvalidInput("timer names starting with 'approval:' are reserved for expiries")
+        if self.policy not in ("coalesce", "catch_up"):
+            raise InvalidInput(f"policy must be 'coalesce' or 'catch_up', got {self.policy!r}")
+        if self.kind == "once" and not isinstance(self.first_at, int):
+            raise InvalidInput("a one-off timer needs an integer time")
+        if self.kind == "every":
+            if not isinstance(self.every_seconds, int) or self.every_seconds < 1:
+                raise InvalidInput("an 'every' timer needs a positive number of seconds")
+            if not isinstance(self.first_at, int):
+                raise InvalidInput("an 'every' timer needs the time of its first occurrence")
+        if self.kind == "daily":
+            if not self.daily_at or not _HHMM.match(self.daily_at):
+                raise InvalidInput(f"daily time must be HH:MM (24h), got {self.daily_at!r}")
+            from wakeful.core.rules.schedule import zone  # validates the zone name
+
+            zone(self.tz)
+        if self.kind not in ("once", "every", "daily"):
+            raise InvalidInput(f"unknown timer kind {self.kind!r}")
+        check_json(self.payload, "timer payload")
+
+    @classmethod
+    def once(cls, name: str, at: int, payload: Any = None) -> Timer:
+        return cls(name=name, kind="once", first_at=at, payload=payload)
+
+    @classmethod
+    def every(
+        cls,
+        name: str,
+        seconds: int,
+        first_at: int,
+        payload: Any = None,
+        policy: MissedPolicy = "coalesce",
+    ) -> Timer:
+        return cls(
+            name=name,
+            kind="every",
+            every_seconds=seconds,
+            first_at=first_at,
+            payload=payload,
+            policy=policy,
+        )
+
+    @classmethod
+    def daily(
+        cls,
+        name: str,
+        at: str,
+        tz: str = "UTC",
+        payload: Any = None,
+        policy: MissedPolicy = "coalesce",
+    ) -> Timer:
+        return cls(name=name, kind="daily", daily_at=at, tz=tz, payload=payload, policy=policy)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """A deferred tool call: the run ends here; the answer or the expiry wakes the inbox later."""
+
+    id: str
+    tool: str
+    args: Any
+    requester: str
+    deadline: int
+    approvers: tuple[str, ...] = ()
+    prompt: Message | None = None
+
+    def __post_init__(self) -> None:
+        if not self.id or not self.tool or not self.requester:
+            raise InvalidInput("an approval request needs an id, a tool and a requester")
+        if not isinstance(self.deadline, int):
+            raise InvalidInput("an approval deadline is integer seconds")
+        check_json(self.args, "approval args")
+
+    @property
+    def allowed(self) -> tuple[str, ...]:
+        return (self.requester, *[a for a in self.approvers if a != self.requester])
+
+
+@dataclass(slots=True)
+class Effects:
+    """Everything a run wants done; written atomically by `finish` or not at all."""
+
+    messages: list[Message] = field(default_factory=list)
+    approvals: list[ApprovalRequest] = field(default_factory=list)
+    timers: list[Timer] = field(default_factory=list)
+    cancel_timers: list[str] = field(default_factory=list)
+    session: Any = None
+    save_session: bool = False
+    failed: dict[int, str] = field(default_factory=dict)
+    """Event id -> error, for events this run could not handle (retried with backoff)."""
+
+    def set_session(self, state: Any) -> None:
+        check_json(state, "session state")
+        self.session = state
+        self.save_session = True
+
+
+_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+"""Built once: json.dumps with these options builds a new encoder on every call (every ingest)."""
+
+
+def check_json(value: Any, what: str) -> str:
+    """Serialise `value` or raise InvalidInput; payloads must round-trip through JSON."""
+    try:
+        return _JSON.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc

@@ -1,0 +1,312 @@
+"""The three loops: worker (runs agents), scheduler (fires timers), dispatcher (sends posts).
+
+Each has `tick(now)`, one pass that tests drive on a simulated clock, and `run(stop)`, which
+repeats ticks on the injected clock, sleeping until a wake-up or the poll interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from wakeful.core.agent import Agent, Run
+from wakeful.core.effects import Effects
+from wakeful.core.errors import LeaseLost, PermanentSendError, StoreUnavailable, TransientSendError
+from wakeful.core.records import Claim
+from wakeful.core.rules.outbox import Batch, Part
+from wakeful.core.store import Store
+from wakeful.core.store.timers import DUE_PAGE
+
+log = logging.getLogger("wakeful")
+Clock = Callable[[], int]
+
+
+def wall_clock() -> int:
+    return int(time.time())
+
+
+class ManualClock:
+    """A clock that only moves when told to: scenarios and tests drive the loops with it."""
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Sender(Protocol):
+    """Delivers one part; returns the posted message's id (Slack ts) or None.
+
+    When `part.retry` is set an earlier attempt may have reached the destination: look for
+    `part.part_id` there first and return the existing id instead of posting twice. Raise
+    TransientSendError or PermanentSendError on failure.
+    """
+
+    def send(self, part: Part) -> str | None: ...
+
+
+class Kicker(Protocol):
+    def kick(self) -> None: ...
+
+
+class Wakeup:
+    """A kick from ingest to an idle loop in the same process, so new work skips the poll wait."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def kick(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        fired = self._event.wait(timeout)
+        self._event.clear()
+        return fired
+
+
+class Bell:
+    """Rings every subscribed loop at once (shutdown).
+
+    Everyday kicks are aimed instead (new events wake the worker, new outbox rows the
+    dispatcher, new timers the scheduler): a loop woken for nothing still costs a thread switch
+    and a look at the store, and those add up in the HTTP front's latency when they come
+    hundreds of times a second."""
+
+    def __init__(self) -> None:
+        self._wakeups: list[Wakeup] = []
+
+    def subscribe(self, wakeup: Wakeup | None = None) -> Wakeup:
+        wakeup = wakeup or Wakeup()
+        self._wakeups.append(wakeup)
+        return wakeup
+
+    def kick(self) -> None:
+        for wakeup in self._wakeups:
+            wakeup.kick()
+
+
+@dataclass(kw_only=True)
+class _Loop:
+    store: Store
+    clock: Clock = wall_clock
+    poll: float = 1.0
+    wakeup: Wakeup = field(default_factory=Wakeup)
+    """What wakes this loop early: kicked by whoever has news for it."""
+
+    def tick(self, now: int) -> int:
+        raise NotImplementedError
+
+    def idle_wait(self) -> float:
+        """How long to sleep when a tick found nothing to do (a wake-up cuts it short)."""
+        return self.poll
+
+    def run(self, stop: threading.Event) -> None:
+        """Tick until `stop` is set; a store outage is logged and retried, never fatal."""
+        while not stop.is_set():
+            try:
+                busy = self.tick(self.clock())
+            except StoreUnavailable as exc:
+                log.warning("%s: store unavailable, retrying: %s", type(self).__name__, exc)
+                busy = 0
+            except Exception:
+                log.exception("%s: tick failed", type(self).__name__)
+                busy = 0
+            if busy:
+                continue
+            if stop.is_set():
+                return
+            self.sleep(self.wakeup, stop)
+
+    def sleep(self, wakeup: Wakeup, stop: threading.Event) -> None:
+        """Idle until a kick or `idle_wait()` seconds have passed."""
+        wakeup.wait(self.idle_wait())
+
+
+@dataclass(kw_only=True)
+class Worker(_Loop):
+    """Takes the lease of each ready inbox, claims, runs the agent, finishes fenced."""
+
+    agent: Agent
+    holder: str = ""
+    batch_inboxes: int = 20
+    wake_dispatcher: Kicker = field(default_factory=Wakeup)
+    """Kicked after a finish that queued messages."""
+    wake_scheduler: Kicker = field(default_factory=Wakeup)
+    """Kicked after a finish that added timers or approvals, so a timer already due, or an
+    approval window already over, is not left to the next poll."""
+    settle: float = 0.0
+    """Seconds an inbox must have been ready before it runs, so a person's burst of quick
+    messages lands in one batch. Counted per inbox from when this worker first saw it ready."""
+    monotonic: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        if not self.holder:
+            self.holder = f"worker-{uuid.uuid4().hex[:8]}"
+        self._seen: dict[str, float] = {}
+
+    def tick(self, now: int) -> int:
+        runs = ran = 0
+        ready = self.store.ready_inboxes(now, self.batch_inboxes * 5)
+        t = self.monotonic()
+        self._seen = {inbox: self._seen.get(inbox, t) for inbox in ready}
+        for inbox in ready:
+            if ran >= self.batch_inboxes:
+                break
+            if self.settle > 0 and t - self._seen[inbox] < self.settle:
+                continue  # still inside its batch window
+            ran += 1
+            runs += self.run_inbox(inbox)
+            self._seen.pop(inbox, None)
+        return runs
+
+    def idle_wait(self) -> float:
+        if not self._seen or self.settle <= 0:
+            return self.poll
+        due = min(self._seen.values()) + self.settle - self.monotonic()
+        return max(0.01, min(self.poll, due))
+
+    def sleep(self, wakeup: Wakeup, stop: threading.Event) -> None:
+        if not (self.settle > 0 and self._seen):
+            return super().sleep(wakeup, stop)
+        # An inbox is waiting out its batch window. A kick still matters (a new inbox's window
+        # starts when a tick first sees it), but under load kicks come hundreds a second and
+        # each would cost a tick: after one, let the next ones pile up for a tenth of a window.
+        if wakeup.wait(self.idle_wait()):
+            stop.wait(min(self.settle / 10, self.idle_wait()))
+
+    def run_inbox(self, inbox: str) -> int:
+        """Run an inbox until it has nothing claimable; return how many runs finished.
+
+        Two commits per run: acquire+claim, then finish+claim-next (which releases the lease
+        when nothing is left).
+        """
+        claim = self.store.acquire_and_claim(
+            inbox, self.holder, self.clock(), release_if_empty=True
+        )
+        runs = 0
+        while claim is not None and claim.events:
+            effects = self._run_agent(claim)
+            finished, claim = self.store.finish_and_claim(claim, effects, self.clock())
+            if not finished:
+                log.warning("%s: finish refused for %s (lease lost)", self.holder, inbox)
+                return runs
+            runs += 1
+            if effects.messages or effects.approvals:
+                self.wake_dispatcher.kick()
+            if effects.timers or effects.approvals:
+                self.wake_scheduler.kick()
+        return runs
+
+    def _run_agent(self, claim: Claim) -> Effects:
+        def heartbeat() -> None:
+            if not self.store.renew(claim.inbox, self.holder, claim.gen, self.clock()):
+                raise LeaseLost(f"{self.holder} lost {claim.inbox} gen {claim.gen}")
+
+        run = Run(
+            inbox=claim.inbox,
+            events=claim.events,
+            session=self.store.session(claim.inbox),
+            now=self.clock(),
+            heartbeat=heartbeat,
+        )
+        try:
+            return self.agent.run(run)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            log.warning("agent failed on %s %s: %s", claim.inbox, claim.ids, exc)
+            error = f"{type(exc).__name__}: {exc}"
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s", traceback.format_exc())
+            return Effects(failed={e.id: error for e in claim.events})
+
+
+@dataclass(kw_only=True)
+class Scheduler(_Loop):
+    """Turns due timers into inbox events; kicks the worker when it stored some."""
+
+    wake_worker: Kicker = field(default_factory=Wakeup)
+
+    def tick(self, now: int) -> int:
+        total = 0
+        while True:
+            result = self.store.fire_due_timers(now)
+            total += result.fired + result.expired_approvals
+            if result.due < DUE_PAGE:
+                break
+        if total:
+            self.wake_worker.kick()
+        return total
+
+
+@dataclass(kw_only=True)
+class Dispatcher(_Loop):
+    """Sends claimed batches; never holds a database lock while a sender is on the network.
+
+    Batches of different destinations go out in parallel (`concurrency` threads), the parts of
+    one batch in order. A rate-limit answer pauses every send until its Retry-After has passed:
+    Slack's limits are per app, so pushing on in other conversations would only earn more 429s.
+    """
+
+    sender: Sender
+    concurrency: int = 8
+
+    def __post_init__(self) -> None:
+        self._paused_until = 0
+        self._pause_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def tick(self, now: int) -> int:
+        if now < self._paused_until:
+            return 0
+        batches = self.store.claim_batches(now)
+        if len(batches) <= 1 or self.concurrency <= 1:
+            return sum(self._send_batch(b) for b in batches)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="wakeful-send")
+        return sum(self._pool.map(self._send_batch, batches))
+
+    def _send_batch(self, batch: Batch) -> int:
+        sent = 0
+        for part in batch.parts:
+            if self.clock() < self._paused_until:
+                self.store.defer_batch(
+                    batch.dispatch_id, self._paused_until, "paused: rate limited", self.clock()
+                )
+                break
+            try:
+                if part.kind == "update":
+                    part = self._resolve_target(part)
+                ts = self.sender.send(part)
+            except TransientSendError as exc:
+                # The clock counts whole seconds (floored): one more second guarantees at least
+                # Retry-After has passed in real time.
+                until = self.clock() + max(1, exc.retry_after) + (1 if exc.retry_after else 0)
+                if exc.retry_after:
+                    with self._pause_lock:
+                        self._paused_until = max(self._paused_until, until)
+                self.store.defer_batch(part.dispatch_id, until, str(exc), self.clock())
+                break
+            except PermanentSendError as exc:
+                self.store.fail_part(part, str(exc), self.clock())
+                continue
+            self.store.mark_sent(part, ts, self.clock())
+            sent += 1
+        return sent
+
+    def _resolve_target(self, part: Part) -> Part:
+        """An update rewrites the approval prompt: find where that prompt was posted."""
+        state = self.store.approval(part.ref or "")
+        if state is None or not state.prompt_ts:
+            raise PermanentSendError(f"the prompt of approval {part.ref!r} was never posted")
+        return replace(
+            part, channel=state.prompt_channel or part.channel, target_ts=state.prompt_ts
+        )

@@ -1,0 +1,138 @@
+"""What the store hands back: plain frozen values, independent of the backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+EventStatus = Literal["pending", "running", "done", "dead"]
+OutboxStatus = Literal["pending", "sending", "sent", "failed"]
+Answer = Literal["yes", "no", "expired"]
+AnswerOutcome = Literal["yes", "no", "expired", "unknown", "forbidden"]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    inbox: str
+    source: str
+    source_id: str
+    payload: Any
+    status: EventStatus
+    attempts: int
+    created_at: int
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """The result of one ingest: `stored` is False for a repeated delivery."""
+
+    stored: bool
+    event_id: int | None
+
+    @property
+    def duplicate(self) -> bool:
+        return not self.stored
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A batch of events one holder may work on under one lease generation."""
+
+    inbox: str
+    holder: str
+    gen: int
+    events: tuple[Event, ...] = field(default_factory=tuple)
+    seq: int = 0
+    """The lease's sequence number taken by this claim (orders claims and finishes)."""
+    claimed_at: int = 0
+
+    @property
+    def ids(self) -> list[int]:
+        return [e.id for e in self.events]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    inbox: str
+    holder: str
+    gen: int
+    expires_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    """What one scheduler pass did: timers found due, events newly stored."""
+
+    due: int
+    fired: int
+    expired_approvals: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalState:
+    id: str
+    inbox: str
+    tool: str
+    args: Any
+    requester: str
+    approvers: tuple[str, ...]
+    deadline: int
+    created_at: int
+    answer: Answer | None
+    answered_by: str | None
+    answered_at: int | None
+    prompt_channel: str | None
+    prompt_ts: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    id: int
+    inbox: str
+    kind: str
+    channel: str
+    thread_ts: str
+    text: str
+    blocks: Any
+    priority: str
+    status: OutboxStatus
+    ref: str | None
+    user: str | None
+    attempts: int
+    error: str | None
+    created_at: int
+    dispatch_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimerState:
+    id: str
+    inbox: str
+    kind: str
+    next_at: int
+    policy: str
+    payload: Any
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A finished run, from the run log written by finish."""
+
+    inbox: str
+    holder: str
+    gen: int
+    claim_seq: int
+    finish_seq: int
+    events: tuple[int, ...]
+    claimed_at: int
+    finished_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetters:
+    """What needs a person: dead events and parked (failed) outbox rows."""
+
+    events: list[Event]
+    outbox: list[OutboxRow]

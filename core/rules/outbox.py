@@ -1,0 +1,161 @@
+"""Pacing and merging of outbound rows. Pure: the store decides *which* rows to claim with
+`ready`, and `plan_parts` turns a claimed batch into the posts a sender makes, the same way
+every time, so a retried batch yields the same part ids and a sender can tell what already went
+out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from wakeful.core.effects import SLACK_BLOCK_LIMIT, SLACK_TEXT_LIMIT
+from wakeful.core.records import OutboxRow
+
+SEPARATOR = "\n\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One Slack call: a merged post, an update of an approval prompt, or an ephemeral."""
+
+    part_id: str
+    dispatch_id: str
+    kind: str
+    channel: str
+    thread_ts: str
+    text: str
+    blocks: list[dict[str, Any]] | None
+    row_ids: tuple[int, ...]
+    ref: str | None = None
+    user: str | None = None
+    retry: bool = False
+    """True when an earlier attempt of this batch may have reached Slack: look before posting."""
+    normal: bool = False
+    """True when the part carries normal-priority rows: sending it restarts the gap."""
+    final: bool = True
+    """False for all but the last chunk of a cut row: its rows are marked sent with the last."""
+    target_ts: str | None = None
+    """For an update: the posted prompt's message id, resolved just before sending."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    dispatch_id: str
+    channel: str
+    thread_ts: str
+    parts: tuple[Part, ...]
+    retry: bool
+
+
+def ready(rows: Sequence[OutboxRow], last_sent_at: int | None, now: int, gap: int) -> bool:
+    """Whether a destination's pending rows go out now.
+
+    An urgent row, an update or an ephemeral goes at once and takes the held rows along;
+    normal rows wait until `gap` seconds have passed since the destination's last post.
+    """
+    if not rows:
+        return False
+    if any(r.priority == "urgent" or r.kind != "post" for r in rows):
+        return True
+    return last_sent_at is None or now - last_sent_at >= gap
+
+
+def _chunks(text: str, limit: int) -> list[str]:
+    """Split text longer than `limit`, at a line end where there is one (that one newline
+    becomes the boundary between posts); no other character is dropped."""
+    out: list[str] = []
+    while len(text) > limit:
+        cut = text.rfind("\n", 0, limit + 1)
+        if cut <= 0:
+            out.append(text[:limit])
+            text = text[limit:]
+        else:
+            out.append(text[:cut])
+            text = text[cut + 1 :]
+    out.append(text)
+    return out
+
+
+def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tuple[Part, ...]:
+    """Merge consecutive posts of one destination into as few Slack calls as the limits allow.
+
+    Text posts merge with text posts and block posts with block posts (joining a text row into
+    a blocks message would hide it); a switch, an approval prompt, an update or an ephemeral
+    starts a new part. A
+    part never exceeds 40,000 characters or 50 blocks; one row longer than that is cut into
+    several posts in order. Each part id is `<dispatch id>:<first row id>.<chunk>`.
+    """
+    parts: list[Part] = []
+    group: list[OutboxRow] = []
+
+    def flush() -> None:
+        if not group:
+            return
+        first = group[0]
+        ids = tuple(r.id for r in group)
+        normal = first.kind == "post" and any(r.priority == "normal" for r in group)
+        if first.kind == "post" and first.blocks is None:
+            texts = _chunks(SEPARATOR.join(r.text for r in group), SLACK_TEXT_LIMIT)
+            for i, text in enumerate(texts):
+                part = _part(dispatch_id, first, i, text, None, ids, retry, normal)
+                if i < len(texts) - 1:
+                    part = replace(part, final=False)
+                parts.append(part)
+        else:
+            blocks: list[dict[str, Any]] | None = None
+            if first.blocks is not None:
+                blocks = [b for r in group for b in (r.blocks or [])]
+            text = SEPARATOR.join(r.text for r in group if r.text)[:SLACK_TEXT_LIMIT]
+            parts.append(_part(dispatch_id, first, 0, text, blocks, ids, retry, normal))
+        group.clear()
+
+    for row in rows:
+        if group and not _joins(group, row):
+            flush()
+        group.append(row)
+        if row.kind != "post":
+            flush()
+    flush()
+    return tuple(parts)
+
+
+def _joins(group: list[OutboxRow], row: OutboxRow) -> bool:
+    last = group[-1]
+    if row.kind != "post" or last.kind != "post":
+        return False
+    if row.ref or last.ref:
+        return False  # an approval prompt stands alone, so it can be rewritten on its own
+    if (row.blocks is None) != (last.blocks is None):
+        return False
+    if row.blocks is not None:
+        blocks = sum(len(r.blocks or []) for r in group) + len(row.blocks)
+        text = sum(len(r.text) + len(SEPARATOR) for r in group) + len(row.text)
+        return blocks <= SLACK_BLOCK_LIMIT and text <= SLACK_TEXT_LIMIT
+    return True
+
+
+def _part(
+    dispatch_id: str,
+    first: OutboxRow,
+    chunk: int,
+    text: str,
+    blocks: list[dict[str, Any]] | None,
+    ids: tuple[int, ...],
+    retry: bool,
+    normal: bool,
+) -> Part:
+    return Part(
+        part_id=f"{dispatch_id}:{first.id}.{chunk}",
+        dispatch_id=dispatch_id,
+        kind=first.kind,
+        channel=first.channel,
+        thread_ts=first.thread_ts,
+        text=text,
+        blocks=blocks,
+        row_ids=ids,
+        normal=normal,
+        ref=first.ref,
+        user=first.user,
+        retry=retry,
+    )

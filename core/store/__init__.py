@@ -1,0 +1,59 @@
+"""The store: every operation the engine owes, one module per concern, over one backend.
+
+`Store` is the whole contract, assembled from its concerns (inbox, claims, timers, approvals,
+outbox, admin, tool calls); a backend (`Connector`) supplies only transactions over its own
+named SQL. Every operation takes `now` in integer seconds: no backend reads a clock of its own.
+`open_store` picks the backend from a URL or a path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from wakeful.core.errors import InvalidInput
+from wakeful.core.settings import Settings
+from wakeful.core.store.admin import Admin
+from wakeful.core.store.approvals import Approvals
+from wakeful.core.store.base import Connector
+from wakeful.core.store.claims import Claims
+from wakeful.core.store.inbox import Inbox
+from wakeful.core.store.outbox import Outbox
+from wakeful.core.store.timers import Timers
+from wakeful.core.store.tool_calls import ToolCalls
+
+
+class Store(Inbox, Claims, Timers, Approvals, Outbox, Admin, ToolCalls):
+    """The durable state of every inbox, and the only way the engine touches it."""
+
+
+def open_connector(target: str | Path, **options: Any) -> Connector:
+    """`postgresql://...` opens PostgreSQL (needs the `postgres` extra); `sqlite:///path` or a
+    plain path opens a SQLite file. `options` go to the backend (e.g. `busy_timeout_ms`)."""
+    text = str(target)
+    if text.startswith(("postgresql://", "postgres://")):
+        try:
+            from wakeful.core.store.postgres import PostgresConnector
+        except ImportError as exc:
+            raise InvalidInput(
+                "WAKEFUL_DB is a PostgreSQL URL but psycopg is not installed: "
+                "pip install 'wakeful[postgres]'"
+            ) from exc
+        return PostgresConnector(text, **options)
+    if text.startswith("sqlite:///"):
+        text = text[len("sqlite:///") :]
+    elif "://" in text:
+        raise InvalidInput(f"unsupported store URL {text!r}: use a file path or postgresql://")
+    if not text:
+        raise InvalidInput("the store path is empty")
+    from wakeful.core.store.sqlite import SQLiteConnector
+
+    return SQLiteConnector(text, **options)
+
+
+def open_store(target: str | Path, settings: Settings | None = None, **options: Any) -> Store:
+    """A store on the backend `target` names (see `open_connector`)."""
+    return Store(open_connector(target, **options), settings)
+
+
+__all__ = ["Connector", "Store", "open_connector", "open_store"]

@@ -1,0 +1,98 @@
+"""The backend contract, and the base every concern of the store builds on.
+
+A backend is a `Connector`: it supplies a connection, a transaction and a runner for the named
+statements of its own `.sql` file, and nothing else. The rules live in the concern modules
+(inbox, claims, timers, approvals, outbox, admin) over that runner, so both backends obey
+exactly the same ones (procrastinate's connector / manager split).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+from wakeful.core.settings import Settings
+from wakeful.core.store.sql import Tx
+
+NewEvent = tuple[str, str, str, str, int]
+"""(inbox, source, source_id, payload JSON, now): one delivery on its way into the inbox."""
+
+
+def insert_event(
+    tx: Tx, inbox: str, source: str, source_id: str, body: str, now: int
+) -> int | None:
+    """The one door into the inbox: insert unless the key exists; the new id, or None.
+
+    Every event goes through this statement, whoever stores it (a delivery, a timer occurrence,
+    an approval's answer or expiry); on PostgreSQL the same statement wakes idle workers on
+    every host."""
+    row = tx.one(
+        "insert_event",
+        {"inbox": inbox, "source": source, "source_id": source_id, "payload": body, "now": now},
+    )
+    return None if row is None else int(row["id"])
+
+
+class Connector(ABC):
+    """What a backend owes the store: transactions over its named statements."""
+
+    dialect: str
+    """Which `.sql` file and migrations the backend runs: `sqlite` or `postgres`."""
+
+    @abstractmethod
+    def transaction(self, write: bool = True, urgent: bool = False) -> AbstractContextManager[Tx]:
+        """A transaction that commits on success and rolls back on any error, re-raising it
+        (driver errors translated to `StoreError`s). A write one takes the write lock up front
+        (BEGIN IMMEDIATE on SQLite), so it never fails half-way on a lock upgrade.
+
+        `urgent` marks a write someone is waiting on (an HTTP answer to Slack): a backend with
+        an in-process write queue lets it go before background writers."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections. The connector is unusable afterwards."""
+
+    def store_event(self, event: NewEvent) -> int | None:
+        """Commit one new event (None when its key exists). A backend may batch concurrent
+        callers into one commit (group commit); each caller returns after its own commit."""
+        with self.transaction(urgent=True) as tx:
+            return insert_event(tx, *event)
+
+    def listen(self, on_work: Callable[[], None]) -> Callable[[], None] | None:
+        """Call `on_work` whenever any process stores an event; return a function that stops
+        listening, or None when the backend cannot notify (workers elsewhere then poll)."""
+        return None
+
+
+class StoreBase:
+    """The settings and the backend every concern of the store shares."""
+
+    def __init__(self, db: Connector, settings: Settings | None = None) -> None:
+        self.db = db
+        self.settings = settings or Settings()
+
+    def _tx(self, write: bool = True, urgent: bool = False) -> AbstractContextManager[Tx]:
+        return self.db.transaction(write, urgent)
+
+    def close(self) -> None:
+        """Release the backend's connections. The store is unusable afterwards."""
+        self.db.close()
+
+    def listen(self, on_work: Callable[[], None]) -> Callable[[], None] | None:
+        """See `Connector.listen`: PostgreSQL wakes workers on every host; SQLite returns None."""
+        return self.db.listen(on_work)
+
+    def schema_version(self) -> int:
+        """The highest migration applied."""
+        with self._tx(write=False) as tx:
+            row = tx.one("schema_version")
+        return int(row["version"] or 0) if row else 0
+
+    def healthy(self) -> bool:
+        """True when the store answers a trivial query; for /healthz."""
+        try:
+            with self._tx(write=False) as tx:
+                return tx.one("ping") is not None
+        except Exception:
+            return False

@@ -1,0 +1,294 @@
+"""Runs of an inbox: the lease (holder, generation, expiry), claiming a batch, and the fenced
+finish that writes a run's effects in the same transaction that completes its events.
+
+Claims and finishes take numbers from the inbox's lease sequence inside their transactions and
+the finish records them in the run log, so overlapping runs can be proved absent afterwards."""
+
+from __future__ import annotations
+
+from wakeful.core.effects import Effects, check_json
+from wakeful.core.errors import LeaseLost
+from wakeful.core.records import Claim, Event, Lease, RunRecord
+from wakeful.core.rules.lease import decide, holds
+from wakeful.core.store.approvals import request
+from wakeful.core.store.base import StoreBase
+from wakeful.core.store.outbox import queue
+from wakeful.core.store.rows import (
+    PreparedEffects,
+    event_record,
+    lease_record,
+    prepare_effects,
+    require,
+    run_record,
+)
+from wakeful.core.store.sql import Tx
+
+TOO_MANY_ATTEMPTS = "too many attempts"
+"""The error a dead event carries when it was claimed `max_attempts` times without finishing."""
+
+
+class _Fenced(Exception):
+    """A claimed event is no longer running under the claim's generation: undo the finish."""
+
+
+class Claims(StoreBase):
+    # -- the lease -------------------------------------------------------------------------
+
+    def acquire(self, inbox: str, holder: str, now: int) -> int | None:
+        """Take or renew the inbox's lease; return its generation, or None if held by another."""
+        require(inbox=inbox, holder=holder)
+        with self._tx() as tx:
+            granted = self._acquire(tx, inbox, holder, now)
+            return None if granted is None else granted[0]
+
+    def _acquire(self, tx: Tx, inbox: str, holder: str, now: int) -> tuple[int, int] | None:
+        """The generation granted and the lease sequence number this grant took, or None."""
+        current = lease_record(tx.one("get_lease_for_acquire", {"inbox": inbox}))
+        if current is None and tx.one("lease_row_exists", {"inbox": inbox}) is not None:
+            return None  # another transaction is working on this lease right now
+        granted = decide(current, inbox, holder, now, self.settings.lease_ttl)
+        if granted is None:
+            return None
+        params = {
+            "inbox": inbox,
+            "holder": holder,
+            "gen": granted.gen,
+            "expires_at": granted.expires_at,
+        }
+        row = tx.one("create_lease" if current is None else "take_lease", params)
+        if row is None:
+            return None  # another holder created the row first (PostgreSQL race)
+        return granted.gen, int(row["seq"])
+
+    def renew(self, inbox: str, holder: str, gen: int, now: int) -> bool:
+        """Heartbeat: extend the lease only if still held in this generation (never revive)."""
+        with self._tx() as tx:
+            if not self._holds(tx, inbox, holder, gen, now):
+                return False
+            self._set_expiry(tx, inbox, holder, gen, now + self.settings.lease_ttl)
+            return True
+
+    def release(self, inbox: str, holder: str, gen: int, now: int) -> bool:
+        """Let the lease lapse now, keeping its generation so the next holder gets gen + 1."""
+        with self._tx() as tx:
+            if not self._holds(tx, inbox, holder, gen, now):
+                return False
+            self._set_expiry(tx, inbox, holder, gen, now)
+            return True
+
+    def lease(self, inbox: str) -> Lease | None:
+        with self._tx(write=False) as tx:
+            return lease_record(tx.one("get_lease", {"inbox": inbox}))
+
+    def _holds(self, tx: Tx, inbox: str, holder: str, gen: int, now: int) -> bool:
+        """Whether `holder` holds the lease in `gen`, read with the row locked for the write."""
+        return holds(
+            lease_record(tx.one("get_lease_for_update", {"inbox": inbox})), holder, gen, now
+        )
+
+    @staticmethod
+    def _set_expiry(tx: Tx, inbox: str, holder: str, gen: int, expires_at: int) -> None:
+        params = {"inbox": inbox, "holder": holder, "gen": gen, "expires_at": expires_at}
+        tx.run("update_lease", params)
+
+    # -- claiming ----------------------------------------------------------------------------
+
+    def claim(self, inbox: str, holder: str, gen: int, now: int) -> Claim:
+        """Claim the next batch of the inbox; raises LeaseLost unless `holder` holds it in `gen`.
+
+        In one transaction: rows left running by an older generation go back to pending; rows
+        that reached max_attempts become dead; a retried event is claimed alone; otherwise all
+        pending events in arrival order up to the cap. Attempts are counted here, and the
+        backoff a failure of this attempt must wait is fixed here too.
+        """
+        with self._tx() as tx:
+            if not self._holds(tx, inbox, holder, gen, now):
+                raise LeaseLost(f"{holder} does not hold {inbox} in generation {gen}")
+            return self._claim(tx, inbox, holder, gen, now)
+
+    def acquire_and_claim(
+        self, inbox: str, holder: str, now: int, release_if_empty: bool = False
+    ) -> Claim | None:
+        """`acquire` then `claim` in one transaction: the common start of a run, one commit.
+
+        With `release_if_empty`, a claim that finds nothing lets the lease lapse at once.
+        """
+        with self._tx() as tx:
+            granted = self._acquire(tx, inbox, holder, now)
+            if granted is None:
+                return None
+            gen, seq = granted
+            claim = self._claim(tx, inbox, holder, gen, now, seq=seq)
+            if release_if_empty and not claim.events:
+                self._set_expiry(tx, inbox, holder, gen, now)
+            return claim
+
+    def _claim(
+        self,
+        tx: Tx,
+        inbox: str,
+        holder: str,
+        gen: int,
+        now: int,
+        seq: int | None = None,
+        reset: bool = True,
+    ) -> Claim:
+        """`seq` reuses a lease sequence number this transaction already took; `reset=False`
+        skips the stale-row reset when this transaction has just finished under the lease."""
+        s = self.settings
+        if reset:
+            tx.run("reset_stale", {"inbox": inbox, "gen": gen, "now": now})
+        tx.run(
+            "bury_exhausted",
+            {
+                "inbox": inbox,
+                "max_attempts": s.max_attempts,
+                "error": TOO_MANY_ATTEMPTS,
+                "now": now,
+            },
+        )
+        rows = tx.all("next_claimable", {"inbox": inbox, "now": now, "limit": s.claim_cap})
+        if rows and int(rows[0]["attempts"]) > 0:
+            rows = rows[:1]  # a retried event is claimed alone
+        events: list[Event] = []
+        for r in rows:
+            attempts = int(r["attempts"]) + 1
+            tx.run(
+                "mark_running",
+                {
+                    "id": r["id"],
+                    "gen": gen,
+                    "attempts": attempts,
+                    "not_before": now + s.backoff(attempts),
+                    "now": now,
+                },
+            )
+            events.append(event_record(r, status="running", attempts=attempts))
+        if not events:
+            seq = 0
+        elif seq is None:
+            seq = self._next_seq(tx, inbox)
+        return Claim(
+            inbox=inbox, holder=holder, gen=gen, events=tuple(events), seq=seq, claimed_at=now
+        )
+
+    @staticmethod
+    def _next_seq(tx: Tx, inbox: str) -> int:
+        row = tx.one("next_lease_seq", {"inbox": inbox})
+        return int(row["seq"]) if row else 0
+
+    # -- finishing ---------------------------------------------------------------------------
+
+    def finish(self, claim: Claim, effects: Effects, now: int, release: bool = False) -> bool:
+        """Complete a claim and write all of the run's effects, fenced, in one transaction.
+
+        Succeeds only while the claimer holds the lease in the claim's generation and every
+        claimed event is still running under it. Otherwise nothing changes and False is
+        returned. Events in `effects.failed` go back to pending with their error (their backoff
+        was fixed at claim time, or now if later).
+        """
+        prepared = prepare_effects(claim.inbox, effects, now)
+        try:
+            with self._tx() as tx:
+                finished = self._finish(tx, claim, effects, prepared, now) is not None
+                if finished and release:
+                    self._set_expiry(tx, claim.inbox, claim.holder, claim.gen, now)
+                return finished
+        except _Fenced:
+            return False  # rolled back: nothing changed
+
+    def finish_and_claim(
+        self, claim: Claim, effects: Effects, now: int
+    ) -> tuple[bool, Claim | None]:
+        """`finish`, then claim the inbox's next batch under the same lease, in one commit.
+
+        Returns (finished, next claim). When nothing is left the lease is released in the same
+        transaction and the next claim is None: a worker's whole cycle is two commits.
+        """
+        prepared = prepare_effects(claim.inbox, effects, now)
+        try:
+            with self._tx() as tx:
+                finish_seq = self._finish(tx, claim, effects, prepared, now)
+                if finish_seq is None:
+                    return False, None
+                # Same transaction, same lease: nothing can have gone stale since our claim,
+                # and the finish's sequence number orders the next claim too.
+                following = self._claim(
+                    tx,
+                    claim.inbox,
+                    claim.holder,
+                    claim.gen,
+                    now,
+                    seq=finish_seq or None,
+                    reset=False,
+                )
+                if following.events:
+                    return True, following
+                self._set_expiry(tx, claim.inbox, claim.holder, claim.gen, now)
+                return True, None
+        except _Fenced:
+            return False, None
+
+    def _finish(
+        self, tx: Tx, claim: Claim, effects: Effects, prepared: PreparedEffects, now: int
+    ) -> int | None:
+        """Write the finish; return the lease sequence number it took (0 for an empty claim),
+        None when the lease is no longer held. Raises _Fenced, which rolls the transaction
+        back, when a claimed event is no longer running under the claim's generation."""
+        if not self._holds(tx, claim.inbox, claim.holder, claim.gen, now):
+            return None
+        for ev in claim.events:
+            error = effects.failed.get(ev.id)
+            if error is None:
+                changed = tx.run("mark_done_fenced", {"id": ev.id, "gen": claim.gen, "now": now})
+            else:
+                changed = tx.run(
+                    "mark_failed_fenced",
+                    {
+                        "id": ev.id,
+                        "gen": claim.gen,
+                        "error": str(error)[:2000],
+                        "now": now,
+                        "not_before": now + self.settings.backoff(ev.attempts),
+                    },
+                )
+            if changed != 1:
+                raise _Fenced(ev.id)
+        _write_effects(tx, claim.inbox, prepared, now)
+        if not claim.events:
+            return 0
+        finish_seq = self._next_seq(tx, claim.inbox)
+        tx.run(
+            "insert_run",
+            {
+                "inbox": claim.inbox,
+                "holder": claim.holder,
+                "gen": claim.gen,
+                "claim_seq": claim.seq,
+                "finish_seq": finish_seq,
+                "events": check_json(claim.ids, "events"),
+                "claimed_at": claim.claimed_at,
+                "now": now,
+            },
+        )
+        return finish_seq
+
+    def runs(self, inbox: str | None = None) -> list[RunRecord]:
+        """The run log: every finished run, ordered by its claim within each inbox."""
+        with self._tx(write=False) as tx:
+            rows = tx.all("all_runs") if inbox is None else tx.all("inbox_runs", {"inbox": inbox})
+        return [run_record(r) for r in rows]
+
+
+def _write_effects(tx: Tx, inbox: str, p: PreparedEffects, now: int) -> None:
+    """Everything a run asked for, inside its finish: replies, session, timers, approvals."""
+    queue(tx, p.messages, now)
+    if p.session is not None:
+        tx.run("upsert_session", {"inbox": inbox, "state": p.session, "now": now})
+    for name in p.cancel:
+        if not name.startswith("approval:"):  # expiries are not the agent's to cancel
+            tx.run("delete_timer", {"id": f"{inbox}/{name}"})
+    for params in p.timers:
+        tx.run("upsert_timer", {**params, "now": now})
+    for approval in p.approvals:
+        request(tx, approval, now)

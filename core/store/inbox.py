@@ -1,0 +1,62 @@
+"""The inbox: deliveries in, stored once under their source's key, and what a reader sees of
+them (events by id, key or inbox; which inboxes have work; an agent's saved session)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from wakeful.core.records import Event, Ingested
+from wakeful.core.store.base import StoreBase
+from wakeful.core.store.rows import event_body, event_record
+
+
+class Inbox(StoreBase):
+    def ingest(self, inbox: str, source: str, source_id: str, payload: Any, now: int) -> Ingested:
+        """Store one delivery, once: the pair (source, source_id) is unique, so a repeat is a
+        no-op reported as a duplicate. Malformed input raises InvalidInput and stores nothing."""
+        body = event_body(inbox, source, source_id, payload)
+        event_id = self.db.store_event((inbox, source, source_id, body, now))
+        return Ingested(stored=event_id is not None, event_id=event_id)
+
+    def event(self, event_id: int) -> Event | None:
+        with self._tx(write=False) as tx:
+            row = tx.one("get_event", {"id": event_id})
+        return None if row is None else event_record(row)
+
+    def event_by_key(self, source: str, source_id: str) -> Event | None:
+        with self._tx(write=False) as tx:
+            row = tx.one("get_event_by_key", {"source": source, "source_id": source_id})
+        return None if row is None else event_record(row)
+
+    def events(self, inbox: str) -> list[Event]:
+        """Every event of one inbox in arrival order (for tests, status and digests)."""
+        with self._tx(write=False) as tx:
+            return [event_record(r) for r in tx.all("inbox_events", {"inbox": inbox})]
+
+    def open_events(self, inbox: str) -> list[Event]:
+        """Pending and running events of one inbox, oldest first."""
+        with self._tx(write=False) as tx:
+            return [event_record(r) for r in tx.all("open_events", {"inbox": inbox})]
+
+    def dead_events(self, inbox: str) -> list[Event]:
+        """Dead events of one inbox, oldest first (for status and digests)."""
+        with self._tx(write=False) as tx:
+            return [event_record(r) for r in tx.all("inbox_dead_events", {"inbox": inbox})]
+
+    def count_events(self, status: str | None = None) -> int:
+        with self._tx(write=False) as tx:
+            row = tx.one("count_events", {"status": status})
+        return int(row["n"]) if row else 0
+
+    def ready_inboxes(self, now: int, limit: int = 100) -> list[str]:
+        """Inboxes with work a worker could claim now: pending events past their backoff, or
+        events left running under a lease that has expired."""
+        with self._tx(write=False) as tx:
+            return [str(r["inbox"]) for r in tx.all("ready_inboxes", {"now": now, "limit": limit})]
+
+    def session(self, inbox: str) -> Any:
+        """The agent's saved state for the inbox, or None (written by a run's fenced finish)."""
+        with self._tx(write=False) as tx:
+            row = tx.one("get_session", {"inbox": inbox})
+        return None if row is None else json.loads(row["state"])

@@ -1,0 +1,143 @@
+"""The outbox: what the agent wants said, held per destination by the gap, claimed in batches as
+`sending` under a dispatch id before any network call, and marked sent, deferred or parked."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+
+from wakeful.core.effects import Message
+from wakeful.core.records import OutboxRow
+from wakeful.core.rules.outbox import Batch, Part, plan_parts, ready
+from wakeful.core.store.base import StoreBase
+from wakeful.core.store.rows import Params, message_params, outbox_record
+from wakeful.core.store.sql import Tx
+
+BATCH_ROW_CAP = 200
+"""Rows one destination's batch takes at most; the rest go in the next batch."""
+
+
+def queue(tx: Tx, rows: Iterable[Params], now: int) -> None:
+    """Insert prepared messages (from `message_params`) as pending outbox rows."""
+    for params in rows:
+        tx.run("insert_outbox", {**params, "now": now})
+
+
+class Outbox(StoreBase):
+    def post(self, inbox: str, messages: Sequence[Message], now: int) -> None:
+        """Queue messages outside a run (a click's ephemeral reply, an operator notice)."""
+        prepared = [message_params(inbox, m) for m in messages]
+        with self._tx(urgent=True) as tx:
+            queue(tx, prepared, now)
+
+    def claim_batches(self, now: int, limit: int = 100) -> list[Batch]:
+        """Claim what may be sent now, one batch per destination, rows marked `sending`.
+
+        A batch left `sending` past its deadline (a crashed dispatcher, or a transient failure
+        whose wait is over) is handed out again with the same dispatch id and `retry` set, before
+        anything newer for that destination, so order holds and the sender can look first.
+        """
+        # Most wake-ups find nothing to send (rows held by the gap, or already in flight): look
+        # first without the write lock, which the HTTP front's inserts are waiting for.
+        with self._tx(write=False) as tx:
+            dests = tx.all("open_destinations", {"limit": limit})
+            if not any(self._claimable(tx, d["channel"], d["thread_ts"], now) for d in dests):
+                return []
+        batches: list[Batch] = []
+        with self._tx() as tx:
+            for dest in tx.all("open_destinations", {"limit": limit}):
+                channel, thread = str(dest["channel"]), str(dest["thread_ts"])
+                lock = tx.one("lock_destination", {"channel": channel, "thread_ts": thread})
+                if lock is None or not lock["ok"]:
+                    continue  # another dispatcher is on this destination
+                pick = self._claimable(tx, channel, thread, now)
+                if pick is None:
+                    continue
+                rows, retry = pick
+                until = now + self.settings.send_timeout
+                if retry:
+                    dispatch_id = rows[0].dispatch_id
+                    assert dispatch_id is not None
+                    params = {"dispatch_id": dispatch_id, "now": now, "until": until}
+                    if tx.run("reclaim_batch", params) == 0:
+                        continue
+                else:
+                    dispatch_id = uuid.uuid4().hex
+                    for r in rows:
+                        tx.run(
+                            "claim_row", {"id": r.id, "dispatch_id": dispatch_id, "until": until}
+                        )
+                parts = plan_parts(dispatch_id, rows, retry)
+                batches.append(Batch(dispatch_id, channel, thread, parts, retry))
+        return batches
+
+    def _claimable(
+        self, tx: Tx, channel: str, thread: str, now: int
+    ) -> tuple[list[OutboxRow], bool] | None:
+        """What one destination would send now, and whether it is a retry; None if nothing.
+
+        A batch still `sending` goes first, whole, once its deadline has passed (in flight or
+        waiting out a retry-after until then); otherwise the pending rows, if the gap allows."""
+        raw = tx.all("open_rows", {"channel": channel, "thread_ts": thread, "limit": BATCH_ROW_CAP})
+        sending = [r for r in raw if r["status"] == "sending"]
+        if sending:
+            first = sending[0]
+            if int(first["in_flight_until"]) > now:
+                return None
+            same = [outbox_record(r) for r in sending if r["dispatch_id"] == first["dispatch_id"]]
+            return same, True
+        rows = [outbox_record(r) for r in raw]
+        last = tx.one("get_destination", {"channel": channel, "thread_ts": thread})
+        last_sent = None if last is None else int(last["last_sent_at"])
+        if not ready(rows, last_sent, now, self.settings.outbox_gap):
+            return None
+        return rows, False
+
+    def mark_sent(self, part: Part, ts: str | None, now: int) -> None:
+        """Record a delivered part; posts containing normal rows restart the destination's gap."""
+        if not part.final:
+            return
+        with self._tx() as tx:
+            for row_id in part.row_ids:
+                tx.run(
+                    "mark_row_sent",
+                    {"id": row_id, "dispatch_id": part.dispatch_id, "ts": ts, "now": now},
+                )
+            if part.kind == "post" and part.normal:
+                tx.run(
+                    "touch_destination",
+                    {"channel": part.channel, "thread_ts": part.thread_ts, "now": now},
+                )
+            if part.kind == "post" and part.ref and ts:
+                tx.run("set_prompt", {"id": part.ref, "channel": part.channel, "ts": ts})
+
+    def defer_batch(self, dispatch_id: str, until: int, error: str, now: int) -> None:
+        """A transient failure: keep the batch `sending` and retry it whole after `until`."""
+        with self._tx() as tx:
+            tx.run(
+                "defer_batch",
+                {"dispatch_id": dispatch_id, "until": until, "error": error[:2000], "now": now},
+            )
+
+    def fail_part(self, part: Part, error: str, now: int) -> None:
+        """A permanent failure: park the part's rows as `failed`, visible and requeueable."""
+        with self._tx() as tx:
+            for row_id in part.row_ids:
+                tx.run(
+                    "fail_row",
+                    {
+                        "id": row_id,
+                        "dispatch_id": part.dispatch_id,
+                        "error": error[:2000],
+                        "now": now,
+                    },
+                )
+
+    def outbox(self, status: str | None = None, inbox: str | None = None) -> list[OutboxRow]:
+        """Outbox rows of one inbox, or of every inbox filtered by status, oldest first."""
+        with self._tx(write=False) as tx:
+            if inbox is not None:
+                rows = tx.all("inbox_outbox", {"inbox": inbox})
+                mine = map(outbox_record, rows)
+                return [o for o in mine if status is None or o.status == status]
+            return [outbox_record(r) for r in tx.all("all_outbox", {"status": status})]

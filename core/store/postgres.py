@@ -1,0 +1,148 @@
+"""The shared store for many hosts: PostgreSQL through psycopg 3 and a connection pool.
+
+PostgreSQL has no BEGIN IMMEDIATE, so every write that decides on a row locks it explicitly
+(`FOR UPDATE` on the lease in claim and finish, on the approval in answer); a worker pool
+acquiring leases and schedulers reading due timers use `SKIP LOCKED`, so they never queue behind
+one another; dispatchers take a per-destination advisory lock. Storing an event sends
+`NOTIFY wakeful_work`, which wakes idle workers on every host.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from wakeful.core.errors import StoreError, StoreUnavailable
+from wakeful.core.store.base import Connector
+from wakeful.core.store.sql import Row, load_migrations, load_queries
+
+_QUERIES = load_queries("postgres.sql")
+
+
+class _PgTx:
+    """Runs named statements on the connection of one open transaction."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def run(self, name: str, params: Mapping[str, Any] | None = None) -> int:
+        cur = self._conn.execute(_QUERIES[name], params or {})
+        return cur.rowcount
+
+    def one(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        cur = self._conn.execute(_QUERIES[name], params or {})
+        row: Row | None = cur.fetchone()
+        return row
+
+    def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        cur = self._conn.execute(_QUERIES[name], params or {})
+        return list(cur.fetchall())
+
+
+def translate(exc: Exception) -> StoreError:
+    """Driver error -> wakeful error; connection loss, pool exhaustion, lock timeouts and a
+    full disk are transient."""
+    if isinstance(exc, PoolTimeout | psycopg.OperationalError):
+        return StoreUnavailable(f"PostgreSQL store unavailable: {exc}")
+    if isinstance(exc, psycopg.errors.DiskFull | psycopg.errors.LockNotAvailable):
+        return StoreUnavailable(f"PostgreSQL store unavailable: {exc}")
+    return StoreError(f"PostgreSQL store error: {exc}")
+
+
+class PostgresConnector(Connector):
+    """A PostgreSQL database named by a libpq DSN (`postgresql://...`), through a pool.
+
+    `schema` puts every table in that schema (it must exist): several stores share a database."""
+
+    dialect = "postgres"
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str | None = None,
+        pool_size: int = 8,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
+        if schema:
+            if not re.fullmatch(r"[a-z_][a-z0-9_]*", schema):
+                raise ValueError(f"schema must be a plain lower-case identifier, got {schema!r}")
+            kwargs["options"] = f"-c search_path={schema}"
+        self._pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=pool_size,
+            kwargs=kwargs,
+            open=False,
+            timeout=connect_timeout,
+            name="wakeful",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+        self._listeners: list[threading.Event] = []
+        self._migrate()
+
+    @contextmanager
+    def transaction(self, write: bool = True, urgent: bool = False) -> Iterator[_PgTx]:
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                yield _PgTx(conn)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise translate(exc) from exc
+
+    def _migrate(self) -> None:
+        """Apply each packaged migration not yet recorded, with its record, one transaction
+        each, under an advisory lock so hosts starting together migrate once."""
+        try:
+            with self.transaction() as tx:
+                tx.one("migration_lock")
+                tx.run("create_migrations_table")
+            for version, name, script in load_migrations(self.dialect):
+                with self._pool.connection() as conn, conn.transaction():
+                    tx = _PgTx(conn)
+                    tx.one("migration_lock")
+                    if tx.one("migration_applied", {"version": version}):
+                        continue
+                    conn.execute(script.encode())  # bytes: a script is not a %-template
+                    tx.run("record_migration", {"version": version, "name": name})
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise translate(exc) from exc
+
+    def listen(self, on_work: Callable[[], None]) -> Callable[[], None]:
+        """Call `on_work` whenever any host stores an event; returns a function that stops it.
+
+        Runs on a dedicated connection in a daemon thread and reconnects after an outage.
+        """
+        stop = threading.Event()
+        self._listeners.append(stop)
+
+        def loop() -> None:
+            while not stop.is_set():
+                try:
+                    with psycopg.connect(self.dsn, autocommit=True) as conn:
+                        conn.execute(_QUERIES["listen_work"])
+                        while not stop.is_set():
+                            for _ in conn.notifies(timeout=0.5, stop_after=100):
+                                on_work()
+                except psycopg.Error:
+                    stop.wait(1.0)
+
+        threading.Thread(target=loop, name="wakeful-listen", daemon=True).start()
+        return stop.set
+
+    def close(self) -> None:
+        for stop in self._listeners:
+            stop.set()
+        self._pool.close()

@@ -1,0 +1,236 @@
+"""Where the engine's values meet the tables: rows to records, records to statement parameters,
+and the checks that run before any transaction opens, so a malformed value never gets as far as
+the store and every write transaction stays short."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer, check_json
+from wakeful.core.errors import InvalidInput
+from wakeful.core.records import (
+    ApprovalState,
+    Event,
+    Lease,
+    OutboxRow,
+    RunRecord,
+    TimerState,
+)
+from wakeful.core.rules.approvals import expiry_timer_id
+from wakeful.core.rules.schedule import first_occurrence
+from wakeful.core.settings import MAX_PAYLOAD_BYTES
+from wakeful.core.store.sql import Row
+
+Params = dict[str, Any]
+
+# -- checks ----------------------------------------------------------------------------------
+
+
+def require(**fields: str) -> None:
+    """Each field must be a non-empty string, or InvalidInput names it."""
+    for name, value in fields.items():
+        if not isinstance(value, str) or not value:
+            raise InvalidInput(f"{name} must be a non-empty string, got {value!r}")
+
+
+def event_body(inbox: str, source: str, source_id: str, payload: Any) -> str:
+    """The payload's JSON, after checking the key and the size; InvalidInput otherwise."""
+    require(inbox=inbox, source=source, source_id=source_id)
+    for name, value in (("inbox", inbox), ("source", source), ("source_id", source_id)):
+        if len(value) > 512:
+            raise InvalidInput(f"{name} is longer than 512 characters")
+    body = check_json(payload, "payload")
+    try:
+        size = len(body.encode("utf-8"))
+        for value in (inbox, source, source_id):
+            value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"text is not valid Unicode (lone surrogate?): {exc.reason}") from exc
+    if size > MAX_PAYLOAD_BYTES:
+        raise InvalidInput(f"payload is {size} bytes of JSON; the cap is {MAX_PAYLOAD_BYTES}")
+    return body
+
+
+# -- records to parameters ---------------------------------------------------------------------
+
+
+def message_params(inbox: str, m: Message, ref: str | None = None) -> Params:
+    return {
+        "inbox": inbox,
+        "kind": m.kind,
+        "channel": m.channel,
+        "thread_ts": m.thread_ts or "",
+        "text": m.text,
+        "blocks": None if m.blocks is None else check_json(m.blocks, "blocks"),
+        "priority": m.priority,
+        "ref": m.ref or ref,
+        "user_id": m.user,
+    }
+
+
+def timer_params(inbox: str, t: Timer, now: int) -> Params:
+    return {
+        "id": f"{inbox}/{t.name}",
+        "inbox": inbox,
+        "kind": t.kind,
+        "action": "event",
+        "next_at": first_occurrence(t.kind, now, t.first_at, t.daily_at, t.tz),
+        "anchor": t.first_at,
+        "every_seconds": t.every_seconds,
+        "daily_at": t.daily_at,
+        "tz": t.tz,
+        "policy": t.policy,
+        "payload": check_json(t.payload, "timer payload"),
+    }
+
+
+def expiry_timer_params(inbox: str, req: ApprovalRequest) -> Params:
+    """The one-off timer that stores an approval's `expired` answer at its deadline."""
+    return {
+        "id": expiry_timer_id(inbox, req.id),
+        "inbox": inbox,
+        "kind": "once",
+        "action": "expire_approval",
+        "next_at": req.deadline,
+        "anchor": None,
+        "every_seconds": None,
+        "daily_at": None,
+        "tz": "UTC",
+        "policy": "coalesce",
+        "payload": check_json({"approval": req.id}, "payload"),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedApproval:
+    request: Params
+    prompt: Params | None
+    expiry: Params
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEffects:
+    """A run's effects as statement parameters, ready for the finish transaction."""
+
+    messages: list[Params]
+    session: str | None
+    timers: list[Params]
+    cancel: list[str]
+    approvals: list[PreparedApproval]
+
+
+def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
+    """Validate and serialise everything before the transaction opens, so it stays short and a
+    malformed effect fails the run without touching the store."""
+    approvals = [
+        PreparedApproval(
+            request={
+                "id": req.id,
+                "inbox": inbox,
+                "tool": req.tool,
+                "args": check_json(req.args, "args"),
+                "requester": req.requester,
+                "approvers": check_json(list(req.approvers), "approvers"),
+                "deadline": req.deadline,
+            },
+            prompt=None if req.prompt is None else message_params(inbox, req.prompt, ref=req.id),
+            expiry=expiry_timer_params(inbox, req),
+        )
+        for req in effects.approvals
+    ]
+    return PreparedEffects(
+        messages=[message_params(inbox, m) for m in effects.messages],
+        session=check_json(effects.session, "session") if effects.save_session else None,
+        timers=[timer_params(inbox, t, now) for t in effects.timers],
+        cancel=list(effects.cancel_timers),
+        approvals=approvals,
+    )
+
+
+# -- rows to records -------------------------------------------------------------------------
+
+
+def event_record(row: Row, status: str | None = None, attempts: int | None = None) -> Event:
+    return Event(
+        id=int(row["id"]),
+        inbox=str(row["inbox"]),
+        source=str(row["source"]),
+        source_id=str(row["source_id"]),
+        payload=json.loads(row["payload"]),
+        status=status or row["status"],  # type: ignore[arg-type]
+        attempts=int(row["attempts"]) if attempts is None else attempts,
+        created_at=int(row["created_at"]),
+        error=row["error"],
+    )
+
+
+def lease_record(row: Row | None) -> Lease | None:
+    if row is None:
+        return None
+    return Lease(str(row["inbox"]), str(row["holder"]), int(row["gen"]), int(row["expires_at"]))
+
+
+def approval_record(row: Row | None) -> ApprovalState | None:
+    if row is None:
+        return None
+    return ApprovalState(
+        id=str(row["id"]),
+        inbox=str(row["inbox"]),
+        tool=str(row["tool"]),
+        args=json.loads(row["args"]),
+        requester=str(row["requester"]),
+        approvers=tuple(json.loads(row["approvers"])),
+        deadline=int(row["deadline"]),
+        created_at=int(row["created_at"]),
+        answer=row["answer"],
+        answered_by=row["answered_by"],
+        answered_at=row["answered_at"],
+        prompt_channel=row["prompt_channel"],
+        prompt_ts=row["prompt_ts"],
+    )
+
+
+def outbox_record(row: Row) -> OutboxRow:
+    return OutboxRow(
+        id=int(row["id"]),
+        inbox=str(row["inbox"]),
+        kind=str(row["kind"]),
+        channel=str(row["channel"]),
+        thread_ts=str(row["thread_ts"]),
+        text=str(row["text"]),
+        blocks=None if row["blocks"] is None else json.loads(row["blocks"]),
+        priority=str(row["priority"]),
+        status=row["status"],
+        ref=row["ref"],
+        user=row["user_id"],
+        attempts=int(row["attempts"]),
+        error=row["error"],
+        created_at=int(row["created_at"]),
+        dispatch_id=row["dispatch_id"],
+    )
+
+
+def timer_record(row: Row) -> TimerState:
+    return TimerState(
+        id=str(row["id"]),
+        inbox=str(row["inbox"]),
+        kind=str(row["kind"]),
+        next_at=int(row["next_at"]),
+        policy=str(row["policy"]),
+        payload=json.loads(row["payload"]),
+    )
+
+
+def run_record(row: Row) -> RunRecord:
+    return RunRecord(
+        inbox=str(row["inbox"]),
+        holder=str(row["holder"]),
+        gen=int(row["gen"]),
+        claim_seq=int(row["claim_seq"]),
+        finish_seq=int(row["finish_seq"]),
+        events=tuple(json.loads(row["events"])),
+        claimed_at=int(row["claimed_at"]),
+        finished_at=int(row["finished_at"]),
+    )

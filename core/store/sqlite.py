@@ -1,0 +1,320 @@
+"""The embedded store: one SQLite file in WAL mode, one connection per thread.
+
+Write transactions begin IMMEDIATE, so the write lock is taken up front and a transaction never
+fails half-way on a lock upgrade; SQLite's busy timeout bounds the wait for that lock, after which
+the caller gets StoreUnavailable. synchronous=FULL by default: a commit is on disk when it
+returns, which is what lets the HTTP front acknowledge Slack only after the commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from wakeful.core.errors import StoreError, StoreUnavailable
+from wakeful.core.store.base import Connector, NewEvent
+from wakeful.core.store.group_commit import GroupCommit
+from wakeful.core.store.sql import Row, load_migrations, load_queries
+
+_QUERIES = load_queries("sqlite.sql")
+_T = TypeVar("_T")
+_TRANSIENT = ("locked", "busy", "full", "disk i/o", "unable to open")
+
+
+class WriteGate:
+    """The in-process write lock, with a fast lane: a caller whose answer a person (or Slack's
+    three-second clock) is waiting for goes before background writers that are still queued.
+    Waiters wake the moment the holder commits, unlike SQLite's sleeping busy handler."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._held = False
+        self._urgent_waiting = 0
+        self._waiting = 0
+
+    def acquire(self, urgent: bool, timeout: float) -> bool:
+        with self._cv:
+            if not self._held and (urgent or not self._urgent_waiting):
+                self._held = True  # the common, uncontended case
+                return True
+            deadline = time.monotonic() + timeout
+            self._waiting += 1
+            if urgent:
+                self._urgent_waiting += 1
+            try:
+                while self._held or (not urgent and self._urgent_waiting):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cv.wait(left)
+                self._held = True
+                return True
+            finally:
+                self._waiting -= 1
+                if urgent:
+                    self._urgent_waiting -= 1
+
+    def release(self) -> None:
+        with self._cv:
+            self._held = False
+            if self._waiting:
+                self._cv.notify_all()
+
+
+class _SqliteTx:
+    """Runs named statements on the connection of one open transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def run(self, name: str, params: Mapping[str, Any] | None = None) -> int:
+        return self._conn.execute(_QUERIES[name], params or {}).rowcount
+
+    def one(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        row: Row | None = self._conn.execute(_QUERIES[name], params or {}).fetchone()
+        return row
+
+    def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        return list(self._conn.execute(_QUERIES[name], params or {}).fetchall())
+
+
+def translate(exc: sqlite3.Error) -> StoreError:
+    """Driver error -> wakeful error; lock, busy and disk-full conditions are transient."""
+    text = str(exc).lower()
+    if isinstance(exc, sqlite3.OperationalError) and any(t in text for t in _TRANSIENT):
+        return StoreUnavailable(f"SQLite store unavailable: {exc}")
+    return StoreError(f"SQLite store error: {exc}")
+
+
+class SQLiteConnector(Connector):
+    """One SQLite file. Safe to share between threads; each thread gets a connection."""
+
+    dialect = "sqlite"
+
+    def __init__(
+        self,
+        path: str | Path,
+        busy_timeout_ms: int = 5000,
+        synchronous: str = "FULL",
+        max_pages: int = 0,
+    ) -> None:
+        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
+            raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, got {synchronous!r}")
+        self.path = str(path)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._synchronous = synchronous.upper()
+        self._max_pages = int(max_pages)
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._write_lock = WriteGate()
+        self._closed = False
+        self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self._insert_batch)
+        self._migrate()
+
+    def _connect(self, urgent: bool = False) -> sqlite3.Connection:
+        """This thread's connection; an urgent writer's is a second one whose busy timeout is 0,
+        because it waits for another process's lock in `_locking` instead of SQLite's handler
+        (reads and background writes keep the handler, on the first connection)."""
+        name = "urgent" if urgent else "conn"
+        conn: sqlite3.Connection | None = getattr(self._local, name, None)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise StoreError("store is closed")
+        try:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=0
+            )
+            conn.row_factory = sqlite3.Row
+            busy = 0 if urgent else int(self._busy_timeout_ms)
+            conn.execute(f"PRAGMA busy_timeout = {busy}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            if self._max_pages:
+                # A cap on the file's size: past it, writes fail as on a full disk.
+                conn.execute(f"PRAGMA max_page_count = {self._max_pages}")
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+        setattr(self._local, name, conn)
+        with self._lock:
+            self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _gated(self, write: bool, urgent: bool) -> Iterator[None]:
+        """Hold this process's write gate around a write (reads pass straight through).
+
+        Writers of this process queue on a gate that wakes the next one the moment the previous
+        commits; SQLite's own busy handler (for other processes) sleeps in steps of up to 100 ms,
+        which would show up directly in Slack's acknowledgement latency. For the same reason an
+        urgent writer waits for another process's lock in `_locking`, not in that handler."""
+        if not write:
+            yield
+            return
+        if not self._write_lock.acquire(urgent, self._busy_timeout_ms / 1000):
+            raise StoreUnavailable("SQLite store unavailable: database is locked (in-process)")
+        try:
+            yield
+        finally:
+            self._write_lock.release()
+
+    def _locking(self, urgent: bool, statement: Callable[[], _T]) -> _T:
+        """Run the statement that takes SQLite's write lock.
+
+        An urgent writer finding another process's lock looks again every 0.2 ms, up to the
+        busy timeout, instead of SQLite's 1, 2, 5, 10, 15, 20 ms sleeps between looks."""
+        if not urgent:
+            return statement()
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        while True:
+            try:
+                return statement()
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.0002)
+
+    @contextmanager
+    def _open(self, write: bool, urgent: bool) -> Iterator[sqlite3.Connection]:
+        """BEGIN (IMMEDIATE for a write) ... COMMIT on this thread's connection; on any error
+        roll back and re-raise, driver errors translated."""
+        conn = self._connect(urgent and write)
+        with self._gated(write, urgent):
+            try:
+                self._locking(urgent, lambda: conn.execute("BEGIN IMMEDIATE" if write else "BEGIN"))
+            except sqlite3.Error as exc:
+                raise translate(exc) from exc
+            try:
+                yield conn
+            except sqlite3.Error as exc:
+                _rollback(conn)
+                raise translate(exc) from exc
+            except BaseException:
+                _rollback(conn)
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _rollback(conn)
+                raise translate(exc) from exc
+
+    @contextmanager
+    def transaction(self, write: bool = True, urgent: bool = False) -> Iterator[_SqliteTx]:
+        with self._open(write, urgent) as conn:
+            yield _SqliteTx(conn)
+
+    def store_event(self, event: NewEvent) -> int | None:
+        """Concurrent ingests share one transaction and one fsync (group commit); each caller
+        returns only after the commit that holds its row."""
+        return self._group.submit(event)
+
+    def _insert_batch(self, items: Sequence[NewEvent]) -> list[int | None]:
+        conn = self._connect(urgent=True)
+        with self._gated(write=True, urgent=True):
+            try:
+                # The common case, no repeats: one autocommit statement is the whole fsync'd
+                # transaction, one step with the GIL released instead of four (BEGIN, check,
+                # insert, COMMIT) that each wait to get it back from the callers.
+                return list(self._locking(True, lambda: _insert_rows(conn, items)))
+            except sqlite3.IntegrityError:
+                pass  # a key exists (a retry): the statement stored nothing; sort it out below
+            except sqlite3.Error as exc:
+                raise translate(exc) from exc
+        with self._open(write=True, urgent=True) as tx_conn:
+            return _insert_fresh(tx_conn, items)
+
+    def _migrate(self) -> None:
+        """Apply each packaged migration not yet recorded, the migration and its record in one
+        transaction, so a crash half-way leaves neither."""
+        conn = self._connect()
+        try:
+            conn.execute(_QUERIES["create_migrations_table"])
+            for version, name, script in load_migrations(self.dialect):
+                with self._open(write=True, urgent=False):
+                    done = conn.execute(_QUERIES["migration_applied"], {"version": version})
+                    if done.fetchone():
+                        continue
+                # executescript commits first; starting the script with BEGIN keeps the
+                # migration and its record in one transaction, committed below.
+                try:
+                    conn.executescript("BEGIN IMMEDIATE;\n" + script)
+                    conn.execute(_QUERIES["record_migration"], {"version": version, "name": name})
+                    conn.execute("COMMIT")
+                except sqlite3.Error:
+                    _rollback(conn)
+                    raise
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+
+    def close(self) -> None:
+        self._closed = True
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
+
+
+def _insert_fresh(conn: sqlite3.Connection, items: Sequence[NewEvent]) -> list[int | None]:
+    """Store the items whose key is new (first copy wins), inside the caller's transaction."""
+    keys = [(source, source_id) for _, source, source_id, _, _ in items]
+    by_source: dict[str, list[str]] = {}
+    for source, source_id in keys:
+        by_source.setdefault(source, []).append(source_id)
+    taken = {
+        (source, str(r[0]))
+        for source, ids in by_source.items()
+        for r in conn.execute(_rows_sql("existing_keys", len(ids)), [source, *ids]).fetchall()
+    }
+    fresh: list[int] = []  # positions of the items this batch stores
+    for i, key in enumerate(keys):
+        if key not in taken:
+            taken.add(key)
+            fresh.append(i)
+    results: list[int | None] = [None] * len(items)
+    if fresh:
+        ids = _insert_rows(conn, [items[i] for i in fresh])
+        for i, event_id in zip(fresh, ids, strict=True):
+            results[i] = event_id
+    return results
+
+
+def _insert_rows(conn: sqlite3.Connection, items: Sequence[NewEvent]) -> range:
+    """One multi-row INSERT; returns the new rows' ids in the items' order. One writer holds
+    the lock, so the rowids are consecutive, ending at the last one."""
+    cursor = conn.execute(
+        _rows_sql("insert_events", len(items)),
+        [
+            v
+            for inbox, source, sid, body, now in items
+            for v in (inbox, source, sid, body, now, now)
+        ],
+    )
+    last = int(cursor.lastrowid or 0)
+    return range(last - len(items) + 1, last + 1)
+
+
+@functools.cache
+def _rows_sql(name: str, rows: int) -> str:
+    """A statement with `rows` copies of its row part (`<name>_head`, `_row`, `_tail`), built
+    once per batch size: the ingest path runs it thousands of times a second."""
+    row = _QUERIES[f"{name}_row"]
+    return _QUERIES[f"{name}_head"] + ",".join([row] * rows) + _QUERIES.get(f"{name}_tail", "")
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    # The original error is what the caller needs to see, not a failed rollback.
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")

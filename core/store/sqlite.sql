@@ -1,0 +1,356 @@
+-- Every statement the SQLite store runs, by name. Parameters are :named.
+
+-- name: ping
+-- A trivial query: the store answers (for /healthz).
+SELECT 1 AS ok;
+
+-- name: schema_version
+-- The highest migration applied.
+SELECT MAX(version) AS version FROM schema_migrations;
+
+-- name: create_migrations_table
+-- The migration record, created before the first migration runs.
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL
+);
+
+-- name: migration_lock
+-- One migrator at a time: SQLite needs no lock, BEGIN IMMEDIATE already lets one in.
+SELECT 1 AS ok;
+
+-- name: migration_applied
+-- Whether a migration version is already recorded.
+SELECT 1 AS ok FROM schema_migrations WHERE version = :version;
+
+-- name: record_migration
+-- Record a migration, in the migration's own transaction.
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, datetime('now'));
+
+-- name: insert_event
+-- Store one delivery unless its (source, source_id) key exists; the new id.
+INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at)
+VALUES (:inbox, :source, :source_id, :payload, :now, :now)
+ON CONFLICT (source, source_id) DO NOTHING
+RETURNING id;
+
+-- name: get_event
+-- One event by id.
+SELECT * FROM events WHERE id = :id;
+
+-- name: get_event_by_key
+-- One event by its source's key.
+SELECT * FROM events WHERE source = :source AND source_id = :source_id;
+
+-- name: inbox_events
+-- Every event of an inbox in arrival order (through the status index).
+SELECT * FROM events
+WHERE status IN ('pending', 'running', 'done', 'dead') AND inbox = :inbox
+ORDER BY id;
+
+-- name: open_events
+-- Pending and running events of an inbox, oldest first.
+SELECT * FROM events
+WHERE inbox = :inbox AND status IN ('pending', 'running')
+ORDER BY id;
+
+-- name: count_events
+-- How many events, of one status or all.
+SELECT COUNT(*) AS n FROM events WHERE :status IS NULL OR status = :status;
+
+-- name: ready_inboxes
+-- Inboxes with claimable work and no live lease, oldest work first.
+SELECT e.inbox, MIN(e.id) AS first
+FROM events e
+WHERE e.status IN ('pending', 'running')
+  AND (e.status = 'running' OR e.not_before <= :now)
+  AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.inbox = e.inbox AND l.expires_at > :now)
+GROUP BY e.inbox
+ORDER BY first
+LIMIT :limit;
+
+-- name: get_lease_for_update
+-- The lease row, locked for the write that follows.
+SELECT * FROM leases WHERE inbox = :inbox;
+
+-- name: get_lease
+-- The lease row, for reading.
+SELECT * FROM leases WHERE inbox = :inbox;
+
+-- name: get_lease_for_acquire
+-- The lease row, locked; one another transaction holds is skipped.
+SELECT * FROM leases WHERE inbox = :inbox;
+
+-- name: lease_row_exists
+-- Whether the inbox has a lease row at all (locked or not).
+SELECT 1 AS ok FROM leases WHERE inbox = :inbox;
+
+-- name: update_lease
+-- Set the lease's holder, generation and expiry (renew, release, lapse).
+UPDATE leases SET holder = :holder, gen = :gen, expires_at = :expires_at WHERE inbox = :inbox;
+
+-- name: reset_stale
+-- Events left running by an older generation go back to pending.
+UPDATE events SET status = 'pending', updated_at = :now
+WHERE inbox = :inbox AND status = 'running' AND gen <> :gen;
+
+-- name: bury_exhausted
+-- Pending events that reached max_attempts become dead.
+UPDATE events SET status = 'dead', error = :error, updated_at = :now
+WHERE inbox = :inbox AND status = 'pending'
+  AND attempts >= :max_attempts;
+
+-- name: mark_running
+-- Claim one event: running under this generation, attempt counted, backoff fixed.
+UPDATE events
+SET status = 'running', gen = :gen, attempts = :attempts, not_before = :not_before,
+    updated_at = :now
+WHERE id = :id;
+
+-- name: dead_events
+-- Dead events of every inbox, oldest first.
+SELECT * FROM events WHERE status = 'dead' ORDER BY id LIMIT :limit;
+
+-- name: inbox_dead_events
+-- Dead events of one inbox, oldest first.
+SELECT * FROM events WHERE status = 'dead' AND inbox = :inbox ORDER BY id;
+
+-- name: requeue_event
+-- A dead event back to pending with its attempts reset.
+UPDATE events SET status = 'pending', attempts = 0, not_before = 0, error = NULL, gen = 0,
+    updated_at = :now
+WHERE id = :id AND status = 'dead';
+
+-- name: upsert_session
+-- Save an inbox's agent state.
+INSERT INTO sessions (inbox, state, updated_at) VALUES (:inbox, :state, :now)
+ON CONFLICT (inbox) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at;
+
+-- name: get_session
+-- An inbox's saved agent state.
+SELECT state FROM sessions WHERE inbox = :inbox;
+
+-- name: upsert_timer
+-- Register or replace a timer by id.
+INSERT INTO timers (id, inbox, kind, action, next_at, anchor, every_seconds, daily_at, tz,
+                    policy, payload, created_at)
+VALUES (:id, :inbox, :kind, :action, :next_at, :anchor, :every_seconds, :daily_at, :tz,
+        :policy, :payload, :now)
+ON CONFLICT (id) DO UPDATE SET
+    inbox = excluded.inbox, kind = excluded.kind, action = excluded.action,
+    next_at = excluded.next_at, anchor = excluded.anchor,
+    every_seconds = excluded.every_seconds, daily_at = excluded.daily_at, tz = excluded.tz,
+    policy = excluded.policy, payload = excluded.payload;
+
+-- name: delete_timer
+-- Drop a timer by id.
+DELETE FROM timers WHERE id = :id;
+
+-- name: inbox_timers
+-- An inbox's timers, soonest first.
+SELECT * FROM timers WHERE inbox = :inbox ORDER BY next_at, id;
+
+-- name: next_timer_at
+-- When the earliest timer is due.
+SELECT MIN(next_at) AS next_at FROM timers;
+
+-- name: due_timers
+-- Timers due now, oldest first, a page at a time.
+SELECT * FROM timers WHERE next_at <= :now ORDER BY next_at, id LIMIT :limit;
+
+-- name: advance_timer
+-- Move a timer to its next occurrence.
+UPDATE timers SET next_at = :next_at WHERE id = :id;
+
+-- name: insert_approval
+-- Open an approval unless its request id exists.
+INSERT INTO approvals (id, inbox, tool, args, requester, approvers, deadline, created_at)
+VALUES (:id, :inbox, :tool, :args, :requester, :approvers, :deadline, :now)
+ON CONFLICT (id) DO NOTHING;
+
+-- name: get_approval_for_update
+-- An approval, locked for the answer that follows.
+SELECT * FROM approvals WHERE id = :id;
+
+-- name: get_approval
+-- An approval, for reading.
+SELECT * FROM approvals WHERE id = :id;
+
+-- name: set_answer
+-- Record the answer that stands, unless one already does.
+UPDATE approvals SET answer = :answer, answered_by = :user, answered_at = :now
+WHERE id = :id AND answer IS NULL;
+
+-- name: inbox_approvals
+-- An inbox's approvals, oldest first.
+SELECT * FROM approvals WHERE inbox = :inbox ORDER BY created_at, id;
+
+-- name: set_prompt
+-- Where an approval's prompt was posted, so its outcome can rewrite it.
+UPDATE approvals SET prompt_channel = :channel, prompt_ts = :ts WHERE id = :id;
+
+-- name: insert_outbox
+-- Queue one outbound message as a pending row.
+INSERT INTO outbox (inbox, kind, channel, thread_ts, text, blocks, priority, ref, user_id,
+                    created_at)
+VALUES (:inbox, :kind, :channel, :thread_ts, :text, :blocks, :priority, :ref, :user_id, :now);
+
+-- name: open_destinations
+-- Destinations with pending or sending rows, oldest first.
+SELECT channel, thread_ts, MIN(id) AS first
+FROM outbox
+WHERE status IN ('pending', 'sending')
+GROUP BY channel, thread_ts
+ORDER BY first
+LIMIT :limit;
+
+-- name: open_rows
+-- A destination's pending and sending rows, in order.
+SELECT * FROM outbox
+WHERE channel = :channel AND thread_ts = :thread_ts AND status IN ('pending', 'sending')
+ORDER BY id
+LIMIT :limit;
+
+-- name: get_destination
+-- When a destination last got a normal-priority post.
+SELECT last_sent_at FROM destinations WHERE channel = :channel AND thread_ts = :thread_ts;
+
+-- name: touch_destination
+-- Restart a destination's gap.
+INSERT INTO destinations (channel, thread_ts, last_sent_at) VALUES (:channel, :thread_ts, :now)
+ON CONFLICT (channel, thread_ts) DO UPDATE SET last_sent_at = excluded.last_sent_at;
+
+-- name: claim_row
+-- A pending row into a batch: sending, under a dispatch id, until a deadline.
+UPDATE outbox
+SET status = 'sending', dispatch_id = :dispatch_id, in_flight_until = :until,
+    attempts = attempts + 1
+WHERE id = :id AND status = 'pending';
+
+-- name: reclaim_batch
+-- Hand a batch out again after its deadline, same dispatch id.
+UPDATE outbox SET in_flight_until = :until, attempts = attempts + 1
+WHERE dispatch_id = :dispatch_id AND status = 'sending' AND in_flight_until <= :now;
+
+-- name: defer_batch
+-- A transient failure: keep the batch sending, retry after `until`.
+UPDATE outbox SET in_flight_until = :until, error = :error
+WHERE dispatch_id = :dispatch_id AND status = 'sending';
+
+-- name: mark_row_sent
+-- A delivered row, with the posted message's ts.
+UPDATE outbox SET status = 'sent', sent_at = :now, posted_ts = :ts, error = NULL
+WHERE id = :id AND dispatch_id = :dispatch_id AND status = 'sending';
+
+-- name: fail_row
+-- A permanent failure: park the row as failed.
+UPDATE outbox SET status = 'failed', error = :error
+WHERE id = :id AND dispatch_id = :dispatch_id AND status = 'sending';
+
+-- name: all_outbox
+-- Outbox rows of every inbox, of one status or all.
+SELECT * FROM outbox WHERE :status IS NULL OR status = :status ORDER BY id;
+
+-- name: inbox_outbox
+-- Outbox rows of one inbox.
+SELECT * FROM outbox WHERE inbox = :inbox ORDER BY id;
+
+-- name: failed_outbox
+-- Parked outbox rows, oldest first.
+SELECT * FROM outbox WHERE status = 'failed' ORDER BY id LIMIT :limit;
+
+-- name: requeue_outbox
+-- A parked row back to pending with its attempts reset.
+UPDATE outbox
+SET status = 'pending', attempts = 0, dispatch_id = NULL, in_flight_until = 0, error = NULL
+WHERE id = :id AND status = 'failed';
+
+-- name: insert_tool_call
+-- Record a side effect under its idempotency key, unless recorded.
+INSERT INTO tool_calls (key, tool, inbox, args, created_at)
+VALUES (:key, :tool, :inbox, :args, :now)
+ON CONFLICT (key) DO NOTHING;
+
+-- name: list_tool_calls
+-- Recorded side effects, of one tool and/or inbox.
+SELECT * FROM tool_calls
+WHERE (:tool IS NULL OR tool = :tool) AND (:inbox IS NULL OR inbox = :inbox)
+ORDER BY created_at, key;
+
+-- name: listen_work
+-- Wake on every event another process stores: SQLite cannot, so workers elsewhere poll.
+SELECT 1 AS ok;
+
+-- name: lock_destination
+-- One dispatcher per destination at a time: BEGIN IMMEDIATE already serialises them.
+SELECT 1 AS ok;
+
+-- name: next_lease_seq
+-- Take the next number of the inbox's lease sequence.
+UPDATE leases SET seq = seq + 1 WHERE inbox = :inbox RETURNING seq;
+
+-- name: insert_run
+-- Log a finished run with its claim and finish sequence numbers.
+INSERT INTO runs (inbox, holder, gen, claim_seq, finish_seq, events, claimed_at, finished_at)
+VALUES (:inbox, :holder, :gen, :claim_seq, :finish_seq, :events,
+        :claimed_at, :now);
+
+-- name: inbox_runs
+-- One inbox's run log, in claim order.
+SELECT * FROM runs WHERE inbox = :inbox ORDER BY claim_seq;
+
+-- name: all_runs
+-- The whole run log, by inbox and claim order.
+SELECT * FROM runs ORDER BY inbox, claim_seq;
+
+-- name: existing_keys_head
+-- Group commit: which of a batch's keys exist (head, N rows, tail).
+SELECT source_id FROM events WHERE source = ? AND source_id IN (
+
+-- name: existing_keys_row
+-- Group commit: one key of the existence check.
+?
+
+-- name: existing_keys_tail
+-- Group commit: the end of the existence check.
+)
+
+-- name: insert_events_head
+-- Group commit: a batch of events in one INSERT (head, then N rows).
+INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at) VALUES
+
+-- name: insert_events_row
+-- Group commit: one event of the batch insert.
+(?, ?, ?, ?, ?, ?)
+
+-- name: next_claimable
+-- Claimable events: a retried one first (it is claimed alone), then by arrival.
+SELECT * FROM events
+WHERE inbox = :inbox AND status = 'pending'
+  AND not_before <= :now
+ORDER BY attempts > 0 DESC, id
+LIMIT :limit;
+
+-- name: take_lease
+-- Take over or renew the lease, taking a sequence number.
+UPDATE leases SET holder = :holder, gen = :gen, expires_at = :expires_at, seq = seq + 1
+WHERE inbox = :inbox
+RETURNING seq;
+
+-- name: create_lease
+-- The inbox's first lease, generation 1, unless another holder made it first.
+INSERT INTO leases (inbox, holder, gen, expires_at, seq)
+VALUES (:inbox, :holder, :gen, :expires_at, 1)
+ON CONFLICT (inbox) DO NOTHING
+RETURNING seq;
+
+-- name: mark_done_fenced
+-- An event done, only if still running under the claim's generation.
+UPDATE events SET status = 'done', error = NULL, updated_at = :now
+WHERE id = :id AND status = 'running' AND gen = :gen;
+
+-- name: mark_failed_fenced
+-- An event back to pending with its error, only if still running under the claim's generation.
+UPDATE events
+SET status = 'pending', error = :error, updated_at = :now,
+    not_before = MAX(not_before, :not_before)
+WHERE id = :id AND status = 'running' AND gen = :gen;

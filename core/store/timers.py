@@ -1,0 +1,94 @@
+"""Timers: one-off, every N seconds, daily at a wall time. A due occurrence becomes an inbox event
+in the same transaction that advances the timer, under the key `<timer id>@<scheduled time>`."""
+
+from __future__ import annotations
+
+import json
+
+from wakeful.core.effects import Timer, check_json
+from wakeful.core.records import TimerFired, TimerState
+from wakeful.core.rules.schedule import missed
+from wakeful.core.store.approvals import store_answer
+from wakeful.core.store.base import StoreBase, insert_event
+from wakeful.core.store.rows import approval_record, require, timer_params, timer_record
+
+DUE_PAGE = 500
+"""Timers one scheduler transaction fires at most; the scheduler pages through the rest."""
+
+
+class Timers(StoreBase):
+    def add_timer(self, inbox: str, timer: Timer, now: int) -> str:
+        """Register or replace a timer outside a run (a run adds them through finish)."""
+        require(inbox=inbox)
+        params = timer_params(inbox, timer, now)
+        with self._tx() as tx:
+            tx.run("upsert_timer", {**params, "now": now})
+        return str(params["id"])
+
+    def cancel_timer(self, inbox: str, name: str) -> bool:
+        with self._tx() as tx:
+            return tx.run("delete_timer", {"id": f"{inbox}/{name}"}) > 0
+
+    def timers(self, inbox: str) -> list[TimerState]:
+        with self._tx(write=False) as tx:
+            return [timer_record(r) for r in tx.all("inbox_timers", {"inbox": inbox})]
+
+    def next_timer_at(self) -> int | None:
+        """When the earliest timer is due, so a scheduler can sleep until then."""
+        with self._tx(write=False) as tx:
+            row = tx.one("next_timer_at")
+        return None if row is None or row["next_at"] is None else int(row["next_at"])
+
+    def fire_due_timers(self, now: int, limit: int = DUE_PAGE) -> TimerFired:
+        """Turn due timers into inbox events and advance each timer in the same transaction.
+
+        Each occurrence's event key is `<timer id>@<scheduled time>`, so a replayed occurrence
+        stays one event. Missed occurrences: `coalesce` stores one event for the latest (its
+        payload says scheduled_for, late_by and how many were skipped); `catch_up` stores one per
+        occurrence (at most settings.max_catch_up per pass, oldest dropped first). An approval's
+        expiry timer stores the `expired` answer instead.
+        """
+        due = fired = expired = 0
+        earliest = self.next_timer_at()  # most passes find nothing: no write lock for those
+        if earliest is None or earliest > now:
+            return TimerFired(0, 0, 0)
+        with self._tx() as tx:
+            for row in tx.all("due_timers", {"now": now, "limit": limit}):
+                due += 1
+                t = dict(row)
+                if t["action"] == "expire_approval":
+                    request_id = json.loads(t["payload"])["approval"]
+                    state = approval_record(tx.one("get_approval_for_update", {"id": request_id}))
+                    if state is not None and state.answer is None:
+                        expired += store_answer(tx, state, "expired", None, now)
+                    tx.run("delete_timer", {"id": t["id"]})
+                    continue
+                shown, count, following = missed(
+                    t["kind"],
+                    t["next_at"],
+                    now,
+                    t["anchor"],
+                    t["every_seconds"],
+                    t["daily_at"],
+                    t["tz"],
+                    self.settings.max_catch_up if t["policy"] == "catch_up" else 1,
+                )
+                payload = json.loads(t["payload"])
+                for at in shown:
+                    body = {
+                        "timer": t["id"].split("/", 1)[-1],
+                        "timer_id": t["id"],
+                        "scheduled_for": at,
+                        "late_by": now - at,
+                        "skipped": count - 1 if t["policy"] == "coalesce" else 0,
+                        "payload": payload,
+                    }
+                    key = f"{t['id']}@{at}"
+                    body_json = check_json(body, "timer event")
+                    if insert_event(tx, t["inbox"], "timer", key, body_json, now) is not None:
+                        fired += 1
+                if following is None:
+                    tx.run("delete_timer", {"id": t["id"]})
+                else:
+                    tx.run("advance_timer", {"id": t["id"], "next_at": following})
+        return TimerFired(due=due, fired=fired, expired_approvals=expired)
