@@ -28,6 +28,4 @@ class PoisonedDesk:
 
 
 def build(config: Config, store: Store, tz_lookup: Callable[[str], str]) -> PoisonedDesk:
-    return PoisonedDesk(
-        RefundDesk(store, approvers=config.approvers, tz_lookup=tz_lookup)
-    )
+    return PoisonedDesk(RefundDesk(store, approvers=config.approvers, tz_lookup=tz_lookup))
