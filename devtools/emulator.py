@@ -940,8 +940,12 @@ class EventSender:
         *,
         block_id: str = "actions",
         message: JsonDict | None = None,
+        org_install: bool = False,
     ) -> Reply:
-        """A button click. Pass ``message`` (e.g. from the emulator) to echo its blocks."""
+        """A button click. Pass ``message`` (e.g. from the emulator) to echo its blocks.
+
+        ``org_install`` sends it as Slack does from an org-wide (Enterprise Grid) install:
+        ``"team": null``, the team only in ``user.team_id``."""
         now = self.next_ts()
         payload: JsonDict = {
             "type": "block_actions",
@@ -960,9 +964,9 @@ class EventSender:
                 "is_ephemeral": False,
             },
             "trigger_id": trigger_id or f"{int(self.clock())}.{uuid.uuid4().int % 10**12}",
-            "team": {"id": self.team_id, "domain": "emulator"},
-            "enterprise": None,
-            "is_enterprise_install": False,
+            "team": None if org_install else {"id": self.team_id, "domain": "emulator"},
+            "enterprise": {"id": "E0EMULATOR", "name": "emulator"} if org_install else None,
+            "is_enterprise_install": org_install,
             "channel": {"id": channel, "name": channel.lower()},
             "message": {"type": "message", **(message or {}), "ts": message_ts},
             "state": {"values": {}},

@@ -765,6 +765,21 @@ def test_refund_prompt_then_approve(core_app: Wakeful) -> None:
     assert answered is not None and (answered.answer, answered.answered_by) == ("yes", user)
 
 
+def test_a_click_from_an_org_wide_install_with_team_null_is_answered(app: Wakeful) -> None:
+    # Enterprise Grid org-wide installs send interactions with "team": null; the clicker's
+    # team is in user.team_id. The click must count, not be refused as malformed.
+    user, channel = "U7010", "D7010"
+    app.sender.message(user, "refund order 710")
+    prompt_ts, rid = wait_prompt(app, channel, "710")
+    click = app.sender.block_action(
+        user, "deny", rid, channel=channel, message_ts=prompt_ts, org_install=True
+    )
+    assert click.status == 200, click.body
+    app.wait_post(channel, "Refund for order 710 denied; nothing was done.")
+    answered = app.store.approval(rid)
+    assert answered is not None and (answered.answer, answered.answered_by) == ("no", user)
+
+
 def test_refund_denied(app: Wakeful) -> None:
     user, channel = "U7002", "D7002"
     app.sender.message(user, "refund order 78")
