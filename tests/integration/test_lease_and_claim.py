@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import T0, MakeStore
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
 from wakeful.core.errors import LeaseLost
-from wakeful.core.store import Store
+from wakeful.core.store import Store, claims
 from wakeful.core.store.claims import TOO_MANY_ATTEMPTS
 
 INBOX = "T1:U1"
@@ -239,17 +239,19 @@ def test_finish_is_refused_when_an_event_is_no_longer_running_under_the_generati
     _assert_nothing_written(store)
 
 
-def test_finish_is_all_or_nothing_when_a_write_fails_midway(store: Store) -> None:
+def test_finish_is_all_or_nothing_when_a_write_fails_midway(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     add(store, "e1")
     claim = store.acquire_and_claim(INBOX, "A", T0)
     assert claim is not None
-    original = store._write_effects
+    original = claims._write_effects
 
     def failing(tx, inbox, prepared, now):  # type: ignore[no-untyped-def]
         original(tx, inbox, prepared, now)
         raise RuntimeError("disk on fire")
 
-    store._write_effects = failing  # type: ignore[method-assign]
+    monkeypatch.setattr(claims, "_write_effects", failing)
     with pytest.raises(RuntimeError):
         store.finish(claim, effects_of_everything(), T0 + 1)
     _assert_nothing_written(store)

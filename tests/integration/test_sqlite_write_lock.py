@@ -50,7 +50,7 @@ def test_a_dispatcher_pass_with_nothing_to_send_takes_no_write_lock(
     setup, probe = stores
     setup.post("T1:U1", [Message("C1", "now", priority="urgent")], T0)
     assert len(setup.claim_batches(T0)) == 1  # in flight until T0 + 60
-    with write_locked(setup.path):
+    with write_locked(setup.db.path):  # type: ignore[attr-defined]
         assert probe.claim_batches(T0 + 1) == []  # still in flight: nothing to claim
         with pytest.raises(StoreUnavailable):
             probe.claim_batches(T0 + 61)  # its deadline passed: reclaiming it must write
@@ -61,7 +61,7 @@ def test_a_scheduler_pass_with_nothing_due_takes_no_write_lock(
 ) -> None:
     setup, probe = stores
     setup.add_timer("T1:U1", Timer.once("ping", T0 + 60), T0)
-    with write_locked(setup.path):
+    with write_locked(setup.db.path):  # type: ignore[attr-defined]
         assert probe.fire_due_timers(T0 + 59).due == 0
         with pytest.raises(StoreUnavailable):
             probe.fire_due_timers(T0 + 60)
