@@ -149,6 +149,10 @@ def _dead_letters(args: argparse.Namespace) -> int:
                 f"  outbox {r.id}  channel {r.channel}  attempts {r.attempts}  "
                 f"error: {r.error}  text: {r.text[:60]!r}"
             )
+        aside = store.set_aside_sessions(limit=args.limit)
+        print(f"sessions set aside: {len(aside)}")
+        for s in aside:
+            print(f"  session {s.id}  inbox {s.inbox}  at {s.set_aside_at}  reason: {s.reason}")
     finally:
         store.close()
     return 0

@@ -166,6 +166,13 @@ class Effects:
     save_session: bool = False
     failed: dict[int, str] = field(default_factory=dict)
     """Event id -> error, for events this run could not handle (retried with backoff)."""
+    dead: dict[int, str] = field(default_factory=dict)
+    """Event id -> error, for events to dead-letter now, without another try."""
+    set_aside_session: str | None = None
+    """A reason: move the inbox's saved session aside (kept for the operator), so the next
+    run starts fresh, and give the inbox's other events that failed only on that session
+    their attempts back. The worker sets it when a SessionUnusable failure used up the
+    attempts."""
 
     def set_session(self, state: Any) -> None:
         check_json(state, "session state")

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wakeful.core.effects import Message
+
 
 class WakefulError(Exception):
     """Root of every error the engine raises on purpose."""
@@ -24,6 +29,23 @@ class StoreUnavailable(StoreError):
 
 class LeaseLost(WakefulError):
     """The caller no longer holds the inbox's lease in the generation it claimed under."""
+
+
+class SessionUnusable(WakefulError):
+    """A run failed because of the inbox's saved session, not because of its events (a model
+    API that rejects the saved conversation, a state the agent cannot decode).
+
+    Retried like any failure; when the attempts are used up the events are dead-lettered
+    with this reason, the session is set aside for the operator (kept, not deleted) and the
+    inbox's next events start from a fresh one, so one bad state cannot block an inbox for
+    good. `notice`, when the agent gives one, tells the person once, in that same finish."""
+
+    ERROR_PREFIX = "session unusable: "
+    """How the events' error starts, so the store can tell them from other failures."""
+
+    def __init__(self, reason: str, notice: Message | None = None) -> None:
+        super().__init__(reason)
+        self.notice = notice
 
 
 class SendError(WakefulError):

@@ -18,7 +18,13 @@ from typing import Protocol
 
 from wakeful.core.agent import Agent, Run
 from wakeful.core.effects import Effects
-from wakeful.core.errors import LeaseLost, PermanentSendError, StoreUnavailable, TransientSendError
+from wakeful.core.errors import (
+    LeaseLost,
+    PermanentSendError,
+    SessionUnusable,
+    StoreUnavailable,
+    TransientSendError,
+)
 from wakeful.core.records import Claim
 from wakeful.core.rules.outbox import Batch, Part
 from wakeful.core.store import Store
@@ -210,23 +216,44 @@ class Worker(_Loop):
             if not self.store.renew(claim.inbox, self.holder, claim.gen, self.clock()):
                 raise LeaseLost(f"{self.holder} lost {claim.inbox} gen {claim.gen}")
 
-        run = Run(
-            inbox=claim.inbox,
-            events=claim.events,
-            session=self.store.session(claim.inbox),
-            now=self.clock(),
-            heartbeat=heartbeat,
-        )
         try:
+            run = Run(
+                inbox=claim.inbox,
+                events=claim.events,
+                session=self.store.session(claim.inbox),
+                now=self.clock(),
+                heartbeat=heartbeat,
+            )
             return self.agent.run(run)
         except LeaseLost:
             raise
+        except SessionUnusable as exc:
+            return self._unusable_session(claim, exc)
         except Exception as exc:
             log.warning("agent failed on %s %s: %s", claim.inbox, claim.ids, exc)
             error = f"{type(exc).__name__}: {exc}"
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s", traceback.format_exc())
             return Effects(failed={e.id: error for e in claim.events})
+
+    def _unusable_session(self, claim: Claim, exc: SessionUnusable) -> Effects:
+        """Retry as any failure; on the last attempt dead-letter the events, set the session
+        aside and tell the person (once: only this finish carries the notice)."""
+        error = f"{SessionUnusable.ERROR_PREFIX}{exc}"
+        if all(e.attempts < self.store.settings.max_attempts for e in claim.events):
+            log.warning("agent failed on %s %s: %s", claim.inbox, claim.ids, error)
+            return Effects(failed={e.id: error for e in claim.events})
+        log.error(
+            "%s: %s; events %s dead-lettered, session set aside, next run starts fresh",
+            claim.inbox,
+            error,
+            claim.ids,
+        )
+        return Effects(
+            messages=[] if exc.notice is None else [exc.notice],
+            dead={e.id: error for e in claim.events},
+            set_aside_session=str(exc),
+        )
 
 
 @dataclass(kw_only=True)

@@ -131,6 +131,18 @@ class RunRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SetAsideSession:
+    """An inbox's session moved aside after runs could not use it; kept for the operator."""
+
+    id: int
+    inbox: str
+    state: str
+    """The saved state as stored (JSON text), whatever made it unusable."""
+    reason: str
+    set_aside_at: int
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetters:
     """What needs a person: dead events and parked (failed) outbox rows."""
 

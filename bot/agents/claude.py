@@ -34,6 +34,7 @@ from wakeful.bot.agents.common import (
     fresh_stats,
     outage_note,
     reply_thread,
+    unusable_session,
 )
 from wakeful.bot.agents.conversation import (
     NO_REPLY,
@@ -52,6 +53,7 @@ from wakeful.bot.agents.conversation import (
 from wakeful.bot.config import Config, ConfigError
 from wakeful.core.agent import Policy, Run
 from wakeful.core.effects import Effects, Message
+from wakeful.core.records import Event
 from wakeful.core.store import Store
 
 log = logging.getLogger("wakeful")
@@ -105,10 +107,19 @@ class ModelUnavailable(RuntimeError):
     worker retries its events with backoff and counts the attempt."""
 
 
-def _load(session: Any, now: int) -> dict[str, Any]:
-    state: dict[str, Any] = dict(session) if isinstance(session, dict) else {}
-    if state.get("v") != 1 or not isinstance(state.get("messages"), list):
-        state = {"v": 1, "messages": []}
+def _load(session: Any, now: int, events: tuple[Event, ...]) -> dict[str, Any]:
+    """The saved conversation, checked: a shape this agent did not write is an unusable
+    session (the engine retries, then sets it aside and the next run starts fresh)."""
+    if session is None:
+        session = {"v": 1, "messages": []}
+    if not isinstance(session, dict) or session.get("v") != 1:
+        version = session.get("v") if isinstance(session, dict) else type(session).__name__
+        raise unusable_session(f"the saved conversation has an unknown format ({version})", events)
+    if not isinstance(session.get("messages"), list) or not all(
+        isinstance(t, dict) for t in session["messages"]
+    ):
+        raise unusable_session("the saved conversation's turns are not a list of turns", events)
+    state: dict[str, Any] = dict(session)
     state.setdefault("pending", {})
     state.setdefault("stats", fresh_stats())
     state.setdefault("since", now)
@@ -169,7 +180,7 @@ class ClaudeAgent(ClaudeTools):
     # -- the run ----------------------------------------------------------------------------
 
     def run(self, run: Run) -> Effects:
-        ctx = RunContext(run, _load(run.session, run.now), Effects())
+        ctx = RunContext(run, _load(run.session, run.now, run.events), Effects())
         self._route(ctx)
         turns: list[Turn] = ctx.state["messages"]
         turns.append({"role": "user", "content": self._user_turn(ctx)})
@@ -344,9 +355,16 @@ class ClaudeAgent(ClaudeTools):
                 messages=cast(Any, turns),
                 tools=cast(Any, self.tool_specs),
             )
+        except (anthropic.BadRequestError, anthropic.RequestTooLargeError) as exc:
+            # The request is the saved conversation plus this batch's text: when the API
+            # refuses it as malformed or too large, the conversation is what is wrong.
+            raise unusable_session(
+                f"the Claude API refused the saved conversation ({exc.status_code}: "
+                f"{_error_type(exc)})",
+                ctx.run.events,
+            ) from exc
         except anthropic.APIStatusError as exc:
-            error = exc.body.get("error") if isinstance(exc.body, dict) else None
-            kind = error.get("type") if isinstance(error, dict) else None
+            kind = _error_type(exc)
             raise ModelUnavailable(
                 f"Claude API answered {exc.status_code}" + (f" ({kind})" if kind else "")
             ) from exc
@@ -388,6 +406,13 @@ class ClaudeAgent(ClaudeTools):
 def timer_body(p: Mapping[str, Any]) -> dict[str, Any]:
     body = p.get("payload")
     return body if isinstance(body, dict) else {}
+
+
+def _error_type(exc: anthropic.APIStatusError) -> str | None:
+    """The API's own name for the failure (`invalid_request_error`, `overloaded_error` ...)."""
+    error = exc.body.get("error") if isinstance(exc.body, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return None if kind is None else str(kind)
 
 
 def build(config: Config, store: Store, tz_lookup: TzLookup) -> ClaudeAgent:

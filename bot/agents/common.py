@@ -9,7 +9,7 @@ from typing import Any
 
 from wakeful.bot import blocks
 from wakeful.core.effects import Message
-from wakeful.core.errors import InvalidInput
+from wakeful.core.errors import InvalidInput, SessionUnusable
 from wakeful.core.records import Event
 from wakeful.core.rules.schedule import zone
 from wakeful.core.store import Store
@@ -39,6 +39,40 @@ def reply_thread(payload: Mapping[str, Any]) -> str | None:
         payload.get("ts") if payload.get("kind") == "mention" else None
     )
     return str(thread) if thread else None
+
+
+SESSION_RESET = (
+    "I had to start over in this conversation: my saved state could not be used ({reason}). "
+    "The message I was working on could not be handled; please send it again."
+)
+
+
+def reply_target(events: Sequence[Event]) -> tuple[str, str | None] | None:
+    """Where a reply to this batch goes: the latest Slack message's conversation, else the
+    conversation a timer or approval names in its payload; None when nothing says."""
+    for e in reversed(events):
+        p = e.payload if isinstance(e.payload, dict) else {}
+        if e.source == "slack" and isinstance(p.get("channel"), str):
+            return str(p["channel"]), reply_thread(p)
+    for e in reversed(events):
+        p = e.payload if isinstance(e.payload, dict) else {}
+        nested = p.get("payload")  # a timer's own payload sits inside its occurrence's
+        inner: dict[str, Any] = nested if isinstance(nested, dict) else p
+        if isinstance(inner.get("channel"), str):
+            thread = inner.get("thread_ts")
+            return str(inner["channel"]), str(thread) if thread else None
+    return None
+
+
+def unusable_session(reason: str, events: Sequence[Event]) -> SessionUnusable:
+    """The failure a run raises when the saved state, not the events, is the problem; it says
+    so to the person (once, when the engine gives up on the state and sets it aside)."""
+    target = reply_target(events)
+    notice = None
+    if target is not None:
+        text = SESSION_RESET.format(reason=reason)
+        notice = Message(target[0], text, thread_ts=target[1], priority="urgent")
+    return SessionUnusable(reason, notice)
 
 
 def user_zone(lookup: TzLookup, user: str) -> str:

@@ -24,6 +24,7 @@ from wakeful.bot.agents.common import (
     plural,
     reply_thread,
     status_text,
+    unusable_session,
     user_zone,
 )
 from wakeful.core.agent import Run, Tool, Toolbox
@@ -44,6 +45,32 @@ UNIT = {"second": 1, "minute": 60, "hour": 3600}
 
 def _seconds(n: str, unit: str) -> int:
     return int(n) * UNIT[unit.lower().rstrip("s")]
+
+
+def _load(session: Any, now: int, events: tuple[Event, ...]) -> dict[str, Any]:
+    """The saved state, checked: a shape this agent did not write is an unusable session (the
+    engine retries, then sets it aside), never a crash in the middle of a run."""
+    if session is None:
+        session = {}
+    stats = session.get("stats", fresh_stats()) if isinstance(session, dict) else None
+    problem = None
+    if not isinstance(session, dict):
+        problem = f"the saved state is a {type(session).__name__}, not an object"
+    elif not isinstance(stats, dict) or not all(isinstance(v, int) for v in stats.values()):
+        problem = "the saved digest counts are not numbers"
+    elif set(fresh_stats()) - set(stats):
+        problem = "the saved digest counts are incomplete"
+    elif not isinstance(session.get("calls", {}), dict):
+        problem = "the saved pending calls are not an object"
+    elif not isinstance(session.get("since", now), int):
+        problem = "the saved digest start is not a time"
+    if problem is not None:
+        raise unusable_session(problem, events)
+    state: dict[str, Any] = dict(session)
+    state.setdefault("stats", fresh_stats())
+    state.setdefault("calls", {})
+    state.setdefault("since", now)
+    return state
 
 
 class RefundDesk:
@@ -77,10 +104,7 @@ class RefundDesk:
 
     def run(self, run: Run) -> Effects:
         self._inbox, self._now = run.inbox, run.now
-        state: dict[str, Any] = dict(run.session or {})
-        state.setdefault("stats", fresh_stats())
-        state.setdefault("calls", {})
-        state.setdefault("since", run.now)
+        state = _load(run.session, run.now, run.events)
         effects = Effects()
         chats = [e for e in run.events if e.source == "slack"]
         if chats:

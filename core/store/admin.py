@@ -3,7 +3,7 @@ another go. Nothing here runs on its own."""
 
 from __future__ import annotations
 
-from wakeful.core.records import DeadLetters
+from wakeful.core.records import DeadLetters, SetAsideSession
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.rows import event_record, outbox_record
 
@@ -15,6 +15,24 @@ class Admin(StoreBase):
             events = [event_record(r) for r in tx.all("dead_events", {"limit": limit})]
             rows = [outbox_record(r) for r in tx.all("failed_outbox", {"limit": limit})]
         return DeadLetters(events=events, outbox=rows)
+
+    def set_aside_sessions(
+        self, inbox: str | None = None, limit: int = 100
+    ) -> list[SetAsideSession]:
+        """Sessions runs could not use, newest first: what the agent knew before it started
+        over, for an operator to read or restore by hand."""
+        with self._tx(write=False) as tx:
+            rows = tx.all("set_aside_sessions", {"inbox": inbox, "limit": limit})
+        return [
+            SetAsideSession(
+                id=int(r["id"]),
+                inbox=str(r["inbox"]),
+                state=str(r["state"]),
+                reason=str(r["reason"]),
+                set_aside_at=int(r["set_aside_at"]),
+            )
+            for r in rows
+        ]
 
     def requeue_event(self, event_id: int, now: int) -> bool:
         """Give a dead event a fresh start (attempts reset)."""

@@ -7,7 +7,7 @@ the finish records them in the run log, so overlapping runs can be proved absent
 from __future__ import annotations
 
 from wakeful.core.effects import Effects, check_json
-from wakeful.core.errors import LeaseLost
+from wakeful.core.errors import LeaseLost, SessionUnusable
 from wakeful.core.records import Claim, Event, Lease, RunRecord
 from wakeful.core.rules.lease import decide, holds
 from wakeful.core.store.approvals import request
@@ -239,7 +239,10 @@ class Claims(StoreBase):
             return None
         for ev in claim.events:
             error = effects.failed.get(ev.id)
-            if error is None:
+            if ev.id in effects.dead:
+                params = {"id": ev.id, "gen": claim.gen, "error": effects.dead[ev.id][:2000]}
+                changed = tx.run("mark_dead_fenced", {**params, "now": now})
+            elif error is None:
                 changed = tx.run("mark_done_fenced", {"id": ev.id, "gen": claim.gen, "now": now})
             else:
                 changed = tx.run(
@@ -283,6 +286,13 @@ class Claims(StoreBase):
 def _write_effects(tx: Tx, inbox: str, p: PreparedEffects, now: int) -> None:
     """Everything a run asked for, inside its finish: replies, session, timers, approvals."""
     queue(tx, p.messages, now)
+    if p.set_aside_session is not None:
+        reason = p.set_aside_session[:2000]
+        tx.run("set_aside_session", {"inbox": inbox, "reason": reason, "now": now})
+        tx.run("drop_session", {"inbox": inbox})
+        failed_on_session = SessionUnusable.ERROR_PREFIX + "%"
+        params = {"inbox": inbox, "failed_on_session": failed_on_session, "now": now}
+        tx.run("forgive_session_failures", params)
     if p.session is not None:
         tx.run("upsert_session", {"inbox": inbox, "state": p.session, "now": now})
     for name in p.cancel:

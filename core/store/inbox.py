@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from wakeful.core.errors import SessionUnusable
 from wakeful.core.records import Event, Ingested
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.rows import event_body, event_record
@@ -56,7 +57,13 @@ class Inbox(StoreBase):
             return [str(r["inbox"]) for r in tx.all("ready_inboxes", {"now": now, "limit": limit})]
 
     def session(self, inbox: str) -> Any:
-        """The agent's saved state for the inbox, or None (written by a run's fenced finish)."""
+        """The agent's saved state for the inbox, or None (written by a run's fenced finish).
+        Raises SessionUnusable when the stored text is not JSON."""
         with self._tx(write=False) as tx:
             row = tx.one("get_session", {"inbox": inbox})
-        return None if row is None else json.loads(row["state"])
+        if row is None:
+            return None
+        try:
+            return json.loads(row["state"])
+        except ValueError as exc:
+            raise SessionUnusable(f"the saved session is not valid JSON: {exc}") from exc

@@ -365,3 +365,29 @@ UPDATE events
 SET status = 'pending', error = %(error)s, updated_at = %(now)s,
     not_before = GREATEST(not_before, %(not_before)s)
 WHERE id = %(id)s AND status = 'running' AND gen = %(gen)s;
+
+-- name: mark_dead_fenced
+-- An event dead with its error, only if still running under the claim's generation.
+UPDATE events SET status = 'dead', error = %(error)s, updated_at = %(now)s
+WHERE id = %(id)s AND status = 'running' AND gen = %(gen)s;
+
+-- name: set_aside_session
+-- Keep an inbox's unusable session for the operator; the run's finish then drops it.
+INSERT INTO set_aside_sessions (inbox, state, reason, set_aside_at)
+SELECT inbox, state, %(reason)s, %(now)s FROM sessions WHERE inbox = %(inbox)s;
+
+-- name: drop_session
+-- Forget an inbox's session: its next run starts fresh.
+DELETE FROM sessions WHERE inbox = %(inbox)s;
+
+-- name: set_aside_sessions
+-- Sessions set aside, newest first (of one inbox, or of all).
+SELECT * FROM set_aside_sessions
+WHERE %(inbox)s::text IS NULL OR inbox = %(inbox)s
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: forgive_session_failures
+-- Pending events that failed only on a session now set aside start their attempts over.
+UPDATE events SET attempts = 0, not_before = 0, error = NULL, updated_at = %(now)s
+WHERE status = 'pending' AND inbox = %(inbox)s AND error LIKE %(failed_on_session)s;

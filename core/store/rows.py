@@ -116,6 +116,7 @@ class PreparedEffects:
 
     messages: list[Params]
     session: str | None
+    set_aside_session: str | None
     timers: list[Params]
     cancel: list[str]
     approvals: list[PreparedApproval]
@@ -143,6 +144,7 @@ def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
     return PreparedEffects(
         messages=[message_params(inbox, m) for m in effects.messages],
         session=check_json(effects.session, "session") if effects.save_session else None,
+        set_aside_session=effects.set_aside_session,
         timers=[timer_params(inbox, t, now) for t in effects.timers],
         cancel=list(effects.cancel_timers),
         approvals=approvals,

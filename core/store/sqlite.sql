@@ -354,3 +354,29 @@ UPDATE events
 SET status = 'pending', error = :error, updated_at = :now,
     not_before = MAX(not_before, :not_before)
 WHERE id = :id AND status = 'running' AND gen = :gen;
+
+-- name: mark_dead_fenced
+-- An event dead with its error, only if still running under the claim's generation.
+UPDATE events SET status = 'dead', error = :error, updated_at = :now
+WHERE id = :id AND status = 'running' AND gen = :gen;
+
+-- name: set_aside_session
+-- Keep an inbox's unusable session for the operator; the run's finish then drops it.
+INSERT INTO set_aside_sessions (inbox, state, reason, set_aside_at)
+SELECT inbox, state, :reason, :now FROM sessions WHERE inbox = :inbox;
+
+-- name: drop_session
+-- Forget an inbox's session: its next run starts fresh.
+DELETE FROM sessions WHERE inbox = :inbox;
+
+-- name: set_aside_sessions
+-- Sessions set aside, newest first (of one inbox, or of all).
+SELECT * FROM set_aside_sessions
+WHERE :inbox IS NULL OR inbox = :inbox
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: forgive_session_failures
+-- Pending events that failed only on a session now set aside start their attempts over.
+UPDATE events SET attempts = 0, not_before = 0, error = NULL, updated_at = :now
+WHERE status = 'pending' AND inbox = :inbox AND error LIKE :failed_on_session;

@@ -45,6 +45,7 @@ from wakeful.bot.agents.conversation import (
 from wakeful.bot.config import Config, ConfigError
 from wakeful.bot.runtime import build_agent
 from wakeful.core.agent import Policy, Run
+from wakeful.core.effects import Effects
 from wakeful.core.errors import LeaseLost
 from wakeful.core.loops import Dispatcher, ManualClock, Scheduler, Worker
 from wakeful.core.records import OutboxRow
@@ -670,6 +671,56 @@ def test_repeated_failures_end_dead_after_max_attempts(world: World) -> None:
     assert stored is not None and (stored.status, stored.attempts) == ("dead", 3)
     world.tick(T0 + HOUR)
     assert len(world.fake.requests) == 3
+
+
+def test_a_conversation_the_api_rejects_is_set_aside_and_the_next_message_runs_fresh(
+    world: World,
+) -> None:
+    world.say("hello")
+    world.fake.script(api.text("Hi."))
+    world.tick()
+    first = world.say("and now?")
+    # The API refuses the saved conversation (400 invalid_request_error) on every attempt.
+    world.fake.script(api.error(400), api.error(400), api.error(400))
+    for at in (T0, T0 + 10, T0 + 30):  # backoff 10 s, then 20 s
+        world.tick(at)
+    stored = world.store.event(first)
+    assert stored is not None and (stored.status, stored.attempts) == ("dead", 3)
+    assert stored.error == (
+        "session unusable: the Claude API refused the saved conversation "
+        "(400: invalid_request_error)"
+    )
+    (aside,) = world.store.set_aside_sessions(INBOX)
+    assert "hello" in aside.state and world.store.session(INBOX) is None
+    told = [r for r in world.replies() if r.text.startswith("I had to start over")]
+    assert len(told) == 1 and told[0].priority == "urgent"
+    world.say("hello again")
+    world.fake.script(api.text("Hello!"))
+    world.tick(T0 + HOUR)
+    fresh = world.fake.requests[-1]["messages"]
+    assert len(fresh) == 1 and "hello again" in user_text(world.fake.requests[-1])
+    assert [r.text for r in world.replies()][-1] == "Hello!"
+    assert len([r for r in world.replies() if r.text.startswith("I had to start over")]) == 1
+
+
+def test_a_saved_conversation_of_an_unknown_format_is_set_aside_not_dropped(
+    world: World,
+) -> None:
+    world.say("setup")
+    claim = world.store.acquire_and_claim(INBOX, "writer", T0)
+    assert claim is not None
+    fx = Effects()
+    fx.set_session({"v": 2, "turns": ["from a newer release"]})
+    assert world.store.finish(claim, fx, T0, release=True)
+    event = world.say("what now?")
+    for at in (T0 + 1, T0 + 11, T0 + 31):
+        world.tick(at)
+    stored = world.store.event(event)
+    assert stored is not None and stored.status == "dead"
+    assert stored.error == ("session unusable: the saved conversation has an unknown format (2)")
+    (aside,) = world.store.set_aside_sessions(INBOX)
+    assert "from a newer release" in aside.state
+    assert world.fake.requests == []  # the API was never sent a conversation it cannot read
 
 
 def test_a_tool_loop_stops_after_max_steps(store: Store, fake: FakeAnthropic) -> None:
