@@ -261,6 +261,12 @@ class Scheduler(_Loop):
     """Turns due timers into inbox events; kicks the worker when it stored some."""
 
     wake_worker: Kicker = field(default_factory=Wakeup)
+    prune_every: int = 60
+    """Seconds between retention passes; a pass that finds more than a batch left runs again
+    at the next tick, so a backlog drains in short transactions between timer checks."""
+
+    def __post_init__(self) -> None:
+        self._next_prune = 0
 
     def tick(self, now: int) -> int:
         total = 0
@@ -271,7 +277,19 @@ class Scheduler(_Loop):
                 break
         if total:
             self.wake_worker.kick()
-        return total
+        return total + self._prune(now)
+
+    def _prune(self, now: int) -> int:
+        """One retention pass when one is due; 1 (busy) when aged-out rows are left over."""
+        if now < self._next_prune:
+            return 0
+        pruned = self.store.prune(now)
+        if pruned.total:
+            log.info("retention: pruned %s", pruned.counts)
+        if pruned.more:
+            return 1
+        self._next_prune = now + self.prune_every
+        return 0
 
 
 @dataclass(kw_only=True)
