@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from wakeful.core.agent import Agent, Run
+from wakeful.core.clock import Clock, wall_clock
 from wakeful.core.effects import Effects
 from wakeful.core.errors import (
     LeaseLost,
@@ -31,21 +32,6 @@ from wakeful.core.store import Store
 from wakeful.core.store.timers import DUE_PAGE
 
 log = logging.getLogger("wakeful")
-Clock = Callable[[], int]
-
-
-def wall_clock() -> int:
-    return int(time.time())
-
-
-class ManualClock:
-    """A clock that only moves when told to: scenarios and tests drive the loops with it."""
-
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class Sender(Protocol):

@@ -427,3 +427,7 @@ SELECT (SELECT MIN(updated_at) FROM events WHERE status = 'done') AS events,
        (SELECT MIN(sent_at) FROM outbox WHERE status = 'sent') AS outbox,
        (SELECT MIN(finished_at) FROM runs) AS runs,
        (SELECT MIN(answered_at) FROM approvals WHERE answer IS NOT NULL) AS approvals;
+
+-- name: server_time
+-- The database server's clock in seconds: every host of a deployment takes its time from it.
+SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now;

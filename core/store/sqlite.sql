@@ -421,3 +421,7 @@ SELECT (SELECT MIN(updated_at) FROM events INDEXED BY events_done_age
        (SELECT MIN(finished_at) FROM runs INDEXED BY runs_age) AS runs,
        (SELECT MIN(answered_at) FROM approvals INDEXED BY approvals_answered_age
         WHERE answer IS NOT NULL) AS approvals;
+
+-- name: server_time
+-- The database's own clock: SQLite runs on this host and has none of its own (NULL).
+SELECT NULL AS now;

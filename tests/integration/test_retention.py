@@ -9,9 +9,10 @@ import pytest
 
 from tests.conftest import T0, MakeStore
 from wakeful.bot.config import Config, ConfigError
+from wakeful.core.clock import ManualClock
 from wakeful.core.effects import ApprovalRequest, Effects, Message
 from wakeful.core.errors import InvalidInput
-from wakeful.core.loops import ManualClock, Scheduler
+from wakeful.core.loops import Scheduler
 from wakeful.core.settings import DAY, REDELIVERY_WINDOW, Settings
 from wakeful.core.store import Store
 from wakeful.core.store.retention import PRUNE_BATCH
