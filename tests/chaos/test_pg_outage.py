@@ -24,6 +24,8 @@ from tests.support.tcp_proxy import TcpProxy
 from wakeful.devtools.stores import fresh_postgres
 
 pytestmark = pytest.mark.skipif(not PG_DSN, reason="WAKEFUL_TEST_PG_DSN is not set")
+
+
 def outages(proxy: TcpProxy, application_name: str, outage: float) -> object:
     """The fault plan: terminate every wakeful connection every 0.3-1 s (each round that ended
     at least one counts), and once, a little way in, refuse connections for `outage` seconds."""
