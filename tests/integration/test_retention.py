@@ -103,11 +103,21 @@ def test_pruning_goes_a_batch_per_transaction_and_the_scheduler_drains_a_backlog
         while claim is not None and claim.events:
             _, claim = store.finish_and_claim(claim, Effects(), T0)
     later = T0 + RETENTION + 1
-    clock = ManualClock(later)
-    scheduler = Scheduler(store=store, clock=clock)
-    assert scheduler.tick(later) == 1  # a full batch went: the loop comes straight back
+    mono = [100.0]
+
+    def monotonic() -> float:  # each reading 10 ms after the previous one
+        mono[0] += 0.01
+        return mono[0]
+
+    scheduler = Scheduler(store=store, clock=ManualClock(later), monotonic=monotonic)
+    assert scheduler.tick(later) >= PRUNE_BATCH  # one batch per table per pass (and the runs)
     assert store.count_events("done") == n - PRUNE_BATCH
-    assert scheduler.tick(later) == 0  # drained; the next pass waits for prune_every
+    # More is left; the pass took 10 ms, so the next waits 90 ms (pruning keeps to 10%).
+    assert scheduler.tick(later) == 0
+    assert 0.05 < scheduler.idle_wait() <= 0.09
+    mono[0] += 0.1
+    assert scheduler.tick(later) == 20  # the rest
+    assert scheduler.tick(later) == 0 and scheduler.idle_wait() == 1.0  # drained: poll
     assert store.count_events("done") == 0
     assert store.prune(later).total == 0
 
