@@ -29,8 +29,8 @@ def signed(secret: str, body: bytes) -> dict[str, str]:
     }
 
 
-def body_for(i: int, run: str) -> bytes:
-    user = f"U{i % 1000:04d}"
+def body_for(i: int, run: str, users: int = 1000) -> bytes:
+    user = f"U{i % users:04d}"
     envelope = {
         "token": "t",
         "team_id": "TLOAD",
@@ -57,16 +57,20 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rate", type=float, required=True)
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--threads", type=int, default=64)
+    p.add_argument("--users", type=int, default=1000, help="messages go round this many DMs")
+    p.add_argument("--log", help="write each request's send time (wall clock) and answer")
     args = p.parse_args(argv)
     url = urlparse(args.url)
     total = int(args.rate * args.seconds)
     run = uuid.uuid4().hex[:6]
-    bodies = [body_for(i, run) for i in range(total)]
+    bodies = [body_for(i, run, args.users) for i in range(total)]
     latencies: list[float] = []
+    sent: list[tuple[int, float, float, str]] = []  # (i, wall-clock send time, latency, status)
     statuses: dict[str, int] = {}
     lock = threading.Lock()
     counter = iter(range(total))
     start = time.perf_counter() + 0.5
+    wall_start = time.time() + (start - time.perf_counter())
 
     def worker() -> None:
         conn: http.client.HTTPConnection | None = None
@@ -98,6 +102,8 @@ def main(argv: list[str]) -> int:
             with lock:
                 latencies.append(done - due)
                 statuses[key] = statuses.get(key, 0) + 1
+                if args.log:
+                    sent.append((i, wall_start + i / args.rate, done - due, key))
         if conn is not None:
             conn.close()
 
@@ -108,6 +114,14 @@ def main(argv: list[str]) -> int:
         t.join()
     elapsed = time.perf_counter() - start
     latencies.sort()
+    if args.log:
+        with open(args.log, "w") as log:
+            for i, at, latency, key in sorted(sent):
+                user = f"U{i % args.users:04d}"
+                log.write(
+                    json.dumps({"i": i, "user": user, "at": at, "ack": latency, "status": key})
+                )
+                log.write("\n")
 
     def pct(q: float) -> float:
         return latencies[min(len(latencies) - 1, int(q / 100 * len(latencies)))] * 1000

@@ -6,6 +6,8 @@ the finish records them in the run log, so overlapping runs can be proved absent
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from wakeful.core.effects import Effects, check_json
 from wakeful.core.errors import LeaseLost, SessionUnusable
 from wakeful.core.records import Claim, Event, Lease, RunRecord
@@ -123,6 +125,28 @@ class Claims(StoreBase):
                 self._set_expiry(tx, inbox, holder, gen, now)
             return claim
 
+    def claim_inboxes(self, inboxes: Sequence[str], holder: str, now: int) -> list[Claim]:
+        """`acquire_and_claim` for several inboxes in one transaction, one commit for all.
+
+        Returns the claims that got events; an inbox held by someone else is skipped, and one
+        whose claim found nothing has its lease lapse at once. Under load this is how a worker
+        takes many inboxes' work for the price of one commit."""
+        for inbox in inboxes:
+            require(inbox=inbox, holder=holder)
+        claims: list[Claim] = []
+        with self._tx() as tx:
+            for inbox in inboxes:
+                granted = self._acquire(tx, inbox, holder, now)
+                if granted is None:
+                    continue
+                gen, seq = granted
+                claim = self._claim(tx, inbox, holder, gen, now, seq=seq)
+                if claim.events:
+                    claims.append(claim)
+                else:
+                    self._set_expiry(tx, inbox, holder, gen, now)
+        return claims
+
     def _claim(
         self,
         tx: Tx,
@@ -208,26 +232,46 @@ class Claims(StoreBase):
         prepared = prepare_effects(claim.inbox, effects, now)
         try:
             with self._tx() as tx:
-                finish_seq = self._finish(tx, claim, effects, prepared, now)
-                if finish_seq is None:
-                    return False, None
-                # Same transaction, same lease: nothing can have gone stale since our claim,
-                # and the finish's sequence number orders the next claim too.
-                following = self._claim(
-                    tx,
-                    claim.inbox,
-                    claim.holder,
-                    claim.gen,
-                    now,
-                    seq=finish_seq or None,
-                    reset=False,
-                )
-                if following.events:
-                    return True, following
-                self._set_expiry(tx, claim.inbox, claim.holder, claim.gen, now)
-                return True, None
+                return self._finish_then_claim(tx, claim, effects, prepared, now)
         except _Fenced:
             return False, None
+
+    def finish_and_claim_many(
+        self, runs: Sequence[tuple[Claim, Effects]], now: int
+    ) -> list[tuple[bool, Claim | None]]:
+        """`finish_and_claim` for several runs of different inboxes in one transaction.
+
+        Each run is fenced on its own: a run that lost its lease, or whose events are no longer
+        running under its generation, is rolled back to a savepoint and reported unfinished,
+        while the others commit. One commit for all of them."""
+        prepared = [prepare_effects(claim.inbox, effects, now) for claim, effects in runs]
+        outcomes: list[tuple[bool, Claim | None]] = []
+        with self._tx() as tx:
+            for (claim, effects), p in zip(runs, prepared, strict=True):
+                tx.run("savepoint")
+                try:
+                    outcomes.append(self._finish_then_claim(tx, claim, effects, p, now))
+                except _Fenced:
+                    tx.run("rollback_to_savepoint")
+                    outcomes.append((False, None))
+                tx.run("release_savepoint")
+        return outcomes
+
+    def _finish_then_claim(
+        self, tx: Tx, claim: Claim, effects: Effects, prepared: PreparedEffects, now: int
+    ) -> tuple[bool, Claim | None]:
+        finish_seq = self._finish(tx, claim, effects, prepared, now)
+        if finish_seq is None:
+            return False, None
+        # Same transaction, same lease: nothing can have gone stale since our claim, and the
+        # finish's sequence number orders the next claim too.
+        following = self._claim(
+            tx, claim.inbox, claim.holder, claim.gen, now, seq=finish_seq or None, reset=False
+        )
+        if following.events:
+            return True, following
+        self._set_expiry(tx, claim.inbox, claim.holder, claim.gen, now)
+        return True, None
 
     def _finish(
         self, tx: Tx, claim: Claim, effects: Effects, prepared: PreparedEffects, now: int

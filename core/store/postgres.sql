@@ -438,3 +438,15 @@ SELECT (SELECT MIN(updated_at) FROM events WHERE status = 'done') AS events,
 -- name: server_time
 -- The database server's clock in seconds: every host of a deployment takes its time from it.
 SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now;
+
+-- name: savepoint
+-- Mark a point one run's writes can be undone to without undoing the others' (batched finish).
+SAVEPOINT run;
+
+-- name: rollback_to_savepoint
+-- Undo one fenced run's writes; the transaction and the other runs' writes go on.
+ROLLBACK TO SAVEPOINT run;
+
+-- name: release_savepoint
+-- Keep one run's writes (or what is left after a rollback) and forget the savepoint.
+RELEASE SAVEPOINT run;

@@ -429,3 +429,15 @@ SELECT (SELECT MIN(updated_at) FROM events INDEXED BY events_done_age
 -- name: server_time
 -- The database's own clock: SQLite runs on this host and has none of its own (NULL).
 SELECT NULL AS now;
+
+-- name: savepoint
+-- Mark a point one run's writes can be undone to without undoing the others' (batched finish).
+SAVEPOINT run;
+
+-- name: rollback_to_savepoint
+-- Undo one fenced run's writes; the transaction and the other runs' writes go on.
+ROLLBACK TO SAVEPOINT run;
+
+-- name: release_savepoint
+-- Keep one run's writes (or what is left after a rollback) and forget the savepoint.
+RELEASE SAVEPOINT run;

@@ -28,7 +28,7 @@ from wakeful.devtools.stores import fresh_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
 SKEWS = (-30.0, 0.0, 30.0)
-INBOXES = 12
+INBOXES = 24
 
 
 def overlaps(runs_log: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -79,7 +79,7 @@ def skewed_fleet(tmp_path: Path, clock: str) -> tuple[Path, int, int]:
             for u in range(INBOXES):
                 store.ingest(f"T1:U{u}", "slack", f"E{sent}-{u}", {"n": sent}, now)
             sent += 1
-            stop.wait(0.25)
+            stop.wait(0.1)
 
     feeder = threading.Thread(target=traffic)
     try:

@@ -1,0 +1,38 @@
+"""The built-in agent for the end-to-end benchmark, timed: each run's wall-clock start and end
+go to WAKEFUL_E2E_RUNS (one JSON line), so the bench can split a message's way into the wait
+for the worker, the run, and what follows it. Loaded with WAKEFUL_AGENT=bench.e2e_agent:build."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from wakeful.bot.agents.refund_desk import RefundDesk
+from wakeful.bot.config import Config
+from wakeful.core.agent import Run
+from wakeful.core.effects import Effects
+from wakeful.core.store import Store
+
+
+class TimedDesk:
+    def __init__(self, inner: RefundDesk, path: str) -> None:
+        self.inner = inner
+        self.path = path
+        self.lock = threading.Lock()
+
+    def run(self, run: Run) -> Effects:
+        start = time.time()
+        try:
+            return self.inner.run(run)
+        finally:
+            line = json.dumps({"inbox": run.inbox, "start": start, "end": time.time()})
+            with self.lock, open(self.path, "a") as out:
+                out.write(line + "\n")
+
+
+def build(config: Config, store: Store, tz_lookup: Callable[[str], str]) -> TimedDesk:
+    desk = RefundDesk(store, approvers=config.approvers, tz_lookup=tz_lookup)
+    return TimedDesk(desk, os.environ["WAKEFUL_E2E_RUNS"])
