@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from wakeful.core import logs, metrics
 from wakeful.core.agent import Agent, Run
 from wakeful.core.effects import Effects
 from wakeful.core.errors import (
@@ -199,11 +200,23 @@ class Worker(_Loop):
         )
         runs = 0
         while claim is not None and claim.events:
-            effects = self._run_agent(claim)
-            finished, claim = self.store.finish_and_claim(claim, effects, self.clock())
-            if not finished:
-                log.warning("%s: finish refused for %s (lease lost)", self.holder, inbox)
-                return runs
+            started = time.perf_counter()
+            with logs.context(
+                inbox=inbox,
+                events=claim.ids,
+                gen=claim.gen,
+                run_id=uuid.uuid4().hex[:12],
+                holder=self.holder,
+            ):
+                effects = self._run_agent(claim)
+                finished, following = self.store.finish_and_claim(claim, effects, self.clock())
+                outcome = _outcome(effects) if finished else "fenced"
+                _count_run(outcome, time.perf_counter() - started, len(effects.dead))
+                if not finished:
+                    log.warning("%s: finish refused for %s (lease lost)", self.holder, inbox)
+                    return runs
+                log.info("run %s: %d event(s)", outcome, len(claim.events))
+            claim = following
             runs += 1
             if effects.messages or effects.approvals:
                 self.wake_dispatcher.kick()
@@ -254,6 +267,19 @@ class Worker(_Loop):
             dead={e.id: error for e in claim.events},
             set_aside_session=str(exc),
         )
+
+
+def _outcome(effects: Effects) -> str:
+    return "dead" if effects.dead else "failed" if effects.failed else "done"
+
+
+def _count_run(outcome: str, seconds: float, dead: int) -> None:
+    metrics.RUNS.labels(outcome).inc()
+    metrics.RUN_SECONDS.observe(seconds)
+    if outcome == "fenced":
+        metrics.FENCED.inc()
+    if dead:
+        metrics.DEAD.labels("agent").inc(dead)
 
 
 @dataclass(kw_only=True)
@@ -309,23 +335,31 @@ class Dispatcher(_Loop):
                     batch.dispatch_id, self._paused_until, "paused: rate limited", self.clock()
                 )
                 break
+            started = time.perf_counter()
             try:
                 if part.kind == "update":
                     part = self._resolve_target(part)
                 ts = self.sender.send(part)
             except TransientSendError as exc:
+                _count_part(part, "retry", started)
                 # The clock counts whole seconds (floored): one more second guarantees at least
                 # Retry-After has passed in real time.
                 until = self.clock() + max(1, exc.retry_after) + (1 if exc.retry_after else 0)
                 if exc.retry_after:
                     with self._pause_lock:
                         self._paused_until = max(self._paused_until, until)
+                    metrics.PAUSES.inc()
+                    metrics.PAUSED_SECONDS.inc(exc.retry_after)
                 self.store.defer_batch(part.dispatch_id, until, str(exc), self.clock())
                 break
             except PermanentSendError as exc:
+                _count_part(part, "failed", started)
                 self.store.fail_part(part, str(exc), self.clock())
                 continue
+            _count_part(part, "sent", started)
             self.store.mark_sent(part, ts, self.clock())
+            if part.final:
+                metrics.ROWS_SENT.inc(len(part.row_ids))
             sent += 1
         return sent
 
@@ -337,3 +371,8 @@ class Dispatcher(_Loop):
         return replace(
             part, channel=state.prompt_channel or part.channel, target_ts=state.prompt_ts
         )
+
+
+def _count_part(part: Part, outcome: str, started: float) -> None:
+    metrics.SEND_SECONDS.observe(time.perf_counter() - started)
+    metrics.PARTS.labels(part.kind, outcome).inc()

@@ -22,6 +22,7 @@ from wakeful.core.errors import StoreError, StoreUnavailable
 from wakeful.core.store.base import Connector, NewEvent
 from wakeful.core.store.group_commit import GroupCommit
 from wakeful.core.store.sql import Row, load_migrations, load_queries
+from wakeful.core.store.sqlite_files import Holder
 
 _QUERIES = load_queries("sqlite.sql")
 _T = TypeVar("_T")
@@ -117,7 +118,12 @@ class SQLiteConnector(Connector):
         self._write_lock = WriteGate()
         self._closed = False
         self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self._insert_batch)
-        self._migrate()
+        self._holder = Holder(self.path)  # `wakeful restore` refuses while this is held
+        try:
+            self._migrate()
+        except BaseException:
+            self.close()
+            raise
 
     def _connect(self, urgent: bool = False) -> sqlite3.Connection:
         """This thread's connection; an urgent writer's is a second one whose busy timeout is 0,
@@ -264,6 +270,7 @@ class SQLiteConnector(Connector):
         for conn in conns:
             conn.close()
         self._local = threading.local()
+        self._holder.release()
 
 
 def _insert_fresh(conn: sqlite3.Connection, items: Sequence[NewEvent]) -> list[int | None]:
