@@ -126,7 +126,7 @@ def log_format(env: Mapping[str, str]) -> str:
     return raw
 
 
-def secrets(env: Mapping[str, str]) -> list[str]:
+def secret_values(env: Mapping[str, str]) -> list[str]:
     """Every secret a process may hold, so no log line or error can show one."""
     values = [env.get(name, "").strip() for name in SECRET_VARIABLES]
     db = env.get("WAKEFUL_DB", "").strip()
