@@ -62,7 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
         store, secret, me["user_id"], me["bot_id"], runtime.wake_worker, runtime.wake_dispatcher
     )
     runtime.start()
-    exporter = _metrics_port(config, store)
+    exporter: MetricsServer | None = None
     try:
         if config.socket_mode:
             from slack_sdk.errors import SlackApiError
@@ -81,12 +81,14 @@ def _serve(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise ConfigError(f"cannot reach Slack for Socket Mode: {exc}") from exc
             print("wakeful: connected in Socket Mode", flush=True)
+            exporter = _metrics_port(config, store)
             runtime.stop.wait()
             socket.close()
         else:
             server = http_server(front, config.host, config.port)
             port = server.effective_port
             print(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}", flush=True)
+            exporter = _metrics_port(config, store)
 
             def stop() -> None:
                 runtime.stop.set()
@@ -109,7 +111,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _metrics_port(config: Config, store: Store) -> MetricsServer | None:
     """GET /metrics on WAKEFUL_METRICS_PORT, when set (the loops serve no other HTTP)."""
-    if not config.metrics_port:
+    if config.metrics_port is None:
         return None
     from wakeful.core.metrics import MetricsServer
 
@@ -135,9 +137,10 @@ def _loop(role: str) -> Callable[[argparse.Namespace], int]:
         runtime = Runtime(config, store, (role,), poll=args.poll)
         install_signal_handlers(runtime.stop.set)
         runtime.start()
-        exporter = _metrics_port(config, store)
         print(f"wakeful: {role} running on {redact(config.db)}", flush=True)
+        exporter: MetricsServer | None = None
         try:
+            exporter = _metrics_port(config, store)
             runtime.stop.wait()
         finally:
             if exporter is not None:

@@ -58,8 +58,9 @@ class Config:
     """Seconds the worker waits after a new event, so quick messages share one run."""
     anthropic_api_key: str = ""
     model: str = ""
-    metrics_port: int = 0
-    """A port of its own for GET /metrics (0: none; `serve` also answers it on its HTTP port)."""
+    metrics_port: int | None = None
+    """A port of its own for GET /metrics (None: none; 0 picks a free one). `serve` answers
+    /metrics on its HTTP port as well."""
     log_format: str = "text"
     settings: Settings = field(default_factory=Settings)
 
@@ -111,7 +112,11 @@ class Config:
             sqlite_max_pages=_int(env, "WAKEFUL_SQLITE_MAX_PAGES", 0, 0),
             anthropic_api_key=api_key,
             model=env.get("WAKEFUL_MODEL", "").strip(),
-            metrics_port=_int(env, "WAKEFUL_METRICS_PORT", 0, 0, 65535),
+            metrics_port=(
+                _int(env, "WAKEFUL_METRICS_PORT", 0, 0, 65535)
+                if env.get("WAKEFUL_METRICS_PORT", "").strip()
+                else None
+            ),
             log_format=log_format(env),
             settings=Settings(**tunables),
         )

@@ -89,7 +89,7 @@ def _durability(config: Config, found: Probe) -> Check:
     if not found.current:
         return Check("durability", None, "not checked: the store is not at this schema")
     try:
-        store = open_store(config.db, config.settings)
+        store = open_store(config.db, config.settings, migrate=False)
     except WakefulError as exc:
         return Check("durability", False, f"cannot open the store: {exc}")
     try:

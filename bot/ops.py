@@ -30,11 +30,11 @@ def inspect(args: argparse.Namespace, env: dict[str, str]) -> int:
         render_json,
         render_overview,
     )
-    from wakeful.bot.runtime import open_configured_store
+    from wakeful.core.store import open_store
 
     config = Config.from_env(env)
     check_readable(config.db)
-    store = open_configured_store(config)
+    store = open_store(config.db, config.settings, migrate=False)
     shown = logs.redact(config.db)
     now = int(time.time())
     try:

@@ -69,7 +69,9 @@ class PostgresConnector(Connector):
         schema: str | None = None,
         pool_size: int = 8,
         connect_timeout: float = 10.0,
+        migrate: bool = True,
     ) -> None:
+        """`migrate=False` opens a store as it is, for a reader that must change nothing."""
         self.dsn = dsn
         self.schema = schema
         kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
@@ -92,7 +94,8 @@ class PostgresConnector(Connector):
             self._pool.close()
             raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
         self._listeners: list[threading.Event] = []
-        self._migrate()
+        if migrate:
+            self._migrate()
 
     @contextmanager
     def transaction(self, write: bool = True, urgent: bool = False) -> Iterator[_PgTx]:

@@ -105,7 +105,9 @@ class SQLiteConnector(Connector):
         busy_timeout_ms: int = 5000,
         synchronous: str = "FULL",
         max_pages: int = 0,
+        migrate: bool = True,
     ) -> None:
+        """`migrate=False` opens a store as it is, for a reader that must change nothing."""
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, got {synchronous!r}")
         self.path = str(path)
@@ -120,7 +122,8 @@ class SQLiteConnector(Connector):
         self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self._insert_batch)
         self._holder = Holder(self.path)  # `wakeful restore` refuses while this is held
         try:
-            self._migrate()
+            if migrate:
+                self._migrate()
         except BaseException:
             self.close()
             raise

@@ -165,6 +165,8 @@ def _wakeful_version(conn: sqlite3.Connection, path: str) -> int:
         row = conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
         conn.execute("SELECT 1 FROM events LIMIT 1").fetchall()
     except sqlite3.DatabaseError as exc:
+        if "malformed" in str(exc):
+            raise InvalidInput(f"{path} fails the integrity check: {exc}") from exc
         raise InvalidInput(f"{path} is not a wakeful store ({exc})") from exc
     return int(row[0] or 0)
 
