@@ -57,6 +57,8 @@ def probe(target: str) -> Probe:
     if target.startswith(("postgresql://", "postgres://")):
         return _probe_postgres(target)
     path = target[len("sqlite:///") :] if target.startswith("sqlite:///") else target
+    if "://" in path:
+        raise InvalidInput(f"unsupported store URL {target!r}: use a file path or postgresql://")
     if not os.path.isfile(path):
         raise InvalidInput(f"no SQLite store at {path} (the first wakeful start creates it)")
     uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"

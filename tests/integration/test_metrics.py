@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import T0
 from tests.integration.test_sqlite_write_lock import write_locked
 from wakeful.bot.sender import SlackSender, make_client
-from wakeful.core import metrics
+from wakeful.core import logs, metrics
 from wakeful.core.agent import Run
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
 from wakeful.core.loops import Dispatcher, ManualClock, Worker
@@ -306,3 +306,29 @@ def test_every_scrape_and_inspect_read_searches_an_index(store: Store, name: str
     plan = " ".join(str(r[0]) for r in rows)
     assert not [t for t in TABLES if f"Seq Scan on {t}" in plan], plan
     assert "Index" in plan, plan
+
+
+def test_every_line_a_run_logs_carries_its_inbox_events_generation_and_run_id(
+    store: Store,
+) -> None:
+    seen: list[dict[str, object]] = []
+
+    class Looks:
+        def run(self, run: Run) -> Effects:
+            seen.append(dict(logs.current()))
+            return Effects()
+
+    store.ingest(INBOX, "slack", "Ev1", {"text": "a"}, T0)
+    store.ingest(INBOX, "slack", "Ev2", {"text": "b"}, T0)
+    w = Worker(store=store, agent=Looks(), holder="W", clock=lambda: T0)
+    assert w.run_inbox(INBOX) == 1
+    (context,) = seen
+    ids = [e.id for e in store.events(INBOX)]
+    assert {k: context[k] for k in ("inbox", "events", "gen", "holder")} == {
+        "inbox": INBOX,
+        "events": ids,
+        "gen": 1,
+        "holder": "W",
+    }
+    assert len(str(context["run_id"])) == 12
+    assert logs.current() == {}  # nothing leaks past the run
