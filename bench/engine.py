@@ -17,6 +17,7 @@ from wakeful.core.effects import Effects, Message
 from wakeful.core.store import Store, open_store
 
 from .common import Figure, rate, seconds
+from .retention import measure_pruning
 
 NOW = 1_700_000_000
 
@@ -186,7 +187,8 @@ class Bench:
 
     # -- history -----------------------------------------------------------------------------
 
-    def history_store(self, done: int, inboxes: int) -> Store:
+    def history_store(self, done: int, inboxes: int, age: int = 86400) -> Store:
+        """A store holding `done` events handled `age` seconds before NOW."""
         path = self.path("history")
         store = open_store(path)
         conn = sqlite3.connect(path, isolation_level=None)
@@ -196,7 +198,7 @@ class Bench:
             "INSERT INTO events (inbox, source, source_id, payload, status, attempts, gen, "
             "created_at, updated_at) VALUES (?, 'slack', ?, ?, 'done', 1, 1, ?, ?)",
             (
-                (f"T1:U{i % inboxes}", f"old-{i}", '{"text":"old"}', NOW - 86400, NOW - 86400)
+                (f"T1:U{i % inboxes}", f"old-{i}", '{"text":"old"}', NOW - age, NOW - age)
                 for i in range(done)
             ),
         )
@@ -382,6 +384,7 @@ def run_engine(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
     b.measure_timers()
     b.measure_outbox()
     b.measure_peers(ingest)
+    measure_pruning(b)
     ingest.close()
     return b.figures
 

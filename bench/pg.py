@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_pg(dsn: str, quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
+    from tests.support.procs import worker_cmd
     from wakeful.devtools.stores import fresh_postgres
 
     figures: list[Figure] = []
@@ -26,22 +26,11 @@ def run_pg(dsn: str, quick: bool, say: Callable[[str], None] = print) -> list[Fi
         for i in range(events):
             store.ingest(f"T1:U{i}", "slack", f"E{i}", {"text": "hi"}, now)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        cmd = [
-            sys.executable,
-            "-m",
-            "tests.support.procs",
-            "worker",
-            "--db",
-            dsn,
-            "--schema",
-            str(store.db.schema),  # type: ignore[attr-defined]
-            "--max-sleep",
-            "0",
-        ]
+        schema = str(store.db.schema)  # type: ignore[attr-defined]
         started = time.perf_counter()
         workers = [
             subprocess.Popen(
-                [*cmd, "--holder", f"bench-{w}"],
+                worker_cmd(dsn, schema, f"bench-{w}", "--max-sleep", "0"),
                 env=env,
                 cwd=ROOT,
                 stdout=subprocess.DEVNULL,

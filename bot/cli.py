@@ -59,7 +59,13 @@ def _serve(args: argparse.Namespace) -> int:
     # Socket Mode needs no signing secret (nothing is served over HTTP); Bolt wants one anyway.
     secret = config.signing_secret or secrets.token_hex(16)
     front = SlackFront(
-        store, secret, me["user_id"], me["bot_id"], runtime.wake_worker, runtime.wake_dispatcher
+        store,
+        secret,
+        me["user_id"],
+        me["bot_id"],
+        runtime.wake_worker,
+        runtime.wake_dispatcher,
+        runtime.clock,
     )
     runtime.start()
     exporter: MetricsServer | None = None

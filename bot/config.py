@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from wakeful.core.errors import InvalidInput
-from wakeful.core.settings import DEFAULTS, Settings
+from wakeful.core.settings import DAY, DEFAULTS, REDELIVERY_WINDOW, Settings
 
 AGENTS = ("refund-desk", "claude")
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -98,6 +98,13 @@ class Config:
             name: _int(env, var, getattr(DEFAULTS, name), low)
             for var, (name, low) in ENGINE_SETTINGS.items()
         }
+        tunables["retention"] = _duration(env, "WAKEFUL_RETENTION", DEFAULTS.retention)
+        if tunables["retention"] < REDELIVERY_WINDOW:
+            raise ConfigError(
+                f"WAKEFUL_RETENTION must be at least 4d ({REDELIVERY_WINDOW} s): a handled "
+                "event is its own dedupe key and must outlive the longest redelivery window "
+                "(Stripe retries for 3 days)"
+            )
         return cls(
             bot_token=bot_token,
             signing_secret=secret,
@@ -142,6 +149,23 @@ def secret_values(env: Mapping[str, str]) -> list[str]:
 
 def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int | None = None) -> int:
     return int(_number(env, name, default, int, "a whole number", low, high))
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": DAY}
+_DURATION = re.compile(r"(\d{1,9})([smhd]?)")
+
+
+def _duration(env: Mapping[str, str], name: str, default: int) -> int:
+    """Whole seconds, or a number with a unit: 45s, 90m, 12h, 30d."""
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    m = _DURATION.fullmatch(raw)
+    if m is None:
+        raise ConfigError(
+            f"{name} must be whole seconds or a number with s, m, h or d (e.g. 30d), got {raw!r}"
+        )
+    return int(m.group(1)) * _UNITS[m.group(2) or "s"]
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:

@@ -8,6 +8,7 @@ has committed) before the acknowledgement leaves: messages and mentions go to `i
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -162,12 +163,37 @@ class Listeners:
 
     def _on_error(self, error: Exception, logger: logging.Logger) -> BoltResponse:
         if isinstance(error, StoreUnavailable):
-            logger.warning("store unavailable; asking Slack to retry: %s", error)
+            _unavailable.warn(logger, str(error))
             return BoltResponse(status=503, body="store unavailable; please retry")
         if isinstance(error, InvalidInput):
             return BoltResponse(status=400, body=f"bad request: {error}")
         logger.exception("listener failed", exc_info=error)
         return BoltResponse(status=500, body="internal error")
+
+
+class _Throttled:
+    """One log line for a run of failures: the first at once, then at most one every `every`
+    seconds saying how many requests were answered 503 since (an outage under load would
+    otherwise write a line per request)."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every = every
+        self._lock = threading.Lock()
+        self._logged_at: float | None = None
+        self._since = 0
+
+    def warn(self, logger: logging.Logger, text: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self._logged_at is not None and now - self._logged_at < self.every:
+                self._since += 1
+                return
+            repeated, self._since, self._logged_at = self._since, 0, now
+        more = f" ({repeated} more requests answered 503 since the last line)" if repeated else ""
+        logger.warning("store unavailable; answering 503 so Slack retries: %s%s", text, more)
+
+
+_unavailable = _Throttled()
 
 
 def _quiet_token_notice(record: logging.LogRecord) -> bool:

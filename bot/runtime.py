@@ -15,6 +15,7 @@ from slack_sdk.errors import SlackApiError
 from wakeful.bot.config import Config, ConfigError
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.core.agent import Agent
+from wakeful.core.clock import Clock, ServerClock, wall_clock
 from wakeful.core.loops import Bell, Dispatcher, Scheduler, Wakeup, Worker
 from wakeful.core.store import Store, open_store
 
@@ -106,6 +107,14 @@ class Runtime:
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
     client: WebClient | None = None
+    clock: Clock = field(default=wall_clock)
+    """Where every loop (and the front) of this process reads the time: on PostgreSQL the
+    database server's clock (see core/clock.py), so hosts whose clocks disagree still agree
+    on leases, backoffs and due times; on SQLite the host's, the only one there is."""
+
+    def __post_init__(self) -> None:
+        if self.clock is wall_clock and self.store.db.dialect == "postgres":
+            self.clock = ServerClock(self.store)
 
     def start(self) -> None:
         loops = self.build_loops()
@@ -132,6 +141,7 @@ class Runtime:
             loops.append(
                 Worker(
                     store=self.store,
+                    clock=self.clock,
                     agent=agent,
                     poll=self.poll,
                     wakeup=self.bell.subscribe(self.wake_worker),
@@ -144,6 +154,7 @@ class Runtime:
             loops.append(
                 Scheduler(
                     store=self.store,
+                    clock=self.clock,
                     poll=self.poll,
                     wakeup=self.bell.subscribe(self.wake_scheduler),
                     wake_worker=self.wake_worker,
@@ -155,6 +166,7 @@ class Runtime:
             loops.append(
                 Dispatcher(
                     store=self.store,
+                    clock=self.clock,
                     sender=SlackSender(self.client),
                     poll=self.poll,
                     wakeup=self.bell.subscribe(self.wake_dispatcher),

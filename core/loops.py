@@ -18,6 +18,7 @@ from typing import Protocol
 
 from wakeful.core import logs, metrics
 from wakeful.core.agent import Agent, Run
+from wakeful.core.clock import Clock, wall_clock
 from wakeful.core.effects import Effects
 from wakeful.core.errors import (
     LeaseLost,
@@ -32,21 +33,6 @@ from wakeful.core.store import Store
 from wakeful.core.store.timers import DUE_PAGE
 
 log = logging.getLogger("wakeful")
-Clock = Callable[[], int]
-
-
-def wall_clock() -> int:
-    return int(time.time())
-
-
-class ManualClock:
-    """A clock that only moves when told to: scenarios and tests drive the loops with it."""
-
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class Sender(Protocol):
@@ -287,6 +273,16 @@ class Scheduler(_Loop):
     """Turns due timers into inbox events; kicks the worker when it stored some."""
 
     wake_worker: Kicker = field(default_factory=Wakeup)
+    prune_every: float = 60.0
+    """Seconds between retention passes once nothing aged is left."""
+    prune_duty: float = 0.1
+    """While a backlog of aged rows drains, the share of the time pruning may take: after a
+    pass that left more, the next waits nine times as long as it took, so the HTTP front's
+    inserts find SQLite's write lock free at least nine tenths of the time."""
+    monotonic: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        self._prune_at = 0.0
 
     def tick(self, now: int) -> int:
         total = 0
@@ -297,7 +293,22 @@ class Scheduler(_Loop):
                 break
         if total:
             self.wake_worker.kick()
-        return total
+        return total + self._prune(now)
+
+    def _prune(self, now: int) -> int:
+        """One retention pass when one is due; the rows it deleted."""
+        started = self.monotonic()
+        if started < self._prune_at:
+            return 0
+        pruned = self.store.prune(now)
+        took = self.monotonic() - started
+        self._prune_at = started + (took / self.prune_duty if pruned.more else self.prune_every)
+        if pruned.total:
+            log.info("retention: pruned %s", pruned.counts)
+        return pruned.total
+
+    def idle_wait(self) -> float:
+        return max(0.0, min(self.poll, self._prune_at - self.monotonic()))
 
 
 @dataclass(kw_only=True)

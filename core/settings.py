@@ -8,6 +8,11 @@ from wakeful.core.errors import InvalidInput
 
 MAX_PAYLOAD_BYTES = 256 * 1024
 """Cap on an event payload's JSON, in UTF-8 bytes. Slack's largest event bodies are far below."""
+DAY = 86_400
+REDELIVERY_WINDOW = 4 * DAY
+"""How long a stored event (and with it its dedupe key) must outlive its handling: the longest
+redelivery window of any source (Stripe retries for up to three days; GitHub redelivers on
+request within three days; Slack retries within an hour), plus a day of margin."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +29,9 @@ class Settings:
     """A `catch_up` timer replays at most this many missed occurrences per pass."""
     approval_ttl: int = 14400
     """Seconds an approval stays open before its expiry answers it."""
+    retention: int = 30 * DAY
+    """Seconds done events, sent outbox rows, run-log rows and answered approvals are kept
+    before pruning; never less than REDELIVERY_WINDOW, so a late redelivery is still refused."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -39,6 +47,12 @@ class Settings:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidInput(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.retention, int) or self.retention < REDELIVERY_WINDOW:
+            raise InvalidInput(
+                f"retention must be at least {REDELIVERY_WINDOW} seconds (4 days): a handled "
+                f"event's key must outlive the longest redelivery window (Stripe's 3 days), "
+                f"got {self.retention!r}"
+            )
         if not isinstance(self.outbox_gap, int) or self.outbox_gap < 0:
             raise InvalidInput(f"outbox_gap must be an integer >= 0, got {self.outbox_gap!r}")
 

@@ -89,6 +89,13 @@ class StoreBase:
             row = tx.one("schema_version")
         return int(row["version"] or 0) if row else 0
 
+    def server_time(self) -> float | None:
+        """The database server's clock in seconds, or None when the store has no clock of its
+        own (SQLite runs on this host: the host clock is the store's clock)."""
+        with self._tx(write=False) as tx:
+            row = tx.one("server_time")
+        return None if row is None or row["now"] is None else float(row["now"])
+
     def healthy(self) -> bool:
         """True when the store answers a trivial query; for /healthz."""
         try:

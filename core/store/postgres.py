@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
@@ -70,6 +70,7 @@ class PostgresConnector(Connector):
         pool_size: int = 8,
         connect_timeout: float = 10.0,
         migrate: bool = True,
+        wait_timeout: float = 2.0,
     ) -> None:
         """`migrate=False` opens a store as it is, for a reader that must change nothing."""
         self.dsn = dsn
@@ -85,7 +86,9 @@ class PostgresConnector(Connector):
             max_size=pool_size,
             kwargs=kwargs,
             open=False,
-            timeout=connect_timeout,
+            # A transaction waits this long for a connection, then fails as unavailable: the
+            # HTTP front must answer Slack (503) inside its three seconds, and the loops retry.
+            timeout=wait_timeout,
             name="wakeful",
         )
         try:
@@ -100,10 +103,31 @@ class PostgresConnector(Connector):
     @contextmanager
     def transaction(self, write: bool = True, urgent: bool = False) -> Iterator[_PgTx]:
         try:
-            with self._pool.connection() as conn, conn.transaction():
+            with self._begun() as conn:
                 yield _PgTx(conn)
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
+
+    @contextmanager
+    def _begun(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection inside BEGIN.
+
+        A connection that died while idle in the pool (the server restarted, an administrator
+        or a failover terminated it) fails at BEGIN, before any statement ran: it is dropped
+        and the next one tried, so a server restart costs no failed request once the server
+        answers again. A failure after BEGIN is the caller's to see."""
+        attempts = (self._pool.max_size or 1) + 1
+        for attempt in range(1, attempts + 1):
+            with ExitStack() as stack:
+                conn = stack.enter_context(self._pool.connection())
+                try:
+                    stack.enter_context(conn.transaction())
+                except psycopg.OperationalError:
+                    if conn.closed and attempt < attempts:
+                        continue  # the pool discards the dead connection on its way back
+                    raise
+                yield conn
+                return
 
     def _migrate(self) -> None:
         """Apply each packaged migration not yet recorded, with its record, one transaction
@@ -136,6 +160,7 @@ class PostgresConnector(Connector):
                 try:
                     with psycopg.connect(self.dsn, autocommit=True) as conn:
                         conn.execute(_QUERIES["listen_work"])
+                        on_work()  # events stored while we were not listening
                         while not stop.is_set():
                             for _ in conn.notifies(timeout=0.5, stop_after=100):
                                 on_work()

@@ -392,6 +392,46 @@ LIMIT %(limit)s;
 UPDATE events SET attempts = 0, not_before = 0, error = NULL, updated_at = %(now)s
 WHERE status = 'pending' AND inbox = %(inbox)s AND error LIKE %(failed_on_session)s;
 
+-- name: prune_events
+-- Done events last touched before the cutoff, oldest first, one batch (rows another pruner
+-- holds are skipped).
+DELETE FROM events WHERE id IN (
+    SELECT id FROM events WHERE status = 'done' AND updated_at < %(cutoff)s
+    ORDER BY updated_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+);
+
+-- name: prune_outbox
+-- Sent outbox rows sent before the cutoff, oldest first, one batch.
+DELETE FROM outbox WHERE id IN (
+    SELECT id FROM outbox WHERE status = 'sent' AND sent_at < %(cutoff)s
+    ORDER BY sent_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+);
+
+-- name: prune_runs
+-- Run-log rows of runs finished before the cutoff, oldest first, one batch.
+DELETE FROM runs WHERE id IN (
+    SELECT id FROM runs WHERE finished_at < %(cutoff)s
+    ORDER BY finished_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+);
+
+-- name: prune_approvals
+-- Approvals answered (or expired) before the cutoff, oldest first, one batch.
+DELETE FROM approvals WHERE id IN (
+    SELECT id FROM approvals WHERE answer IS NOT NULL AND answered_at < %(cutoff)s
+    ORDER BY answered_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+);
+
+-- name: oldest_history
+-- The age of the oldest prunable row of each pruned table (each an index's first entry).
+SELECT (SELECT MIN(updated_at) FROM events WHERE status = 'done') AS events,
+       (SELECT MIN(sent_at) FROM outbox WHERE status = 'sent') AS outbox,
+       (SELECT MIN(finished_at) FROM runs) AS runs,
+       (SELECT MIN(answered_at) FROM approvals WHERE answer IS NOT NULL) AS approvals;
+
+-- name: server_time
+-- The database server's clock in seconds: every host of a deployment takes its time from it.
+SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now;
+
 -- name: gauge_events
 -- Metrics scrape: events not done, by status, with the oldest one's arrival (status index).
 SELECT status, COUNT(*) AS n, MIN(created_at) AS oldest

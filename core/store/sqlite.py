@@ -26,7 +26,11 @@ from wakeful.core.store.sqlite_files import Holder
 
 _QUERIES = load_queries("sqlite.sql")
 _T = TypeVar("_T")
-_TRANSIENT = ("locked", "busy", "full", "disk i/o", "unable to open")
+_TRANSIENT = ("locked", "busy", "full", "disk i/o", "unable to open", "readonly")
+WAL_SIZE_LIMIT = 32 * 1024 * 1024
+"""Bytes the -wal file is cut back to after each checkpoint reset (SQLite's journal_size_limit)."""
+_KEEP_CONNECTION = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CONSTRAINT)
+"""Failures that say nothing about the connection itself: it stays open for the next try."""
 
 
 class WriteGate:
@@ -86,12 +90,23 @@ class _SqliteTx:
         return list(self._conn.execute(_QUERIES[name], params or {}).fetchall())
 
 
-def translate(exc: sqlite3.Error) -> StoreError:
-    """Driver error -> wakeful error; lock, busy and disk-full conditions are transient."""
+def translate(exc: sqlite3.Error, path: str = "") -> StoreError:
+    """Driver error -> wakeful error. Lock, busy, read-only, I/O and disk-full conditions are
+    transient (503: Slack retries, nothing is acknowledged unstored), each with a hint at what
+    an operator should look at; anything else is a StoreError."""
     text = str(exc).lower()
+    where = f" ({path})" if path else ""
     if isinstance(exc, sqlite3.OperationalError) and any(t in text for t in _TRANSIENT):
-        return StoreUnavailable(f"SQLite store unavailable: {exc}")
-    return StoreError(f"SQLite store error: {exc}")
+        hint = next((h for key, h in _HINTS.items() if key in text), "")
+        return StoreUnavailable(f"SQLite store unavailable{where}: {exc}{hint}")
+    return StoreError(f"SQLite store error{where}: {exc}")
+
+
+_HINTS = {
+    "full": "; the disk holding the database and its -wal file is full",
+    "readonly": "; the database file or its folder cannot be written by this process",
+    "i/o": "; the database or its -wal file cannot be written (read-only, full or failing disk?)",
+}
 
 
 class SQLiteConnector(Connector):
@@ -147,12 +162,15 @@ class SQLiteConnector(Connector):
             conn.execute(f"PRAGMA busy_timeout = {busy}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            # Checkpoints run as SQLite's own (at 1,000 pages); this truncates the -wal file
+            # back to the limit whenever it restarts, so a burst does not leave it large.
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             conn.execute("PRAGMA foreign_keys = ON")
             if self._max_pages:
                 # A cap on the file's size: past it, writes fail as on a full disk.
                 conn.execute(f"PRAGMA max_page_count = {self._max_pages}")
         except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, self.path) from exc
         setattr(self._local, name, conn)
         with self._lock:
             self._all.append(conn)
@@ -203,12 +221,12 @@ class SQLiteConnector(Connector):
             try:
                 self._locking(urgent, lambda: conn.execute("BEGIN IMMEDIATE" if write else "BEGIN"))
             except sqlite3.Error as exc:
-                raise translate(exc) from exc
+                raise self._failed(exc, conn) from exc
             try:
                 yield conn
             except sqlite3.Error as exc:
                 _rollback(conn)
-                raise translate(exc) from exc
+                raise self._failed(exc, conn) from exc
             except BaseException:
                 _rollback(conn)
                 raise
@@ -216,7 +234,7 @@ class SQLiteConnector(Connector):
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 _rollback(conn)
-                raise translate(exc) from exc
+                raise self._failed(exc, conn) from exc
 
     @contextmanager
     def transaction(self, write: bool = True, urgent: bool = False) -> Iterator[_SqliteTx]:
@@ -239,9 +257,25 @@ class SQLiteConnector(Connector):
             except sqlite3.IntegrityError:
                 pass  # a key exists (a retry): the statement stored nothing; sort it out below
             except sqlite3.Error as exc:
-                raise translate(exc) from exc
+                raise self._failed(exc, conn) from exc
         with self._open(write=True, urgent=True) as tx_conn:
             return _insert_fresh(tx_conn, items)
+
+    def _failed(self, exc: sqlite3.Error, conn: sqlite3.Connection) -> StoreError:
+        """Translate a driver error; a connection that hit anything but a lock or a constraint
+        is closed and forgotten. SQLite can keep a connection read-only after an I/O or
+        read-only failure even once its cause is fixed; the next transaction on this thread
+        opens a fresh one, so the process recovers without a restart."""
+        if exc.sqlite_errorcode & 0xFF not in _KEEP_CONNECTION:
+            for name in ("conn", "urgent"):
+                if getattr(self._local, name, None) is conn:
+                    delattr(self._local, name)
+            with self._lock:
+                if conn in self._all:
+                    self._all.remove(conn)
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        return translate(exc, self.path)
 
     def _migrate(self) -> None:
         """Apply each packaged migration not yet recorded, the migration and its record in one
@@ -264,7 +298,7 @@ class SQLiteConnector(Connector):
                     _rollback(conn)
                     raise
         except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, self.path) from exc
 
     def close(self) -> None:
         self._closed = True

@@ -381,6 +381,51 @@ LIMIT :limit;
 UPDATE events SET attempts = 0, not_before = 0, error = NULL, updated_at = :now
 WHERE status = 'pending' AND inbox = :inbox AND error LIKE :failed_on_session;
 
+-- name: prune_events
+-- Done events last touched before the cutoff, oldest first, one batch.
+DELETE FROM events WHERE id IN (
+    SELECT id FROM events INDEXED BY events_done_age
+    WHERE status = 'done' AND updated_at < :cutoff
+    ORDER BY updated_at LIMIT :batch
+);
+
+-- name: prune_outbox
+-- Sent outbox rows sent before the cutoff, oldest first, one batch.
+DELETE FROM outbox WHERE id IN (
+    SELECT id FROM outbox INDEXED BY outbox_sent_age
+    WHERE status = 'sent' AND sent_at < :cutoff
+    ORDER BY sent_at LIMIT :batch
+);
+
+-- name: prune_runs
+-- Run-log rows of runs finished before the cutoff, oldest first, one batch.
+DELETE FROM runs WHERE id IN (
+    SELECT id FROM runs INDEXED BY runs_age
+    WHERE finished_at < :cutoff ORDER BY finished_at LIMIT :batch
+);
+
+-- name: prune_approvals
+-- Approvals answered (or expired) before the cutoff, oldest first, one batch.
+DELETE FROM approvals WHERE id IN (
+    SELECT id FROM approvals INDEXED BY approvals_answered_age
+    WHERE answer IS NOT NULL AND answered_at < :cutoff
+    ORDER BY answered_at LIMIT :batch
+);
+
+-- name: oldest_history
+-- The age of the oldest prunable row of each pruned table (each an index's first entry).
+SELECT (SELECT MIN(updated_at) FROM events INDEXED BY events_done_age
+        WHERE status = 'done') AS events,
+       (SELECT MIN(sent_at) FROM outbox INDEXED BY outbox_sent_age
+        WHERE status = 'sent') AS outbox,
+       (SELECT MIN(finished_at) FROM runs INDEXED BY runs_age) AS runs,
+       (SELECT MIN(answered_at) FROM approvals INDEXED BY approvals_answered_age
+        WHERE answer IS NOT NULL) AS approvals;
+
+-- name: server_time
+-- The database's own clock: SQLite runs on this host and has none of its own (NULL).
+SELECT NULL AS now;
+
 -- name: gauge_events
 -- Metrics scrape: events not done, by status, with the oldest one's arrival (status index).
 SELECT status, COUNT(*) AS n, MIN(created_at) AS oldest

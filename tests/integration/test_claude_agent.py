@@ -45,9 +45,10 @@ from wakeful.bot.agents.conversation import (
 from wakeful.bot.config import Config, ConfigError
 from wakeful.bot.runtime import build_agent
 from wakeful.core.agent import Policy, Run
+from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects
 from wakeful.core.errors import LeaseLost
-from wakeful.core.loops import Dispatcher, ManualClock, Scheduler, Worker
+from wakeful.core.loops import Dispatcher, Scheduler, Worker
 from wakeful.core.records import OutboxRow
 from wakeful.core.rules.outbox import Part
 from wakeful.core.store import Store

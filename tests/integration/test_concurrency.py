@@ -6,7 +6,6 @@ import itertools
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import T0, MakeStore
+from tests.support.procs import worker_cmd
 from wakeful.core.effects import Message, Timer
 from wakeful.core.store import Store
 from wakeful.core.store.sqlite import SQLiteConnector
@@ -98,18 +98,7 @@ def test_worker_processes_finish_every_event_with_no_overlapping_runs(
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = []
     for w in range(4):
-        cmd = [
-            sys.executable,
-            "-m",
-            "tests.support.procs",
-            "worker",
-            "--db",
-            db,
-            "--holder",
-            f"proc-{w}",
-        ]
-        if schema:
-            cmd += ["--schema", schema]
+        cmd = worker_cmd(db, schema, f"proc-{w}")
         procs.append(
             subprocess.Popen(
                 cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

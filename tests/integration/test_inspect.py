@@ -13,6 +13,7 @@ from tests.acceptance.test_slack_app import pg_schema_url
 from wakeful.bot.cli import main
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
 from wakeful.core.store import open_store
+from wakeful.core.store.probe import latest_version
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -125,13 +126,16 @@ def test_inspect_creates_no_store_and_migrates_none(
     assert not missing.exists()
     behind = tmp_path / "behind.db"
     seed(str(behind))
+    latest = latest_version("sqlite")
     conn = sqlite3.connect(behind)
-    conn.execute("DELETE FROM schema_migrations WHERE version = 5")
+    conn.execute(
+        "DELETE FROM schema_migrations WHERE version = (SELECT MAX(version) FROM schema_migrations)"
+    )
     conn.commit()
     conn.close()
     code, _, err = run(capsys, monkeypatch, str(behind))
     assert code == 2
     assert "1 migration(s) pending" in err
     conn = sqlite3.connect(behind)
-    assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == 4
+    assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == latest - 1
     conn.close()

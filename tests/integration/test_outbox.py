@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import T0
+from wakeful.core.clock import ManualClock
 from wakeful.core.effects import SLACK_TEXT_LIMIT, ApprovalRequest, Effects, Message
 from wakeful.core.errors import PermanentSendError, TransientSendError
-from wakeful.core.loops import Dispatcher, ManualClock
+from wakeful.core.loops import Dispatcher
 from wakeful.core.records import Ingested
 from wakeful.core.rules.outbox import SEPARATOR, Part
 from wakeful.core.store import Store, open_store

@@ -12,9 +12,10 @@ from tests.conftest import T0
 from wakeful.bot.agents.common import SESSION_RESET
 from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.core.agent import Run
+from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import SessionUnusable
-from wakeful.core.loops import ManualClock, Worker
+from wakeful.core.loops import Worker
 from wakeful.core.store import Store
 from wakeful.core.store.sqlite import SQLiteConnector
 

@@ -22,8 +22,9 @@ import pytest
 from tests.conftest import T0, MakeStore
 from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.core.agent import Agent, Run, Tool, Toolbox
+from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects
-from wakeful.core.loops import Dispatcher, ManualClock, Scheduler, Worker
+from wakeful.core.loops import Dispatcher, Scheduler, Worker
 from wakeful.core.records import OutboxRow
 from wakeful.core.rules.outbox import Part
 from wakeful.core.store import Store

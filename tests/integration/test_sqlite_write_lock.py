@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import T0
-from wakeful.core.effects import Message, Timer
+from wakeful.core.clock import ManualClock
+from wakeful.core.effects import Effects, Message, Timer
 from wakeful.core.errors import StoreUnavailable
-from wakeful.core.settings import Settings
+from wakeful.core.loops import Scheduler
+from wakeful.core.settings import DAY, Settings
 from wakeful.core.store import Store, open_store
 
 
@@ -66,6 +68,20 @@ def test_a_scheduler_pass_with_nothing_due_takes_no_write_lock(
         with pytest.raises(StoreUnavailable):
             probe.fire_due_timers(T0 + 60)
     assert probe.fire_due_timers(T0 + 60).fired == 1
+
+
+def test_a_retention_pass_with_nothing_aged_takes_no_write_lock(
+    stores: tuple[Store, Store],
+) -> None:
+    setup, probe = stores
+    assert setup.ingest("T1:U1", "slack", "E1", {"text": "x"}, T0).stored
+    claim = setup.acquire_and_claim("T1:U1", "W", T0)
+    assert claim is not None and setup.finish(claim, Effects(), T0, release=True)
+    scheduler = Scheduler(store=probe, clock=ManualClock(T0))
+    with write_locked(setup.db.path):  # type: ignore[attr-defined]
+        assert scheduler.tick(T0 + 60) == 0  # the done event is a minute old: nothing to do
+        with pytest.raises(StoreUnavailable):
+            probe.prune(T0 + 31 * DAY)  # aged out: deleting it must write
 
 
 def test_an_urgent_write_waits_out_another_process_lock(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.bot.config import Config
 from wakeful.bot.front import SlackFront
 from wakeful.bot.runtime import Runtime
-from wakeful.core.loops import Dispatcher, ManualClock, Scheduler, Wakeup, Worker
+from wakeful.core.clock import ManualClock
+from wakeful.core.loops import Dispatcher, Scheduler, Wakeup, Worker
 from wakeful.core.store import Store, open_store
 
 

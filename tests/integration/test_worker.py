@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from tests.conftest import T0
 from wakeful.core.agent import Run
+from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects, Message
-from wakeful.core.loops import ManualClock, Scheduler, Wakeup, Worker
+from wakeful.core.loops import Scheduler, Wakeup, Worker
 from wakeful.core.store import Store
 
 

@@ -1,7 +1,9 @@
-"""A crash-chaos run: the app, 3 workers, the scheduler and the dispatcher as separate OS
-processes on one store, driven through the local Slack emulator, while a controller SIGKILLs a
-random process every 0.2 to 1 s and restarts it. Then every guarantee is checked against the
-store and against what Slack (the emulator) received.
+"""A chaos run: the app, 3 workers, the scheduler and the dispatcher as separate OS processes
+on one store, driven through the local Slack emulator, while a controller injects faults: by
+default it SIGKILLs a random process every 0.2 to 1 s and restarts it (`sigkills`); other
+fault plans (the database going away, tests/chaos/test_pg_outage.py) leave the processes to
+recover on their own. Then every guarantee is checked against the store and against what Slack
+(the emulator) received, and every process must still be running.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 import threading
 import time
 import urllib.error
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,9 @@ class Plan:
 class Figures:
     events: int = 0
     kills: int = 0
+    """Faults injected: SIGKILLs, or for other plans whatever each counts."""
+    refused: int = 0
+    """Deliveries the front answered with something other than 200 (Slack retried them)."""
     done: int = 0
     dead: int = 0
     poisoned: int = 0
@@ -128,7 +134,9 @@ class Fleet:
         return path.read_text(errors="replace")[-1500:] if path.exists() else ""
 
 
-def _deliver(sender: EventSender, deadline: float, send: Any) -> bool:
+def _deliver(
+    sender: EventSender, deadline: float, send: Any, figures: Figures | None = None
+) -> bool:
     """Send like Slack: retry (with X-Slack-Retry-Num) until a 200 or the deadline."""
     attempt = 0
     while time.monotonic() < deadline:
@@ -138,12 +146,38 @@ def _deliver(sender: EventSender, deadline: float, send: Any) -> bool:
                 return True
         except (urllib.error.URLError, ConnectionError, OSError):
             pass
+        if figures is not None:
+            figures.refused += 1
         attempt += 1
         time.sleep(min(0.5, 0.05 * attempt))
     return False
 
 
-def run_chaos(plan: Plan, store: Store, db: str, workdir: Path, backend: str) -> Figures:
+Faults = Callable[[Fleet, random.Random, Figures, threading.Event], None]
+"""A fault plan: runs in the controller thread until the event is set, counting in figures."""
+
+
+def sigkills(fleet: Fleet, rng: random.Random, figures: Figures, stop: threading.Event) -> None:
+    """SIGKILL a random process every 0.2 to 1 s and start it again."""
+    names = list(fleet.commands)
+    while not stop.is_set():
+        if stop.wait(rng.uniform(0.2, 1.0)):
+            return
+        name = rng.choice(names)
+        fleet.kill(name)
+        figures.kills += 1
+        fleet.start(name)
+
+
+def run_chaos(
+    plan: Plan,
+    store: Store,
+    db: str,
+    workdir: Path,
+    backend: str,
+    faults: Faults = sigkills,
+    settings: dict[str, str] | None = None,
+) -> Figures:
     rng = random.Random(plan.seed)
     figures = Figures()
     started = time.monotonic()
@@ -166,6 +200,7 @@ def run_chaos(plan: Plan, store: Store, db: str, workdir: Path, backend: str) ->
         "WAKEFUL_BATCH_WINDOW": "0.1",
         "WAKEFUL_BACKOFF_BASE": "1",
         "WAKEFUL_BACKOFF_CAP": "4",
+        **(settings or {}),
     }
     fleet = Fleet(env, port, workdir)
     fleet.start_all()
@@ -191,14 +226,7 @@ def run_chaos(plan: Plan, store: Store, db: str, workdir: Path, backend: str) ->
         messages.insert(rng.randrange(len(messages)), (k % plan.inboxes, f"{POISON} {k}"))
 
     def controller() -> None:
-        names = list(fleet.commands)
-        while not stop_kills.is_set():
-            if stop_kills.wait(rng.uniform(0.2, 1.0)):
-                return
-            name = rng.choice(names)
-            fleet.kill(name)
-            figures.kills += 1
-            fleet.start(name)
+        faults(fleet, rng, figures, stop_kills)
 
     # Spread the traffic over the kill period, so processes die while events are in flight.
     pause = plan.min_kills * 0.6 * 8 / max(1, len(messages))
@@ -218,7 +246,7 @@ def run_chaos(plan: Plan, store: Store, db: str, workdir: Path, backend: str) ->
                     retry_reason="http_error" if attempt else None,
                 )
 
-            if _deliver(sender, time.monotonic() + 120, send):
+            if _deliver(sender, time.monotonic() + 120, send, figures):
                 with ack_lock:
                     acknowledged.append(event_id)
                     if POISON in text:
@@ -305,6 +333,9 @@ def run_chaos(plan: Plan, store: Store, db: str, workdir: Path, backend: str) ->
     stop_clicks.set()
     click_thread.join(10)
     time.sleep(1.0)
+    for name, proc in fleet.procs.items():
+        if proc.poll() is not None:
+            figures.problems.append(f"{name} exited ({proc.returncode}): {fleet.log_tail(name)}")
     fleet.stop_all()
     figures.seconds = time.monotonic() - started
 

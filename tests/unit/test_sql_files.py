@@ -31,6 +31,7 @@ def test_every_statement_the_engine_names_exists() -> None:
     folder = Path(package.__file__).parent
     source = "\n".join(p.read_text() for p in folder.glob("*.py"))
     named = set(re.findall(r'(?:tx\.(?:run|one|all)\(|_QUERIES\[)\s*"([a-z_0-9]+)"', source))
+    named |= set(re.findall(r'"(prune_[a-z]+)"', source))  # retention's table of statements
     assert len(named) > 40, sorted(named)
     assert named <= set(load_queries("sqlite.sql"))
     assert named <= set(load_queries("postgres.sql"))

@@ -1,0 +1,95 @@
+"""Clocks: every rule takes `now` in integer seconds, and these are where it comes from.
+
+On one host (SQLite) the host's clock is the only clock there is. With many hosts sharing a
+PostgreSQL database, hosts' clocks disagree, and a host whose clock runs ahead would see a live
+lease as expired and take it over. So on PostgreSQL every process reads the time as the
+database server's: `ServerClock` measures this host's offset to the server and adds it to the
+host clock. Lease expiry, claim backoff, due times and approval deadlines are then decided on
+one clock, within the offset's error (half a round trip, milliseconds on a LAN).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+log = logging.getLogger("wakeful.clock")
+Clock = Callable[[], int]
+
+
+def wall_clock() -> int:
+    return int(time.time())
+
+
+class ManualClock:
+    """A clock that only moves when told to: scenarios and tests drive the loops with it."""
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class TimeSource(Protocol):
+    def server_time(self) -> float | None:
+        """The database server's clock in seconds, or None where there is no other clock."""
+        ...
+
+
+class ServerClock:
+    """The database server's time, read through this host's clock plus a measured offset.
+
+    The offset is measured at the first call and again every `refresh` seconds (one small
+    read-only query); when a measurement fails the last offset stands, so an outage never
+    stops the clock. `host` is the host clock (a test gives it a skew)."""
+
+    def __init__(
+        self,
+        source: TimeSource,
+        refresh: float = 30.0,
+        host: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._source = source
+        self._refresh = refresh
+        self._host = host
+        self._monotonic = monotonic
+        self._offset = 0.0
+        self._measured_at: float | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def offset(self) -> float:
+        """Server time minus host time, in seconds, as last measured."""
+        return self._offset
+
+    def __call__(self) -> int:
+        due = self._measured_at is None or self._monotonic() - self._measured_at >= self._refresh
+        if due and self._lock.acquire(blocking=False):
+            try:
+                self._measure()
+            finally:
+                self._lock.release()
+        return int(self._host() + self._offset)
+
+    def _measure(self) -> None:
+        before = self._host()
+        try:
+            server = self._source.server_time()
+        except Exception as exc:  # keep the last offset; look again after `refresh`
+            log.warning("server clock: cannot read the database's time: %s", exc)
+            self._measured_at = self._monotonic()
+            return
+        after = self._host()
+        self._measured_at = self._monotonic()
+        if server is None:
+            self._offset = 0.0
+            return
+        offset = server - (before + after) / 2
+        if abs(offset - self._offset) >= 1.0:
+            log.info("server clock: this host is %+.1f s off the database server", -offset)
+        self._offset = offset

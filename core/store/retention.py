@@ -1,0 +1,62 @@
+"""Retention: history does not grow forever.
+
+Done events, sent outbox rows, run-log rows and answered (or expired) approvals are deleted
+once older than `settings.retention`, a batch at a time, each batch its own short transaction,
+oldest first through an index on its age. What stays: everything open (pending and running
+events, unsent rows, open approvals, timers, leases, sessions), dead events and parked rows
+(they wait for a person), sessions set aside, and the refund ledger (`tool_calls`, the record
+that a side effect happened). A done event is kept at least `REDELIVERY_WINDOW` (4 days) whatever
+the setting, because its row is its dedupe key: a redelivery inside that window is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wakeful.core.store.base import StoreBase
+
+PRUNE_BATCH = 500
+"""Rows one pruning transaction deletes at most: short enough that an HTTP ingest waiting for
+SQLite's write lock behind it waits a few milliseconds, not a second."""
+PRUNES = {
+    "events": "prune_events",
+    "outbox": "prune_outbox",
+    "runs": "prune_runs",
+    "approvals": "prune_approvals",
+}
+"""Each pruned table and the named statement that deletes one batch of it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """Rows one pass deleted, per table; `more` when some table had a full batch left."""
+
+    counts: dict[str, int]
+
+    @property
+    def more(self) -> bool:
+        return any(n >= PRUNE_BATCH for n in self.counts.values())
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+class Retention(StoreBase):
+    def prune(self, now: int, batch: int = PRUNE_BATCH) -> Pruned:
+        """Delete one batch of aged-out rows from each pruned table, a transaction each.
+
+        A read-only look at each table's oldest row comes first: a pass with nothing old
+        enough takes no write lock at all (it runs every minute on an idle store)."""
+        cutoff = now - self.settings.retention
+        with self._tx(write=False) as tx:
+            row = tx.one("oldest_history")
+        oldest = {} if row is None else {table: row[table] for table in PRUNES}
+        counts = dict.fromkeys(PRUNES, 0)
+        for table, statement in PRUNES.items():
+            age = oldest.get(table)
+            if age is None or int(age) >= cutoff:
+                continue
+            with self._tx() as tx:
+                counts[table] = tx.run(statement, {"cutoff": cutoff, "batch": batch})
+        return Pruned(counts)

@@ -1,0 +1,106 @@
+"""PostgreSQL going away under a running process: connections terminated by the server are
+replaced without a failed request once it answers again, a refused server is a quick
+StoreUnavailable (the front answers 503 within Slack's three seconds), and LISTEN reconnects."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from tests.conftest import PG_DSN, T0
+from tests.support.tcp_proxy import TcpProxy
+from wakeful.core.errors import StoreUnavailable
+from wakeful.core.store import Store, open_store
+from wakeful.devtools.stores import fresh_postgres
+
+pytestmark = pytest.mark.skipif(not PG_DSN, reason="WAKEFUL_TEST_PG_DSN is not set")
+
+
+def terminate(application_name: str) -> int:
+    """Have the server terminate every connection of one application; how many it ended."""
+    with psycopg.connect(PG_DSN, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (application_name,),
+        ).fetchall()
+    return len(rows)
+
+
+@pytest.fixture
+def named() -> Iterator[tuple[Store, str]]:
+    """A throwaway store whose connections carry an application name of their own."""
+    seed = fresh_postgres(PG_DSN)
+    schema = seed.db.schema  # type: ignore[attr-defined]
+    name = f"wakeful-test-{uuid.uuid4().hex[:8]}"
+    store = open_store(f"{PG_DSN}?application_name={name}", schema=schema, pool_size=4)
+    yield store, name
+    store.close()
+    seed.close()
+
+
+def test_connections_the_server_terminated_are_replaced_without_a_failed_request(
+    named: tuple[Store, str],
+) -> None:
+    store, name = named
+    for i in range(8):  # warm the pool up
+        store.ingest("T1:U1", "slack", f"warm-{i}", {}, T0)
+    for round_ in range(5):
+        assert terminate(name) >= 1
+        time.sleep(0.1)
+        for i in range(6):  # every one of them succeeds, first try
+            assert store.ingest("T1:U1", "slack", f"r{round_}-{i}", {}, T0).stored
+    assert store.count_events() == 8 + 30
+
+
+def test_a_server_that_refuses_connections_is_a_quick_store_unavailable_then_recovers(
+    named: tuple[Store, str],
+) -> None:
+    seed, _ = named
+    with TcpProxy(("127.0.0.1", 5432)) as proxy:
+        host, port = proxy.address
+        dsn = PG_DSN.replace("127.0.0.1:5432", f"{host}:{port}")
+        store = open_store(dsn, schema=seed.db.schema, pool_size=2)  # type: ignore[attr-defined]
+        try:
+            assert store.ingest("T1:U2", "slack", "before", {}, T0).stored
+            proxy.refuse()
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="PostgreSQL store unavailable"):
+                store.ingest("T1:U2", "slack", "during", {}, T0)
+            assert time.monotonic() - started < 3.0, "the front must answer inside Slack's 3 s"
+            proxy.accept()
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    assert store.ingest("T1:U2", "slack", "during", {}, T0).stored
+                    break
+                except StoreUnavailable:
+                    assert time.monotonic() < deadline, "never recovered"
+                    time.sleep(0.2)
+        finally:
+            store.close()
+
+
+def test_listen_reconnects_after_the_server_ends_its_connection(
+    named: tuple[Store, str],
+) -> None:
+    store, name = named
+    woken = threading.Event()
+    stop = store.listen(woken.set)
+    assert stop is not None
+    try:
+        time.sleep(1.0)
+        woken.clear()
+        store.ingest("T1:U3", "slack", "first", {}, T0)
+        assert woken.wait(5), "no wake-up before the outage"
+        assert terminate(name) >= 1
+        time.sleep(2.0)  # the listener notices and reconnects (1 s pause)
+        woken.clear()
+        store.ingest("T1:U3", "slack", "after", {}, T0)
+        assert woken.wait(5), "LISTEN did not come back"
+    finally:
+        stop()
