@@ -18,8 +18,9 @@ from tests.integration.test_sqlite_write_lock import write_locked
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.core import logs, metrics
 from wakeful.core.agent import Run
+from wakeful.core.clock import ManualClock
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
-from wakeful.core.loops import Dispatcher, ManualClock, Worker
+from wakeful.core.loops import Dispatcher, Worker
 from wakeful.core.store import Store, open_store
 from wakeful.core.store.sqlite import SQLiteConnector
 from wakeful.devtools.emulator import SlackEmulator
