@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from wakeful.bot.config import Config
 from wakeful.core import logs
+from wakeful.core.errors import InvalidInput
 
 PG_DUMP = (
     "the store is PostgreSQL: back it up with pg_dump, which takes a consistent snapshot while "
@@ -65,16 +66,25 @@ def inspect(args: argparse.Namespace, env: dict[str, str]) -> int:
     return 0
 
 
+def _sqlite_file(db: str, path: str) -> str | None:
+    """The SQLite store's file; None (after saying to use pg_dump) for PostgreSQL."""
+    if db.startswith(("postgresql://", "postgres://")):
+        print(f"wakeful: {PG_DUMP.format(path=path)}", file=sys.stderr)
+        return None
+    if "://" in db and not db.startswith("sqlite:///"):
+        raise InvalidInput(f"unsupported store URL {db!r}: use a file path or postgresql://")
+    return db.removeprefix("sqlite:///")
+
+
 def backup(args: argparse.Namespace, env: dict[str, str]) -> int:
     from wakeful.core.store import sqlite_files
 
-    config = Config.from_env(env)
-    if "://" in config.db and not config.db.startswith("sqlite:///"):
-        print(f"wakeful: {PG_DUMP.format(path=args.path)}", file=sys.stderr)
+    source = _sqlite_file(Config.from_env(env).db, args.path)
+    if source is None:
         return 2
-    copied = sqlite_files.backup(config.db.removeprefix("sqlite:///"), args.path)
+    copied = sqlite_files.backup(source, args.path)
     print(
-        f"backed up {config.db} to {copied.path}: {copied.events} events, schema "
+        f"backed up {source} to {copied.path}: {copied.events} events, schema "
         f"{copied.schema_version}, {copied.bytes:,} bytes, integrity ok, in {copied.seconds:.2f} s"
     )
     return 0
@@ -83,11 +93,9 @@ def backup(args: argparse.Namespace, env: dict[str, str]) -> int:
 def restore(args: argparse.Namespace, env: dict[str, str]) -> int:
     from wakeful.core.store import sqlite_files
 
-    config = Config.from_env(env)
-    if "://" in config.db and not config.db.startswith("sqlite:///"):
-        print(f"wakeful: {PG_DUMP.format(path=args.path)}", file=sys.stderr)
+    target = _sqlite_file(Config.from_env(env).db, args.path)
+    if target is None:
         return 2
-    target = config.db.removeprefix("sqlite:///")
     try:
         copied = sqlite_files.restore(args.path, target)
     except sqlite_files.StoreHeld as exc:

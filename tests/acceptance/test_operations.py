@@ -88,6 +88,17 @@ def app(tmp_path: Path, db: str) -> Iterator[Wakeful]:
                 shut_down(running)
 
 
+def inspect(app: Wakeful, *args: str) -> subprocess.CompletedProcess[str]:
+    """`wakeful inspect` run by an operator against the running app's store."""
+    return subprocess.run(
+        wakeful_cmd("inspect", *args),
+        env=child_env(WAKEFUL_DB=app.db),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def metrics_url(app: Wakeful) -> str:
     return app.url.replace("/slack/events", "/metrics")
 
@@ -137,25 +148,13 @@ def test_metrics_move_as_events_flow_and_inspect_reads_the_live_store(
     assert value(after, "wakeful_outbox_rows", state="parked") == 1
     assert value(after, "process_resident_memory_bytes") > 0
 
-    inspected = subprocess.run(
-        wakeful_cmd("inspect", "--json"),
-        env=child_env(WAKEFUL_DB=app.db),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    inspected = inspect(app, "--json")
     assert inspected.returncode == 0, inspected.stderr
     overview = json.loads(inspected.stdout)
     assert overview["totals"]["outbox"]["parked"] == 1
     assert [r["inbox"] for r in overview["parked_outbox"]] == ["T1:U7003"]
     assert DB_PASSWORD not in inspected.stdout
-    table = subprocess.run(
-        wakeful_cmd("inspect", "T1:U7001"),
-        env=child_env(WAKEFUL_DB=app.db),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    table = inspect(app, "T1:U7001")
     assert table.returncode == 0, table.stderr
     assert "inbox T1:U7001: 0 pending, 0 running, 0 dead; lease: gen " in table.stdout
     runs = table.stdout.split("runs (latest")[1].split("outbox (latest")[0]
