@@ -263,8 +263,8 @@ def _count_run(outcome: str, seconds: float, dead: int) -> None:
     metrics.RUNS.labels(outcome).inc()
     metrics.RUN_SECONDS.observe(seconds)
     if outcome == "fenced":
-        metrics.FENCED.inc()
-    if dead:
+        metrics.FENCED.inc()  # nothing the run asked for happened, dead letters included
+    elif dead:
         metrics.DEAD.labels("agent").inc(dead)
 
 

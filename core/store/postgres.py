@@ -69,8 +69,8 @@ class PostgresConnector(Connector):
         schema: str | None = None,
         pool_size: int = 8,
         connect_timeout: float = 10.0,
-        migrate: bool = True,
         wait_timeout: float = 2.0,
+        migrate: bool = True,
     ) -> None:
         """`migrate=False` opens a store as it is, for a reader that must change nothing."""
         self.dsn = dsn
