@@ -7,6 +7,7 @@ repeats ticks on the injected clock, sleeping until a wake-up or the poll interv
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 import traceback
@@ -150,7 +151,11 @@ class Worker(_Loop):
         ready = self.store.ready_inboxes(now, self.batch_inboxes * 5)
         t = self.monotonic()
         self._seen = {inbox: self._seen.get(inbox, t) for inbox in ready}
-        for inbox in ready:
+        # Workers on other hosts read the same list, oldest first: each starts at a random
+        # place among the first `batch_inboxes`, so they take different inboxes instead of
+        # queueing on the same leases, and the oldest work still goes first.
+        start = random.randrange(min(len(ready), self.batch_inboxes)) if ready else 0
+        for inbox in ready[start:] + ready[:start]:
             if ran >= self.batch_inboxes:
                 break
             if self.settle > 0 and t - self._seen[inbox] < self.settle:

@@ -313,8 +313,7 @@ SELECT * FROM runs ORDER BY inbox, claim_seq;
 
 -- name: existing_keys_head
 -- Group commit: which of a batch's keys exist (head, N rows, tail).
--- These fragments serve the SQLite store; PostgreSQL commits concurrent ingests in parallel
--- (and groups their WAL flushes itself), so they are defined for the shared name list only.
+-- SQLite's fallback for a batch with a repeat; PostgreSQL's batch insert skips repeats itself.
 SELECT source_id FROM events WHERE source = %s AND source_id IN (
 
 -- name: existing_keys_row
@@ -326,12 +325,20 @@ SELECT source_id FROM events WHERE source = %s AND source_id IN (
 )
 
 -- name: insert_events_head
--- Group commit: a batch of events in one INSERT (head, then N rows).
-INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at) VALUES
+-- Group commit: a batch of events in one INSERT (head, then N rows, then the tail).
+WITH stored AS (
+    INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at) VALUES
 
 -- name: insert_events_row
 -- Group commit: one event of the batch insert.
 (%s, %s, %s, %s, %s, %s)
+
+-- name: insert_events_tail
+-- Group commit: the first copy of each key stored, the rest skipped; idle workers woken.
+    ON CONFLICT (source, source_id) DO NOTHING
+    RETURNING id, inbox, source, source_id
+)
+SELECT id, source, source_id, pg_notify('wakeful_work', inbox) AS woke FROM stored
 
 -- name: next_claimable
 -- Claimable events: a retried one first (it is claimed alone), then by arrival.

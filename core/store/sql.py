@@ -56,6 +56,13 @@ IDENTITY = {
 the migrations is SQL both accept alike (SQLite stores BIGINT columns as integers)."""
 
 
+def repeat_rows(queries: dict[str, str], name: str, rows: int) -> str:
+    """A statement with `rows` copies of its row part, from its `<name>_head`, `_row` and
+    `_tail` fragments joined with commas: one statement for a whole batch."""
+    row = queries[f"{name}_row"]
+    return queries[f"{name}_head"] + " " + ",".join([row] * rows) + " " + queries[f"{name}_tail"]
+
+
 def load_migrations(dialect: str) -> list[tuple[int, str, str]]:
     """The packaged migrations as (version, name, script) for a dialect, in version order."""
     folder = resources.files("wakeful.core.store").joinpath("migrations")

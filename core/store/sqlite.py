@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from wakeful.core.errors import StoreError, StoreUnavailable
 from wakeful.core.store.base import Connector, NewEvent
 from wakeful.core.store.group_commit import GroupCommit
-from wakeful.core.store.sql import Row, load_migrations, load_queries
+from wakeful.core.store.sql import Row, load_migrations, load_queries, repeat_rows
 from wakeful.core.store.sqlite_files import Holder
 
 _QUERIES = load_queries("sqlite.sql")
@@ -351,10 +351,9 @@ def _insert_rows(conn: sqlite3.Connection, items: Sequence[NewEvent]) -> range:
 
 @functools.cache
 def _rows_sql(name: str, rows: int) -> str:
-    """A statement with `rows` copies of its row part (`<name>_head`, `_row`, `_tail`), built
-    once per batch size: the ingest path runs it thousands of times a second."""
-    row = _QUERIES[f"{name}_row"]
-    return _QUERIES[f"{name}_head"] + ",".join([row] * rows) + _QUERIES.get(f"{name}_tail", "")
+    """`repeat_rows` built once per batch size: the ingest path runs it thousands of times a
+    second."""
+    return repeat_rows(_QUERIES, name, rows)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

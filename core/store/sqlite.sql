@@ -322,6 +322,10 @@ INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at) V
 -- Group commit: one event of the batch insert.
 (?, ?, ?, ?, ?, ?)
 
+-- name: insert_events_tail
+-- Group commit: nothing more on SQLite: a repeat fails the statement, and the keyed fallback
+-- sorts it out; ids come from the last rowid.
+
 -- name: next_claimable
 -- Claimable events: a retried one first (it is claimed alone), then by arrival.
 SELECT * FROM events

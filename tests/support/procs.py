@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from wakeful.core.agent import Run
+from wakeful.core.agent import Agent, Run
 from wakeful.core.clock import Clock, ServerClock
 from wakeful.core.effects import Effects, Message
 from wakeful.core.loops import Worker
@@ -59,6 +59,13 @@ class RecordingAgent:
         return Effects(messages=[Message(f"C-{run.inbox}", json.dumps(record), priority="urgent")])
 
 
+class NoopAgent:
+    """A run that does nothing: what a benchmark of the engine's own cost needs."""
+
+    def run(self, run: Run) -> Effects:
+        return Effects()
+
+
 def worker_cmd(db: str, schema: str | None, holder: str, *options: str) -> list[str]:
     """The command line of one worker process of this module."""
     cmd = [sys.executable, "-m", "tests.support.procs", "worker", "--db", db, "--holder", holder]
@@ -82,6 +89,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs-log")
     parser.add_argument("--skew", type=float, default=0.0, help="host clock offset, seconds")
     parser.add_argument("--clock", choices=["host", "server"], default="host")
+    parser.add_argument("--noop", action="store_true", help="runs return no effects (bench)")
     args = parser.parse_args(argv)
     store = open_for(args.db, args.schema, Settings(lease_ttl=args.lease_ttl))
     stop = threading.Event()
@@ -93,9 +101,12 @@ def main(argv: list[str]) -> int:
     clock: Clock = (
         ServerClock(store, host=host) if args.clock == "server" else (lambda: int(host()))
     )
+    agent: Agent = (
+        NoopAgent() if args.noop else RecordingAgent(args.holder, args.max_sleep, args.runs_log)
+    )
     worker = Worker(
         store=store,
-        agent=RecordingAgent(args.holder, args.max_sleep, args.runs_log),
+        agent=agent,
         holder=args.holder,
         poll=0.05,
         clock=clock,

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from wakeful.core.store import open_store
+from wakeful.core.store import Store
 from wakeful.core.store.group_commit import GroupCommit
 
 
@@ -96,10 +96,7 @@ def test_a_failed_batch_fails_every_caller_in_it() -> None:
     assert len(errors) == queued and all(str(e) == "disk full" for e in errors)
 
 
-def test_ingest_under_concurrency_stores_every_event_once(tmp_path: object) -> None:
-    from pathlib import Path
-
-    store = open_store(Path(str(tmp_path)) / "g.db")
+def test_ingest_under_concurrency_stores_every_event_once(store: Store) -> None:
     commits = 0
     group = store.db._group  # type: ignore[attr-defined]
     original = group._run_batch
@@ -125,15 +122,11 @@ def test_ingest_under_concurrency_stores_every_event_once(tmp_path: object) -> N
         t.join(60)
     assert store.count_events() == 16 * 50
     assert 0 < commits < 16 * 100, "no call ever shared a commit"
-    store.close()
 
 
 def test_a_batch_stores_new_keys_once_and_reports_repeats_and_existing_ones(
-    tmp_path: object,
+    store: Store,
 ) -> None:
-    from pathlib import Path
-
-    store = open_store(Path(str(tmp_path)) / "b.db")
     first = store.ingest("T1:U1", "slack", "old", {"n": 0}, 1)
     items = [
         ("T1:U1", "slack", "a", '{"n":1}', 2),
@@ -155,7 +148,6 @@ def test_a_batch_stores_new_keys_once_and_reports_repeats_and_existing_ones(
     stored = store.event_by_key("slack", "a")
     assert stored is not None and stored.payload == {"n": 1}  # the first of the repeats
     assert store.count_events() == 4 and first.event_id is not None
-    store.close()
 
 
 def _echo() -> tuple[list[list[int]], Callable[[Sequence[int]], list[int]]]:
@@ -229,12 +221,9 @@ def test_a_gathering_leader_gives_up_after_its_wait_and_a_trickle_never_waits() 
     assert batches[-8:] == [[i] for i in range(12, 20)]
 
 
-def test_a_batch_of_new_keys_maps_each_caller_to_its_own_row(tmp_path: object) -> None:
-    # The no-repeat path stores the batch in one statement and derives the ids from the last
-    # rowid: each caller must still get the id of its own row.
-    from pathlib import Path
-
-    store = open_store(Path(str(tmp_path)) / "f.db")
+def test_a_batch_of_new_keys_maps_each_caller_to_its_own_row(store: Store) -> None:
+    # A batch is one statement (SQLite derives the ids from the last rowid, PostgreSQL reads
+    # them back by key): each caller must still get the id of its own row.
     store.ingest("T1:U0", "slack", "before", {"n": 0}, 1)
     items = [(f"T1:U{i % 3}", "slack", f"k{i}", f'{{"n":{i}}}', 2) for i in range(1, 9)]
     results = store.db._insert_batch(items)  # type: ignore[attr-defined]
@@ -245,4 +234,3 @@ def test_a_batch_of_new_keys_maps_each_caller_to_its_own_row(tmp_path: object) -
         assert event is not None
         assert (event.inbox, event.source, event.source_id) == (inbox, source, key)
         assert event.payload == json.loads(body)
-    store.close()
