@@ -206,7 +206,7 @@ class Worker(_Loop):
                 if not finished:
                     log.warning("%s: finish refused for %s (lease lost)", self.holder, inbox)
                     return runs
-                log.info("run %s: %d event(s)", outcome, len(claim.events))
+                log.debug("run %s: %d event(s)", outcome, len(claim.events))
             claim = following
             runs += 1
             if effects.messages or effects.approvals:
