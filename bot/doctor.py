@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import email.utils
 import importlib.util
+import os
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -108,8 +110,8 @@ def _integrity(config: Config, found: Probe, wanted: bool) -> Check:
         return Check("integrity", None, "not checked (--integrity reads every page)")
     if found.dialect != "sqlite":
         return Check("integrity", None, "PostgreSQL: use pg_amcheck")
-    path = config.db.removeprefix("sqlite:///")
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    path = os.path.abspath(config.db.removeprefix("sqlite:///"))
+    conn = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
     try:
         rows = [str(r[0]) for r in conn.execute("PRAGMA integrity_check").fetchall()]
     except sqlite3.DatabaseError as exc:
