@@ -14,6 +14,7 @@ from slack_sdk.errors import SlackApiError
 
 from wakeful.bot.config import Config, ConfigError
 from wakeful.bot.sender import SlackSender, make_client
+from wakeful.bot.web_client import KeepAliveWebClient
 from wakeful.core.agent import Agent
 from wakeful.core.clock import Clock, ServerClock, wall_clock
 from wakeful.core.loops import Bell, Dispatcher, Scheduler, Wakeup, Worker
@@ -179,6 +180,8 @@ class Runtime:
         self.bell.kick()
         for thread in self.threads:
             thread.join(timeout)
+        if isinstance(self.client, KeepAliveWebClient):
+            self.client.close()
 
 
 def open_configured_store(config: Config) -> Store:

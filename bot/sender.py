@@ -20,6 +20,7 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from wakeful.bot.web_client import KeepAliveWebClient
 from wakeful.core import metrics
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.rules.outbox import Part
@@ -42,10 +43,11 @@ TRANSIENT_ERRORS = frozenset(
 LOOKBACK = 200
 
 
-def make_client(token: str, api_url: str, timeout: int = 10) -> WebClient:
-    """A WebClient with no automatic retries: a blind retry of chat.postMessage can post twice;
-    the outbox retries instead, after looking for the earlier attempt."""
-    return WebClient(token=token, base_url=api_url, timeout=timeout, retry_handlers=[])
+def make_client(token: str, api_url: str, timeout: int = 10) -> KeepAliveWebClient:
+    """A WebClient with no automatic retries (a blind retry of chat.postMessage can post
+    twice; the outbox retries instead, after looking for the earlier attempt) that keeps one
+    HTTP connection per thread instead of opening one per call."""
+    return KeepAliveWebClient(token=token, base_url=api_url, timeout=timeout, retry_handlers=[])
 
 
 class SlackSender:

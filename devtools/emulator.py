@@ -594,6 +594,7 @@ class _Server(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as Slack's Web API
     server: _Server
     server_version = "SlackEmulator/1"
 
