@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .common import Figure
 from .engine import run_engine
+from .ops import run_ops
 
 HEADER = "| figure | value | ratio | goal | verdict | note |\n|---|---|---|---|---|---|"
 
@@ -35,6 +36,7 @@ def main(argv: list[str]) -> int:
     print(f"wakeful bench ({'quick' if args.quick else 'full'}) on {machine()}")
     print(HEADER)
     figures: list[Figure] = run_engine(args.quick)
+    figures += run_ops(args.quick)
     if not args.skip_http:
         from .http import run_http
 

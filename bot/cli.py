@@ -1,20 +1,26 @@
 """The `wakeful` command line: serve, the loops one by one, the demo, scenarios, and the
-operator's dead-letter commands. Settings come from the environment; flags mirror a few."""
+operator's commands (dead letters, requeue, inspect, backup, restore, doctor). Settings come
+from the environment; flags mirror a few."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
-import re
 import secrets
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from wakeful.bot.config import Config, ConfigError
+from wakeful.bot import ops
+from wakeful.bot.config import Config, ConfigError, log_format, secret_values
+from wakeful.core import logs
 from wakeful.core.errors import StoreError, WakefulError
-from wakeful.core.store import open_store
+from wakeful.core.store import Store, open_store
+
+if TYPE_CHECKING:
+    from wakeful.core.metrics import MetricsServer
 
 log = logging.getLogger("wakeful")
 LOOP_ROLES = ("worker", "scheduler", "dispatcher")
@@ -62,6 +68,7 @@ def _serve(args: argparse.Namespace) -> int:
         runtime.clock,
     )
     runtime.start()
+    exporter: MetricsServer | None = None
     try:
         if config.socket_mode:
             from slack_sdk.errors import SlackApiError
@@ -80,12 +87,14 @@ def _serve(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise ConfigError(f"cannot reach Slack for Socket Mode: {exc}") from exc
             print("wakeful: connected in Socket Mode", flush=True)
+            exporter = _metrics_port(config, store)
             runtime.stop.wait()
             socket.close()
         else:
             server = http_server(front, config.host, config.port)
             port = server.effective_port
             print(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}", flush=True)
+            exporter = _metrics_port(config, store)
 
             def stop() -> None:
                 runtime.stop.set()
@@ -99,9 +108,27 @@ def _serve(args: argparse.Namespace) -> int:
             finally:
                 server.close()
     finally:
+        if exporter is not None:
+            exporter.close()
         runtime.shutdown()
         store.close()
     return 0
+
+
+def _metrics_port(config: Config, store: Store) -> MetricsServer | None:
+    """GET /metrics on WAKEFUL_METRICS_PORT, when set (the loops serve no other HTTP)."""
+    if config.metrics_port is None:
+        return None
+    from wakeful.core.metrics import MetricsServer
+
+    try:
+        server = MetricsServer(store, config.host, config.metrics_port)
+    except OSError as exc:
+        raise ConfigError(
+            f"WAKEFUL_METRICS_PORT {config.metrics_port} cannot be opened: {exc}"
+        ) from exc
+    print(f"wakeful: metrics on http://{config.host}:{server.port}/metrics", flush=True)
+    return server
 
 
 def _loop(role: str) -> Callable[[argparse.Namespace], int]:
@@ -117,9 +144,13 @@ def _loop(role: str) -> Callable[[argparse.Namespace], int]:
         install_signal_handlers(runtime.stop.set)
         runtime.start()
         print(f"wakeful: {role} running on {redact(config.db)}", flush=True)
+        exporter: MetricsServer | None = None
         try:
+            exporter = _metrics_port(config, store)
             runtime.stop.wait()
         finally:
+            if exporter is not None:
+                exporter.close()
             runtime.shutdown()
             store.close()
         return 0
@@ -129,7 +160,7 @@ def _loop(role: str) -> Callable[[argparse.Namespace], int]:
 
 def redact(db: str) -> str:
     """A store URL fit for a log line: no password."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", db)
+    return logs.redact(db)
 
 
 def _scenarios(args: argparse.Namespace) -> int:
@@ -229,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kind", choices=("event", "outbox"))
     p.add_argument("id", type=int)
     p.set_defaults(func=_requeue)
+    ops.register(sub, common, _env)
     return parser
 
 
@@ -242,21 +274,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_quietly)
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     try:
-        code: int = args.func(args)
+        fmt = log_format(os.environ)
     except ConfigError as exc:
         print(f"wakeful: {exc}", file=sys.stderr)
         return 2
+    logs.configure(str(args.log_level), fmt, secret_values(os.environ))
+    try:
+        code: int = args.func(args)
+    except ConfigError as exc:
+        print(f"wakeful: {logs.redact(str(exc))}", file=sys.stderr)
+        return 2
     except StoreError as exc:
-        print(f"wakeful: store error: {exc}", file=sys.stderr)
+        print(f"wakeful: store error: {logs.redact(str(exc))}", file=sys.stderr)
         return 1
     except WakefulError as exc:
-        print(f"wakeful: {exc}", file=sys.stderr)
+        print(f"wakeful: {logs.redact(str(exc))}", file=sys.stderr)
         return 2
     return code
 

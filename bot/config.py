@@ -15,6 +15,13 @@ AGENTS = ("refund-desk", "claude")
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
 DEFAULT_API_URL = "https://slack.com/api/"
+LOG_FORMATS = ("text", "json")
+SECRET_VARIABLES = (
+    "SLACK_BOT_TOKEN",
+    "SLACK_APP_TOKEN",
+    "SLACK_SIGNING_SECRET",
+    "ANTHROPIC_API_KEY",
+)
 
 
 class ConfigError(InvalidInput):
@@ -51,6 +58,10 @@ class Config:
     """Seconds the worker waits after a new event, so quick messages share one run."""
     anthropic_api_key: str = ""
     model: str = ""
+    metrics_port: int | None = None
+    """A port of its own for GET /metrics (None: none; 0 picks a free one). `serve` answers
+    /metrics on its HTTP port as well."""
+    log_format: str = "text"
     settings: Settings = field(default_factory=Settings)
 
     @property
@@ -108,8 +119,32 @@ class Config:
             sqlite_max_pages=_int(env, "WAKEFUL_SQLITE_MAX_PAGES", 0, 0),
             anthropic_api_key=api_key,
             model=env.get("WAKEFUL_MODEL", "").strip(),
+            metrics_port=(
+                _int(env, "WAKEFUL_METRICS_PORT", 0, 0, 65535)
+                if env.get("WAKEFUL_METRICS_PORT", "").strip()
+                else None
+            ),
+            log_format=log_format(env),
             settings=Settings(**tunables),
         )
+
+
+def log_format(env: Mapping[str, str]) -> str:
+    """WAKEFUL_LOG_FORMAT: `text` (the default, for people) or `json` (one object a line)."""
+    raw = env.get("WAKEFUL_LOG_FORMAT", "").strip().lower() or "text"
+    if raw not in LOG_FORMATS:
+        shown = env.get("WAKEFUL_LOG_FORMAT", "")
+        raise ConfigError(f"WAKEFUL_LOG_FORMAT must be text or json, got {shown!r}")
+    return raw
+
+
+def secret_values(env: Mapping[str, str]) -> list[str]:
+    """Every secret a process may hold, so no log line or error can show one."""
+    values = [env.get(name, "").strip() for name in SECRET_VARIABLES]
+    db = env.get("WAKEFUL_DB", "").strip()
+    if "://" in db:
+        values.append(urlparse(db).password or "")
+    return [v for v in values if v]
 
 
 def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int | None = None) -> int:

@@ -3,12 +3,14 @@
 It enforces what Bolt leaves open: a body cap (413), the signature before anything is parsed
 (401), a malformed body (400), 503 when the store cannot take the write, and 200 instead of
 Bolt's 404 for events this app does not handle (a 404 makes Slack retry and counts toward
-disabling the app's events). `GET /healthz` reports whether the store answers.
+disabling the app's events). `GET /healthz` reports whether the store answers; `GET /metrics`
+is the Prometheus text format (counters of this process and the store's gauges).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,11 +21,13 @@ from slack_sdk.signature import Clock
 from wakeful.bot import payloads, socket_mode
 from wakeful.bot.listeners import Listeners
 from wakeful.bot.signature import RequestSignature
+from wakeful.core import metrics
 from wakeful.core.errors import StoreUnavailable
 
 BODY_CAP = 1024 * 1024
 """Largest request body accepted, in bytes (413 above). Slack's payloads are far smaller."""
 EVENTS_PATH = "/slack/events"
+METRICS_PATH = "/metrics"
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
 Reply = tuple[str, list[tuple[str, str]], bytes]
@@ -40,14 +44,18 @@ class SlackFront(Listeners):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.signature = RequestSignature(self.signing_secret, self.verifier_clock)
+        self.metrics_registry = metrics.registry_for(self.store)
 
     def on_socket_request(self, client: Any, req: Any) -> None:
         """A Socket Mode envelope (a SocketModeClient listener)."""
         socket_mode.on_request(self.app, client, req)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        started = time.perf_counter()
         status, headers, body = self.handle(environ)
         start_response(status, headers)
+        if environ.get("PATH_INFO") == EVENTS_PATH:
+            metrics.ACK_SECONDS.labels(status[:3]).observe(time.perf_counter() - started)
         return [body]
 
     def handle(self, environ: Environ) -> Reply:
@@ -55,22 +63,25 @@ class SlackFront(Listeners):
         method = environ.get("REQUEST_METHOD", "GET")
         if path == "/healthz":
             return self._health()
+        if path == METRICS_PATH:
+            body = metrics.exposition(self.metrics_registry)
+            return "200 OK", [("Content-Type", metrics.CONTENT_TYPE)], body
         if path != EVENTS_PATH:
             return reply(404, "not found")
         if method != "POST":
             return reply(405, "use POST")
         data = read_body(environ, self.body_cap)
         if isinstance(data, tuple):
-            return data
+            return rejected(data)
         timestamp = environ.get("HTTP_X_SLACK_REQUEST_TIMESTAMP", "")
         signature = environ.get("HTTP_X_SLACK_SIGNATURE", "")
         if not self.signature.valid(data, timestamp, signature):
-            return reply(401, "invalid signature or stale timestamp")
+            return rejected(reply(401, "invalid signature or stale timestamp"))
         try:
             text = data.decode("utf-8")
             parsed = payloads.parse(text, environ.get("CONTENT_TYPE", ""))
         except (ValueError, RecursionError) as exc:
-            return reply(400, f"malformed body: {str(exc)[:200]}")
+            return rejected(reply(400, f"malformed body: {str(exc)[:200]}"))
         if not payloads.handled(parsed):
             # Acknowledge what this app does not handle (Slack retries a 404 and counts it
             # toward switching the app's events off) without handing it to Bolt at all.
@@ -87,7 +98,7 @@ class SlackFront(Listeners):
         try:
             request = BoltRequest(body=text, query=environ.get("QUERY_STRING", ""), headers=headers)
         except Exception as exc:  # Bolt could not read the payload's structure: bad input
-            return reply(400, f"malformed body: {type(exc).__name__}")
+            return rejected(reply(400, f"malformed body: {type(exc).__name__}"))
         try:
             response = self.app.dispatch(request)
         except StoreUnavailable:
@@ -135,6 +146,13 @@ _REASONS = {
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
+
+
+def rejected(answer: Reply) -> Reply:
+    """A request the front refuses before the store sees it (too big, unsigned, malformed),
+    counted as a rejected Slack delivery; the store counts the ones it refuses itself."""
+    metrics.count_ingest("slack", "rejected")
+    return answer
 
 
 def reply(status: int, text: str) -> Reply:

@@ -9,6 +9,7 @@ the same part twice. Slack errors map to core's transient / permanent failures.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import urllib.error
@@ -20,6 +21,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from wakeful.bot.web_client import KeepAliveWebClient
+from wakeful.core import metrics
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.rules.outbox import Part
 
@@ -76,7 +78,9 @@ class SlackSender:
                     return found
             return self._post(part)
         except SlackApiError as exc:
-            raise classify(exc) from exc
+            failure = classify(exc)
+            count_error(exc)
+            raise failure from exc
         except (
             urllib.error.URLError,
             TimeoutError,
@@ -84,6 +88,7 @@ class SlackSender:
             HTTPException,
             OSError,
         ) as exc:
+            metrics.SLACK_ERRORS.labels(_METHODS.get(part.kind, "unknown"), "network").inc()
             raise TransientSendError(f"network: {exc}", retry_after=5) from exc
 
     def _pace(self, channel: str) -> None:
@@ -155,6 +160,21 @@ def _content(part: Part, threaded: bool) -> dict[str, Any]:
     if threaded and part.thread_ts:
         kwargs["thread_ts"] = part.thread_ts
     return kwargs
+
+
+_METHODS = {"post": "chat.postMessage", "update": "chat.update", "ephemeral": "chat.postEphemeral"}
+_ERROR_CODE = re.compile(r"[a-z0-9_]{1,60}")
+
+
+def count_error(exc: SlackApiError) -> None:
+    """One failed Web API call in the metrics, by method and Slack's error code."""
+    response = exc.response
+    method = str(getattr(response, "api_url", "") or "").rstrip("/").rsplit("/", 1)[-1]
+    status = getattr(response, "status_code", 200)
+    error = str(response.get("error") if hasattr(response, "get") else "") or f"http_{status}"
+    if not _ERROR_CODE.fullmatch(error):
+        error = "other"  # never a new series per odd answer
+    metrics.SLACK_ERRORS.labels(method if method.count(".") == 1 else "unknown", error).inc()
 
 
 def classify(exc: SlackApiError) -> TransientSendError | PermanentSendError:

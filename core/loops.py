@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from wakeful.core import logs, metrics
 from wakeful.core.agent import Agent, Run
 from wakeful.core.clock import Clock, wall_clock
 from wakeful.core.effects import Effects
@@ -200,24 +201,32 @@ class Worker(_Loop):
         """Run each claim's agent; commit finished runs together (each fenced on its own) once
         `flush_after` has passed or nothing is left; a finish that claims the inbox's next
         batch puts it back in line. Returns how many runs finished."""
-        queue, pending, runs = deque(claims), list[tuple[Claim, Effects]](), 0
+        queue, pending, runs = deque(claims), list[_Ran](), 0
         since = 0.0
         while queue:
             claim = queue.popleft()
             if not self._still_holds(claim):
                 continue
-            started = self.monotonic()
+            started, run_id = self.monotonic(), uuid.uuid4().hex[:12]
             try:
-                effects = self._run_agent(claim)
+                with logs.context(
+                    inbox=claim.inbox,
+                    events=claim.ids,
+                    gen=claim.gen,
+                    run_id=run_id,
+                    holder=self.holder,
+                ):
+                    effects: Effects | None = self._run_agent(claim)
             except LeaseLost as exc:
                 log.warning("%s: %s; its finish is dropped", self.holder, exc)
+                _count_run("fenced", self.monotonic() - started, 0)
                 effects = None
             took = self.monotonic() - started
             smoothed = self._run_time
             self._run_time = took if smoothed is None else 0.8 * smoothed + 0.2 * took
             if effects is not None:
                 since = since if pending else started
-                pending.append((claim, effects))
+                pending.append(_Ran(claim, effects, started, run_id))
             if pending and (not queue or self.monotonic() - since >= self.flush_after):
                 runs += self._finish(pending, queue)
                 pending = []
@@ -234,16 +243,29 @@ class Worker(_Loop):
         log.warning("%s: lost %s before its run started; skipped", self.holder, claim.inbox)
         return False
 
-    def _finish(self, pending: list[tuple[Claim, Effects]], queue: deque[Claim]) -> int:
+    def _finish(self, pending: list[_Ran], queue: deque[Claim]) -> int:
         if len(pending) == 1:
-            outcomes = [self.store.finish_and_claim(*pending[0], self.clock())]
+            ran = pending[0]
+            outcomes = [self.store.finish_and_claim(ran.claim, ran.effects, self.clock())]
         else:
-            outcomes = self.store.finish_and_claim_many(pending, self.clock())
+            runs = [(ran.claim, ran.effects) for ran in pending]
+            outcomes = self.store.finish_and_claim_many(runs, self.clock())
         done = 0
-        for (claim, effects), (finished, following) in zip(pending, outcomes, strict=True):
-            if not finished:
-                log.warning("%s: finish refused for %s (lease lost)", self.holder, claim.inbox)
-                continue
+        for ran, (finished, following) in zip(pending, outcomes, strict=True):
+            claim, effects = ran.claim, ran.effects
+            outcome = _outcome(effects) if finished else "fenced"
+            _count_run(outcome, self.monotonic() - ran.started, len(effects.dead))
+            with logs.context(
+                inbox=claim.inbox,
+                events=claim.ids,
+                gen=claim.gen,
+                run_id=ran.run_id,
+                holder=self.holder,
+            ):
+                if not finished:
+                    log.warning("%s: finish refused for %s (lease lost)", self.holder, claim.inbox)
+                    continue
+                log.debug("run %s: %d event(s)", outcome, len(claim.events))
             done += 1
             if effects.messages or effects.approvals:
                 self.wake_dispatcher.kick()
@@ -296,6 +318,29 @@ class Worker(_Loop):
             dead={e.id: error for e in claim.events},
             set_aside_session=str(exc),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Ran:
+    """A run whose agent has returned, waiting for its finish to be committed."""
+
+    claim: Claim
+    effects: Effects
+    started: float
+    run_id: str
+
+
+def _outcome(effects: Effects) -> str:
+    return "dead" if effects.dead else "failed" if effects.failed else "done"
+
+
+def _count_run(outcome: str, seconds: float, dead: int) -> None:
+    metrics.RUNS.labels(outcome).inc()
+    metrics.RUN_SECONDS.observe(seconds)
+    if outcome == "fenced":
+        metrics.FENCED.inc()  # nothing the run asked for happened, dead letters included
+    elif dead:
+        metrics.DEAD.labels("agent").inc(dead)
 
 
 @dataclass(kw_only=True)
@@ -376,23 +421,31 @@ class Dispatcher(_Loop):
                     batch.dispatch_id, self._paused_until, "paused: rate limited", self.clock()
                 )
                 break
+            started = time.perf_counter()
             try:
                 if part.kind == "update":
                     part = self._resolve_target(part)
                 ts = self.sender.send(part)
             except TransientSendError as exc:
+                _count_part(part, "retry", started)
                 # The clock counts whole seconds (floored): one more second guarantees at least
                 # Retry-After has passed in real time.
                 until = self.clock() + max(1, exc.retry_after) + (1 if exc.retry_after else 0)
                 if exc.retry_after:
                     with self._pause_lock:
                         self._paused_until = max(self._paused_until, until)
+                    metrics.PAUSES.inc()
+                    metrics.PAUSED_SECONDS.inc(exc.retry_after)
                 self.store.defer_batch(part.dispatch_id, until, str(exc), self.clock())
                 break
             except PermanentSendError as exc:
+                _count_part(part, "failed", started)
                 self.store.fail_part(part, str(exc), self.clock())
                 continue
+            _count_part(part, "sent", started)
             self.store.mark_sent(part, ts, self.clock())
+            if part.final:
+                metrics.ROWS_SENT.inc(len(part.row_ids))
             sent += 1
         return sent
 
@@ -404,3 +457,8 @@ class Dispatcher(_Loop):
         return replace(
             part, channel=state.prompt_channel or part.channel, target_ts=state.prompt_ts
         )
+
+
+def _count_part(part: Part, outcome: str, started: float) -> None:
+    metrics.SEND_SECONDS.observe(time.perf_counter() - started)
+    metrics.PARTS.labels(part.kind, outcome).inc()

@@ -26,7 +26,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -180,8 +180,12 @@ class SlackEmulator:
         port: int = 0,
         on_call: Callable[[Call], None] | None = None,
         clock: Callable[[], float] = time.time,
+        scopes: Sequence[str] | None = None,
     ) -> None:
         self.bot_token = bot_token
+        self.scopes: list[str] = list(_manifest_scopes() if scopes is None else scopes)
+        """What the token was granted, sent as `x-oauth-scopes` on every Web API answer as
+        Slack does (default: the scopes manifest.yml asks for)."""
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
         self.team_id = team_id
@@ -635,6 +639,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, answer, extra, delay = emu._dispatch(
                 path[len("/api/") :], params, headers, self.headers.get("Authorization"), body_ok
             )
+            extra = {**extra, "x-oauth-scopes": ",".join(emu.scopes)}
             emu._pause(delay)
             self._send(
                 status, json.dumps(answer).encode(), "application/json; charset=utf-8", extra
@@ -700,6 +705,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
+
+
+def _manifest_scopes() -> list[str]:
+    from wakeful.bot.scopes import required_scopes
+
+    return required_scopes() or []
 
 
 def _no_proxy_opener() -> urllib.request.OpenerDirector:
@@ -1011,6 +1022,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--team-id", default="T1")
     parser.add_argument("--users", default="{}", help='JSON: {"U1": {"tz": "Europe/Paris"}}')
     parser.add_argument("--no-auto-channels", action="store_true")
+    parser.add_argument("--scopes", help="granted scopes, comma-separated (default: manifest's)")
     args = parser.parse_args(argv)
     done = threading.Event()
 
@@ -1026,6 +1038,7 @@ def main(argv: list[str] | None = None) -> int:
         json.loads(args.users),
         auto_channels=not args.no_auto_channels,
         port=args.port,
+        scopes=None if args.scopes is None else [x for x in args.scopes.split(",") if x],
     )
     with emu:
         print(emu.api_url, flush=True)

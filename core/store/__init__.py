@@ -19,12 +19,13 @@ from wakeful.core.store.base import Connector
 from wakeful.core.store.claims import Claims
 from wakeful.core.store.inbox import Inbox
 from wakeful.core.store.outbox import Outbox
+from wakeful.core.store.overview import OverviewReads
 from wakeful.core.store.retention import Retention
 from wakeful.core.store.timers import Timers
 from wakeful.core.store.tool_calls import ToolCalls
 
 
-class Store(Inbox, Claims, Timers, Approvals, Outbox, Admin, ToolCalls, Retention):
+class Store(Inbox, Claims, Timers, Approvals, Outbox, Admin, ToolCalls, Retention, OverviewReads):
     """The durable state of every inbox, and the only way the engine touches it."""
 
 

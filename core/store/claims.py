@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from wakeful.core import metrics
 from wakeful.core.effects import Effects, check_json
 from wakeful.core.errors import LeaseLost, SessionUnusable
 from wakeful.core.records import Claim, Event, Lease, RunRecord
@@ -160,9 +161,9 @@ class Claims(StoreBase):
         """`seq` reuses a lease sequence number this transaction already took; `reset=False`
         skips the stale-row reset when this transaction has just finished under the lease."""
         s = self.settings
-        if reset:
-            tx.run("reset_stale", {"inbox": inbox, "gen": gen, "now": now})
-        tx.run(
+        if reset and tx.run("reset_stale", {"inbox": inbox, "gen": gen, "now": now}):
+            metrics.TAKEOVERS.inc()
+        buried = tx.run(
             "bury_exhausted",
             {
                 "inbox": inbox,
@@ -171,6 +172,8 @@ class Claims(StoreBase):
                 "now": now,
             },
         )
+        if buried > 0:
+            metrics.DEAD.labels("exhausted").inc(buried)
         rows = tx.all("next_claimable", {"inbox": inbox, "now": now, "limit": s.claim_cap})
         if rows and int(rows[0]["attempts"]) > 0:
             rows = rows[:1]  # a retried event is claimed alone
@@ -188,6 +191,7 @@ class Claims(StoreBase):
                 },
             )
             events.append(event_record(r, status="running", attempts=attempts))
+        metrics.count_claim([e.attempts for e in events])
         if not events:
             seq = 0
         elif seq is None:

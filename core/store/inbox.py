@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wakeful.core.errors import SessionUnusable
+from wakeful.core import metrics
+from wakeful.core.errors import InvalidInput, SessionUnusable
 from wakeful.core.records import Event, Ingested
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.rows import event_body, event_record
@@ -16,8 +17,13 @@ class Inbox(StoreBase):
     def ingest(self, inbox: str, source: str, source_id: str, payload: Any, now: int) -> Ingested:
         """Store one delivery, once: the pair (source, source_id) is unique, so a repeat is a
         no-op reported as a duplicate. Malformed input raises InvalidInput and stores nothing."""
-        body = event_body(inbox, source, source_id, payload)
+        try:
+            body = event_body(inbox, source, source_id, payload)
+        except InvalidInput:
+            metrics.count_ingest(metrics.source_label(source), "rejected")
+            raise
         event_id = self.db.store_event((inbox, source, source_id, body, now))
+        metrics.count_ingest(source, "duplicate" if event_id is None else "stored")
         return Ingested(stored=event_id is not None, event_id=event_id)
 
     def event(self, event_id: int) -> Event | None:

@@ -78,7 +78,9 @@ class PostgresConnector(Connector):
         pool_size: int = 8,
         connect_timeout: float = 10.0,
         wait_timeout: float = 2.0,
+        migrate: bool = True,
     ) -> None:
+        """`migrate=False` opens a store as it is, for a reader that must change nothing."""
         self.dsn = dsn
         self.schema = schema
         kwargs: dict[str, Any] = {"autocommit": True, "row_factory": dict_row}
@@ -104,7 +106,8 @@ class PostgresConnector(Connector):
             raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
         self._listeners: list[threading.Event] = []
         self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self._insert_batch)
-        self._migrate()
+        if migrate:
+            self._migrate()
 
     @contextmanager
     def transaction(self, write: bool = True, urgent: bool = False) -> Iterator[_PgTx]:

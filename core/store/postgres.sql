@@ -450,3 +450,150 @@ ROLLBACK TO SAVEPOINT run;
 -- name: release_savepoint
 -- Keep one run's writes (or what is left after a rollback) and forget the savepoint.
 RELEASE SAVEPOINT run;
+
+-- name: gauge_events
+-- Metrics scrape: events not done, by status, with the oldest one's arrival (status index).
+SELECT status, COUNT(*) AS n, MIN(created_at) AS oldest
+FROM events
+WHERE status IN ('pending', 'running', 'dead')
+GROUP BY status;
+
+-- name: gauge_outbox
+-- Metrics scrape: held and sending rows (open index), then parked rows (failed index).
+SELECT status, COUNT(*) AS n, MIN(created_at) AS oldest
+FROM outbox
+WHERE status IN ('pending', 'sending')
+GROUP BY status
+UNION ALL
+SELECT 'failed' AS status, COUNT(*) AS n, MIN(created_at) AS oldest
+FROM outbox
+WHERE status = 'failed';
+
+-- name: gauge_approvals
+-- Metrics scrape: approvals still open (the open-approvals index, answered ones never read).
+SELECT COUNT(*) AS n FROM approvals WHERE answer IS NULL;
+
+-- name: gauge_timers
+-- Metrics scrape: timers due and not fired, and the earliest one's time (due index).
+SELECT COUNT(*) AS n, MIN(next_at) AS earliest FROM timers WHERE next_at <= %(now)s;
+
+-- name: inspect_backlog
+-- Inspect: inboxes with pending or running events, oldest work first (open rows only).
+SELECT inbox,
+       SUM(CASE WHEN status = 'pending' THEN 1 ELSE 0 END) AS pending,
+       SUM(CASE WHEN status = 'running' THEN 1 ELSE 0 END) AS running,
+       MIN(created_at) AS oldest
+FROM events
+WHERE status IN ('pending', 'running')
+GROUP BY inbox
+ORDER BY oldest, inbox
+LIMIT %(limit)s;
+
+-- name: inspect_dead
+-- Inspect: inboxes with dead events, most first (dead rows only, from the status index).
+SELECT inbox, COUNT(*) AS n, MAX(id) AS last_id
+FROM events
+WHERE status = 'dead'
+GROUP BY inbox
+ORDER BY n DESC, inbox
+LIMIT %(limit)s;
+
+-- name: inspect_held_outbox
+-- Inspect: destinations with held or sending outbox rows, oldest first (open rows only).
+SELECT channel, thread_ts, MIN(inbox) AS inbox,
+       SUM(CASE WHEN status = 'pending' THEN 1 ELSE 0 END) AS held,
+       SUM(CASE WHEN status = 'sending' THEN 1 ELSE 0 END) AS sending,
+       MIN(created_at) AS oldest
+FROM outbox
+WHERE status IN ('pending', 'sending')
+GROUP BY channel, thread_ts
+ORDER BY oldest, channel
+LIMIT %(limit)s;
+
+-- name: inspect_parked_outbox
+-- Inspect: the latest parked (failed) outbox rows (failed rows only).
+SELECT id, inbox, channel, attempts, error, created_at
+FROM outbox
+WHERE status = 'failed'
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: inspect_open_approvals
+-- Inspect: open approvals, soonest deadline first (the open-approvals index).
+SELECT id, inbox, tool, requester, deadline, created_at
+FROM approvals
+WHERE answer IS NULL
+ORDER BY deadline, id
+LIMIT %(limit)s;
+
+-- name: inspect_next_timers
+-- Inspect: the timers due soonest (due index).
+SELECT id, inbox, kind, action, next_at, policy
+FROM timers
+ORDER BY next_at
+LIMIT %(limit)s;
+
+-- name: inspect_inbox_events
+-- Inspect one inbox: its latest events, newest first; each status read backwards from the
+-- status index up to the limit, so an inbox's long history is never walked.
+SELECT * FROM (
+    SELECT id, source, source_id, status, attempts, gen, error, created_at, updated_at
+    FROM events WHERE status = 'pending' AND inbox = %(inbox)s ORDER BY id DESC LIMIT %(limit)s
+) AS p
+UNION ALL
+SELECT * FROM (
+    SELECT id, source, source_id, status, attempts, gen, error, created_at, updated_at
+    FROM events WHERE status = 'running' AND inbox = %(inbox)s ORDER BY id DESC LIMIT %(limit)s
+) AS r
+UNION ALL
+SELECT * FROM (
+    SELECT id, source, source_id, status, attempts, gen, error, created_at, updated_at
+    FROM events WHERE status = 'done' AND inbox = %(inbox)s ORDER BY id DESC LIMIT %(limit)s
+) AS d
+UNION ALL
+SELECT * FROM (
+    SELECT id, source, source_id, status, attempts, gen, error, created_at, updated_at
+    FROM events WHERE status = 'dead' AND inbox = %(inbox)s ORDER BY id DESC LIMIT %(limit)s
+) AS x
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: inspect_inbox_counts
+-- Inspect one inbox: how many events are pending, running and dead (done ones are history).
+SELECT status, COUNT(*) AS n
+FROM events
+WHERE status IN ('pending', 'running', 'dead') AND inbox = %(inbox)s
+GROUP BY status;
+
+-- name: inspect_inbox_runs
+-- Inspect one inbox: its latest runs from the run log, newest first.
+SELECT * FROM runs WHERE inbox = %(inbox)s ORDER BY claim_seq DESC LIMIT %(limit)s;
+
+-- name: inspect_inbox_outbox
+-- Inspect one inbox: its latest outbox rows, newest first.
+SELECT id, kind, channel, thread_ts, priority, status, attempts, error, text, created_at,
+       sent_at
+FROM outbox
+WHERE inbox = %(inbox)s
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: inspect_inbox_timers
+-- Inspect one inbox: its timers, soonest first.
+SELECT id, inbox, kind, action, next_at, policy
+FROM timers
+WHERE inbox = %(inbox)s
+ORDER BY next_at
+LIMIT %(limit)s;
+
+-- name: inspect_inbox_approvals
+-- Inspect one inbox: its latest approvals, newest first.
+SELECT id, inbox, tool, requester, deadline, created_at, answer, answered_by, answered_at
+FROM approvals
+WHERE inbox = %(inbox)s
+ORDER BY created_at DESC
+LIMIT %(limit)s;
+
+-- name: store_synchronous
+-- Doctor: how durable a commit is (PostgreSQL: synchronous_commit, 'on' or stronger).
+SELECT current_setting('synchronous_commit') AS synchronous;

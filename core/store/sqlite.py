@@ -22,6 +22,7 @@ from wakeful.core.errors import StoreError, StoreUnavailable
 from wakeful.core.store.base import Connector, NewEvent
 from wakeful.core.store.group_commit import GroupCommit
 from wakeful.core.store.sql import Row, load_migrations, load_queries, repeat_rows
+from wakeful.core.store.sqlite_files import Holder
 
 _QUERIES = load_queries("sqlite.sql")
 _T = TypeVar("_T")
@@ -119,7 +120,9 @@ class SQLiteConnector(Connector):
         busy_timeout_ms: int = 5000,
         synchronous: str = "FULL",
         max_pages: int = 0,
+        migrate: bool = True,
     ) -> None:
+        """`migrate=False` opens a store as it is, for a reader that must change nothing."""
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, got {synchronous!r}")
         self.path = str(path)
@@ -132,7 +135,13 @@ class SQLiteConnector(Connector):
         self._write_lock = WriteGate()
         self._closed = False
         self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self._insert_batch)
-        self._migrate()
+        self._holder = Holder(self.path)  # `wakeful restore` refuses while this is held
+        try:
+            if migrate:
+                self._migrate()
+        except BaseException:
+            self.close()
+            raise
 
     def _connect(self, urgent: bool = False) -> sqlite3.Connection:
         """This thread's connection; an urgent writer's is a second one whose busy timeout is 0,
@@ -298,6 +307,7 @@ class SQLiteConnector(Connector):
         for conn in conns:
             conn.close()
         self._local = threading.local()
+        self._holder.release()
 
 
 def _insert_fresh(conn: sqlite3.Connection, items: Sequence[NewEvent]) -> list[int | None]:

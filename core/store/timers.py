@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from wakeful.core import metrics
 from wakeful.core.effects import Timer, check_json
 from wakeful.core.records import TimerFired, TimerState
 from wakeful.core.rules.schedule import missed
@@ -87,6 +88,7 @@ class Timers(StoreBase):
                     body_json = check_json(body, "timer event")
                     if insert_event(tx, t["inbox"], "timer", key, body_json, now) is not None:
                         fired += 1
+                        metrics.TIMER_LATENESS.observe(now - at)
                 if following is None:
                     tx.run("delete_timer", {"id": t["id"]})
                 else:

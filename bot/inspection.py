@@ -1,0 +1,263 @@
+"""`wakeful inspect [INBOX] [--json]`: what an unattended agent is doing, without SQL.
+
+The overview lists where work waits (backlog, dead events, held and parked outbox rows, open
+approvals, the next timers); `inspect INBOX` shows one inbox's latest events, runs, outbox
+rows, timers and approvals. Aligned tables for people, `--json` for scripts (times as epoch
+seconds there, as ages here). Reads only: every list is one bounded, indexed statement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from wakeful.core.errors import InvalidInput
+from wakeful.core.store import Store
+from wakeful.core.store.overview import InboxView, Overview
+from wakeful.core.store.probe import Probe, probe
+
+CELL = 60
+"""Widest cell in a table; longer text (errors, message text) is cut with an ellipsis."""
+
+
+def check_readable(db: str) -> Probe:
+    """The store exists and is at this wakeful's schema: an operator's read never creates or
+    migrates one (InvalidInput otherwise, saying what to do)."""
+    found = probe(db)
+    if found.version == 0:
+        raise InvalidInput(f"{db} is not a wakeful store")
+    if not found.current:
+        raise InvalidInput(f"the store is at {found.state()}; nothing was read")
+    return found
+
+
+def render_json(view: Overview | InboxView, store: Store, db: str) -> str:
+    data = dataclasses.asdict(view)
+    data["store"] = {"db": db, "backend": store.db.dialect, "schema": store.schema_version()}
+    return json.dumps(data, indent=2, sort_keys=False)
+
+
+def render_overview(view: Overview, header: str) -> str:
+    t, now = view.totals, view.now
+    oldest = f" (oldest {ago(now - t.oldest_pending_age, now)})" if t.events["pending"] else ""
+    held_age = ""
+    if t.outbox["held"] + t.outbox["sending"]:
+        held_age = f" (oldest {ago(now - t.oldest_outbox_age, now)})"
+    lines = [
+        header,
+        f"events: {t.events['pending']} pending{oldest}, {t.events['running']} running, "
+        f"{t.events['dead']} dead",
+        f"outbox: {t.outbox['held']} held, {t.outbox['sending']} sending, "
+        f"{t.outbox['parked']} parked{held_age}",
+        f"approvals open: {t.approvals_open}; timers due now: {t.timers_due}",
+    ]
+    sections = [
+        (
+            "inboxes with backlog",
+            ["inbox", "pending", "running", "oldest"],
+            [[r["inbox"], r["pending"], r["running"], ago(r["oldest"], now)] for r in view.backlog],
+        ),
+        (
+            "dead events",
+            ["inbox", "dead", "latest event"],
+            [[r["inbox"], r["n"], r["last_id"]] for r in view.dead],
+        ),
+        (
+            "held outbox (by conversation)",
+            ["channel", "thread", "inbox", "held", "sending", "oldest"],
+            [
+                [
+                    r["channel"],
+                    r["thread_ts"] or "-",
+                    r["inbox"],
+                    r["held"],
+                    r["sending"],
+                    ago(r["oldest"], now),
+                ]
+                for r in view.held_outbox
+            ],
+        ),
+        (
+            "parked outbox rows (wakeful requeue outbox ID)",
+            ["id", "inbox", "channel", "attempts", "created", "error"],
+            [
+                [
+                    r["id"],
+                    r["inbox"],
+                    r["channel"],
+                    r["attempts"],
+                    ago(r["created_at"], now),
+                    r["error"],
+                ]
+                for r in view.parked_outbox
+            ],
+        ),
+        (
+            "open approvals",
+            ["id", "inbox", "tool", "requester", "deadline"],
+            [
+                [r["id"], r["inbox"], r["tool"], r["requester"], ago(r["deadline"], now)]
+                for r in view.open_approvals
+            ],
+        ),
+        (
+            "next timers",
+            ["timer", "inbox", "kind", "due"],
+            [[r["id"], r["inbox"], r["kind"], ago(r["next_at"], now)] for r in view.next_timers],
+        ),
+    ]
+    for title, headers, rows in sections:
+        lines += ["", title, table(headers, rows)]
+    return "\n".join(lines)
+
+
+def render_inbox(view: InboxView, header: str) -> str:
+    now, c = view.now, view.counts
+    lease = view.lease
+    if lease is None:
+        held = "none yet"
+    elif int(lease["expires_at"]) > now:
+        held = f"gen {lease['gen']} held by {lease['holder']} until {ago(lease['expires_at'], now)}"
+    else:
+        held = f"gen {lease['gen']}, free (last held by {lease['holder']})"
+    lines = [
+        header,
+        f"inbox {view.inbox}: {c['pending']} pending, {c['running']} running, {c['dead']} dead; "
+        f"lease: {held}",
+        "",
+        f"events (latest {len(view.events)})",
+        table(
+            ["id", "status", "attempts", "gen", "source", "key", "arrived", "error"],
+            [
+                [
+                    e["id"],
+                    e["status"],
+                    e["attempts"],
+                    e["gen"],
+                    e["source"],
+                    e["source_id"],
+                    ago(e["created_at"], now),
+                    e["error"],
+                ]
+                for e in view.events
+            ],
+        ),
+        "",
+        f"runs (latest {len(view.runs)}, from the run log)",
+        table(
+            ["claimed", "took", "gen", "holder", "events"],
+            [
+                [
+                    ago(r["claimed_at"], now),
+                    f"{int(r['finished_at']) - int(r['claimed_at'])}s",
+                    r["gen"],
+                    r["holder"],
+                    ",".join(str(i) for i in json.loads(r["events"])),
+                ]
+                for r in view.runs
+            ],
+        ),
+        "",
+        f"outbox (latest {len(view.outbox)})",
+        table(
+            ["id", "kind", "status", "priority", "channel", "attempts", "queued", "text / error"],
+            [
+                [
+                    o["id"],
+                    o["kind"],
+                    _state(o["status"]),
+                    o["priority"],
+                    o["channel"],
+                    o["attempts"],
+                    ago(o["created_at"], now),
+                    o["error"] or o["text"],
+                ]
+                for o in view.outbox
+            ],
+        ),
+        "",
+        "timers",
+        table(
+            ["timer", "kind", "policy", "due"],
+            [[t["id"], t["kind"], t["policy"], ago(t["next_at"], now)] for t in view.timers],
+        ),
+        "",
+        "approvals (latest)",
+        table(
+            ["id", "tool", "requester", "asked", "deadline", "answer"],
+            [
+                [
+                    a["id"],
+                    a["tool"],
+                    a["requester"],
+                    ago(a["created_at"], now),
+                    ago(a["deadline"], now),
+                    _answer(a, now),
+                ]
+                for a in view.approvals
+            ],
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def _state(status: str) -> str:
+    return {"pending": "held", "failed": "parked"}.get(status, status)
+
+
+def _answer(a: dict[str, Any], now: int) -> str:
+    if a["answer"] is None:
+        return "open"
+    by = f" by {a['answered_by']}" if a["answered_by"] else ""
+    return f"{a['answer']}{by} {ago(a['answered_at'], now)}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Left-aligned columns two spaces apart; `(none)` for no rows."""
+    if not rows:
+        return "  (none)"
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    out = [headers, *cells]
+    return "\n".join(
+        "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in out
+    )
+
+
+def _cell(value: Any) -> str:
+    text = "-" if value is None or value == "" else str(value)
+    text = " ".join(text.split())
+    return text if len(text) <= CELL else text[: CELL - 1] + "…"
+
+
+def ago(at: Any, now: int) -> str:
+    """`3m12s ago` / `in 4m` / `now`: when something happened or is due, against `now`."""
+    if at is None:
+        return "-"
+    delta = int(now) - int(at)
+    if delta == 0:
+        return "now"
+    span = _span(abs(delta))
+    return f"{span} ago" if delta > 0 else f"in {span}"
+
+
+def _span(seconds: int) -> str:
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h"
+    if hours:
+        return f"{hours}h{minutes}m"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def header_line(db: str, store: Store, now: int) -> str:
+    when = datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return f"store {db} ({store.db.dialect}, schema {store.schema_version()}) at {when}"

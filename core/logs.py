@@ -1,0 +1,153 @@
+"""Log lines an operator can follow and a machine can parse, that never carry a secret.
+
+A run's lines share its context (inbox, event ids, lease generation, run id, holder), set once
+by the worker in a context variable, so a line logged anywhere inside the run (the agent, the
+store, the SDKs) carries it without being passed along. `WAKEFUL_LOG_FORMAT=json` writes one
+JSON object per line; the default is a human line with the context appended. Every line, and
+every error the command line prints, goes through `redact` last: known secret values and
+anything shaped like a Slack or Anthropic token or a password in a URL becomes `[redacted]`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import re
+import sys
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from types import MappingProxyType, TracebackType
+from typing import Any
+
+FORMATS = ("text", "json")
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+_CONTEXT: ContextVar[Mapping[str, Any]] = ContextVar("wakeful_log_context", default=_EMPTY)
+_SHAPES = re.compile(
+    r"xox[abeoprs]-[A-Za-z0-9-]+"  # Slack bot / user / config tokens
+    r"|xapp-[A-Za-z0-9-]+"  # Slack app-level tokens
+    r"|sk-ant-[A-Za-z0-9_-]+"  # Anthropic keys
+)
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]+):[^@\s]*@")
+_secrets: list[str] = []
+_secrets_lock = threading.Lock()
+MASK = "[redacted]"
+
+
+@contextmanager
+def context(**fields: Any) -> Iterator[None]:
+    """Add `fields` to every log line written inside the block (in this thread or task)."""
+    token = _CONTEXT.set({**_CONTEXT.get(), **fields})
+    try:
+        yield
+    finally:
+        _CONTEXT.reset(token)
+
+
+def current() -> Mapping[str, Any]:
+    """The fields of the innermost `context` around the caller."""
+    return _CONTEXT.get()
+
+
+def add_secrets(values: Iterable[str]) -> None:
+    """Values that must never be written: each becomes `[redacted]` wherever it appears."""
+    with _secrets_lock:
+        for value in values:
+            if value and len(value) >= 6 and value not in _secrets:
+                _secrets.append(value)
+        _secrets.sort(key=len, reverse=True)  # a longer secret containing a shorter one first
+
+
+def redact(text: str) -> str:
+    """`text` with every known secret, token-shaped string and URL password masked."""
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    text = _SHAPES.sub(MASK, text)
+    return _URL_PASSWORD.sub(rf"\1:{MASK}@", text)
+
+
+class _Stamp(logging.Filter):
+    """Copies the run context onto the record when it is made, in the thread that made it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.wakeful = dict(_CONTEXT.get())
+        return True
+
+
+class TextFormatter(logging.Formatter):
+    """The classic line, then the run context as key=value pairs; redacted."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields: Mapping[str, Any] = getattr(record, "wakeful", None) or {}
+        if fields:
+            pairs = " ".join(f"{k}={_flat(v)}" for k, v in fields.items())
+            first, nl, rest = line.partition("\n")
+            line = f"{first} [{pairs}]{nl}{rest}"
+        return redact(line)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, the run context, and the
+    traceback (as one string) when there is one; redacted."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+        line: dict[str, Any] = {
+            "ts": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        line.update(getattr(record, "wakeful", None) or {})
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exc"] = record.exc_text
+        return redact(json.dumps(line, default=str, ensure_ascii=False))
+
+
+def _flat(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def configure(level: str, fmt: str = "text", secrets: Iterable[str] = ()) -> None:
+    """Send every logger's lines to stderr in `fmt`, redacted; uncaught exceptions (main
+    thread or any other) become log lines too, so they are redacted and parseable alike."""
+    if fmt not in FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    add_secrets(secrets)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(_Stamp())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    sys.excepthook = _log_uncaught
+    threading.excepthook = _log_thread_uncaught
+
+
+def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    logging.getLogger("wakeful").critical("uncaught %s", kind.__name__, exc_info=(kind, exc, tb))
+
+
+def _log_thread_uncaught(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit or args.exc_value is None:
+        return
+    name = args.thread.name if args.thread else "?"
+    logging.getLogger("wakeful").critical(
+        "uncaught %s in thread %s",
+        args.exc_type.__name__,
+        name,
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+    )

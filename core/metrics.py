@@ -1,0 +1,267 @@
+"""Every Prometheus metric wakeful exports, defined once, and the scrape of the store's gauges.
+
+Counters and histograms are bumped in-process where the event happens (ingest, a run, a send,
+an answer, a timer firing, an HTTP acknowledgement). What only the database knows (backlog,
+dead events, outbox rows by state, open approvals, overdue timers) is read when Prometheus
+scrapes, by `StoreCollector`: one indexed statement each, in a read-only transaction, so a
+scrape never waits for, or takes, the write lock. No label carries an inbox, user or channel:
+the number of series stays fixed however many people write to the agent.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from wakeful.core.store import Store
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+REGISTRY = CollectorRegistry()
+"""The process's own metrics (not prometheus_client's global registry, so embedding wakeful in
+another program never collides with that program's metrics)."""
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
+
+INGESTED = Counter(
+    "wakeful_events_ingested_total",
+    "Deliveries offered to the inbox, by source and outcome (stored, duplicate, rejected).",
+    ["source", "outcome"],
+    registry=REGISTRY,
+)
+RUNS = Counter(
+    "wakeful_runs_total",
+    "Agent runs by outcome: done, failed (events retried), dead (events dead-lettered), "
+    "fenced (the finish was refused: the lease was lost).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+RUN_SECONDS = Histogram(
+    "wakeful_run_duration_seconds",
+    "Wall time of one run: the agent, then the fenced finish.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+    registry=REGISTRY,
+)
+ATTEMPTS = Counter(
+    "wakeful_event_attempts_total",
+    "Events claimed for a run: a first attempt, or a retry after a failure.",
+    ["attempt"],
+    registry=REGISTRY,
+)
+DEAD = Counter(
+    "wakeful_events_dead_total",
+    "Events dead-lettered: claimed too many times (exhausted), or given up by the agent.",
+    ["reason"],
+    registry=REGISTRY,
+)
+TAKEOVERS = Counter(
+    "wakeful_lease_takeovers_total",
+    "Claims that found events left running by an older lease generation (a worker crashed or "
+    "stalled past its lease).",
+    registry=REGISTRY,
+)
+FENCED = Counter(
+    "wakeful_finishes_fenced_total",
+    "Finishes refused because the worker no longer held the lease in its generation.",
+    registry=REGISTRY,
+)
+PARTS = Counter(
+    "wakeful_outbox_parts_total",
+    "Outbox parts sent to Slack, by kind (post, update, ephemeral) and outcome (sent, "
+    "retry: a transient failure, kept; failed: parked for a person).",
+    ["kind", "outcome"],
+    registry=REGISTRY,
+)
+ROWS_SENT = Counter(
+    "wakeful_outbox_rows_sent_total",
+    "Outbox rows delivered (several rows can merge into one post).",
+    registry=REGISTRY,
+)
+SEND_SECONDS = Histogram(
+    "wakeful_outbox_send_seconds",
+    "Time one outbox part spent in the Slack Web API (including a retry's look-up).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+SLACK_ERRORS = Counter(
+    "wakeful_slack_api_errors_total",
+    "Slack Web API calls that failed, by method and Slack's error code (or http_<status>, "
+    "network).",
+    ["method", "error"],
+    registry=REGISTRY,
+)
+PAUSES = Counter(
+    "wakeful_dispatch_pauses_total",
+    "Rate-limit (429) answers that paused every send until their Retry-After.",
+    registry=REGISTRY,
+)
+PAUSED_SECONDS = Counter(
+    "wakeful_dispatch_paused_seconds_total",
+    "Seconds of send pauses asked for by Slack's Retry-After.",
+    registry=REGISTRY,
+)
+APPROVALS = Counter(
+    "wakeful_approvals_total",
+    "Approvals requested, and answers that stood: yes, no, expired.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+TIMER_LATENESS = Histogram(
+    "wakeful_timer_lateness_seconds",
+    "How late a timer occurrence was stored, against its scheduled time.",
+    buckets=(0, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 86400),
+    registry=REGISTRY,
+)
+ACK_SECONDS = Histogram(
+    "wakeful_http_ack_seconds",
+    "Time from a Slack request's arrival to the app's answer (Slack waits 3 s at most), by "
+    "HTTP status.",
+    ["status"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 3, 5),
+    registry=REGISTRY,
+)
+
+# The ingest path runs thousands of times a second: its children are looked up once.
+_INGEST_CHILDREN: dict[tuple[str, str], Any] = {}
+_SOURCE = re.compile(r"[a-z0-9_.-]{1,40}")
+
+
+def count_ingest(source: str, outcome: str) -> None:
+    """One delivery offered to the inbox (`stored`, `duplicate` or `rejected`)."""
+    child = _INGEST_CHILDREN.get((source, outcome))
+    if child is None:
+        child = _INGEST_CHILDREN[(source, outcome)] = INGESTED.labels(source, outcome)
+    child.inc()
+
+
+def source_label(source: object) -> str:
+    """A source as a label value: a malformed one must not mint a new series per request."""
+    if isinstance(source, str) and _SOURCE.fullmatch(source):
+        return source
+    return "invalid"
+
+
+def count_claim(attempts: list[int]) -> None:
+    """Events just claimed, each with its attempt number (1 = first)."""
+    retries = sum(1 for a in attempts if a > 1)
+    if len(attempts) > retries:
+        ATTEMPTS.labels("first").inc(len(attempts) - retries)
+    if retries:
+        ATTEMPTS.labels("retry").inc(retries)
+
+
+class StoreCollector(Collector):
+    """The store's gauges, read on scrape: one indexed statement each, read-only."""
+
+    def __init__(self, store: Store, clock: Callable[[], int] = lambda: int(time.time())) -> None:
+        self.store = store
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.perf_counter()
+        up = GaugeMetricFamily("wakeful_store_up", "1 when the scrape could read the store.")
+        try:
+            gauges = self.store.gauges(self.clock())
+        except Exception:  # a scrape reports an outage; it never fails the other metrics
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        events = GaugeMetricFamily(
+            "wakeful_events",
+            "Events not done, by status (pending, running, dead).",
+            labels=["status"],
+        )
+        for status in ("pending", "running", "dead"):
+            events.add_metric([status], gauges.events.get(status, 0))
+        yield events
+        yield _gauge(
+            "wakeful_oldest_pending_event_age_seconds",
+            "Age of the oldest pending event (0 when none): a quiet agent shows here first.",
+            gauges.oldest_pending_age,
+        )
+        rows = GaugeMetricFamily(
+            "wakeful_outbox_rows",
+            "Outbox rows by state: held (pending, waiting for the gap or a dispatcher), sending, "
+            "parked (failed, waiting for a person).",
+            labels=["state"],
+        )
+        for state in ("held", "sending", "parked"):
+            rows.add_metric([state], gauges.outbox.get(state, 0))
+        yield rows
+        yield _gauge(
+            "wakeful_oldest_held_outbox_age_seconds",
+            "Age of the oldest held or sending outbox row (0 when none).",
+            gauges.oldest_outbox_age,
+        )
+        yield _gauge(
+            "wakeful_approvals_open",
+            "Approvals still waiting for an answer.",
+            gauges.approvals_open,
+        )
+        yield _gauge("wakeful_timers_due", "Timers due now and not yet fired.", gauges.timers_due)
+        yield _gauge(
+            "wakeful_oldest_due_timer_age_seconds",
+            "How long the most overdue timer has been due (0 when none): a stopped scheduler.",
+            gauges.oldest_due_timer_age,
+        )
+        yield _gauge(
+            "wakeful_store_scrape_seconds",
+            "Time this scrape spent reading the store.",
+            time.perf_counter() - started,
+        )
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+class _Forward(Collector):
+    """The process's metrics inside a registry that also holds one store's collector."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield from REGISTRY.collect()
+
+
+def registry_for(store: Store) -> CollectorRegistry:
+    """What `/metrics` shows for a process using `store`: its counters and the store's gauges."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Forward())
+    registry.register(StoreCollector(store))
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text format of a registry."""
+    return generate_latest(registry)
+
+
+class MetricsServer:
+    """`/metrics` on a port of its own, for processes that serve no HTTP (the loops)."""
+
+    def __init__(self, store: Store, host: str, port: int) -> None:
+        self._server, self._thread = start_http_server(port, host, registry_for(store))
+        self.port = int(self._server.server_address[1])
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
