@@ -408,13 +408,26 @@ class Dispatcher(_Loop):
             return 0
         batches = self.store.claim_batches(now)
         if len(batches) <= 1 or self.concurrency <= 1:
-            return sum(self._send_batch(b) for b in batches)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="wakeful-send")
-        return sum(self._pool.map(self._send_batch, batches))
+            results = [self._send_batch(b) for b in batches]
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="wakeful-send")
+            results = list(self._pool.map(self._send_batch, batches))
+        # One commit records the whole pass. A crash before it leaves the rows `sending`: once
+        # their deadline passes they are retried, and the sender finds the posts already there.
+        self._record([done for _, unrecorded in results for done in unrecorded])
+        return sum(count for count, _ in results)
 
-    def _send_batch(self, batch: Batch) -> int:
-        sent = 0
+    def _record(self, sent: list[tuple[Part, str | None]]) -> None:
+        self.store.mark_sent_many(sent, self.clock())
+        for part, _ in sent:
+            if part.final:
+                metrics.ROWS_SENT.inc(len(part.row_ids))
+
+    def _send_batch(self, batch: Batch) -> tuple[int, list[tuple[Part, str | None]]]:
+        """Send a batch's parts in order: how many went out, and those not yet recorded."""
+        sent: list[tuple[Part, str | None]] = []
+        count = 0
         for part in batch.parts:
             if self.clock() < self._paused_until:
                 self.store.defer_batch(
@@ -424,6 +437,8 @@ class Dispatcher(_Loop):
             started = time.perf_counter()
             try:
                 if part.kind == "update":
+                    self._record(sent)  # the prompt this rewrites may be among them
+                    sent = []
                     part = self._resolve_target(part)
                 ts = self.sender.send(part)
             except TransientSendError as exc:
@@ -443,11 +458,9 @@ class Dispatcher(_Loop):
                 self.store.fail_part(part, str(exc), self.clock())
                 continue
             _count_part(part, "sent", started)
-            self.store.mark_sent(part, ts, self.clock())
-            if part.final:
-                metrics.ROWS_SENT.inc(len(part.row_ids))
-            sent += 1
-        return sent
+            sent.append((part, ts))
+            count += 1
+        return count, sent
 
     def _resolve_target(self, part: Part) -> Part:
         """An update rewrites the approval prompt: find where that prompt was posted."""

@@ -460,6 +460,22 @@ def test_an_update_reaches_a_prompt_that_was_posted_urgently(store: Store) -> No
     ]
 
 
+def test_a_prompt_and_its_update_in_one_pass_rewrite_the_prompt(store: Store) -> None:
+    # The answer came before the dispatcher ever ran: the prompt and its rewrite go out in one
+    # batch. Sent parts are recorded together at the end of a pass, but the prompt's ts must
+    # be recorded before the update looks it up, or the update is parked as "never posted".
+    _request_with_prompt(store, Message("C7", "Refund order 1?", priority="urgent"), [])
+    store.post(INBOX, [Message("C7", "Refund approved", kind="update", ref="req-1")], T0 + 1)
+    rig = Rig(store, T0 + 1)
+    assert rig.tick(T0 + 1) == 2
+    assert store.dead_letters().outbox == []
+    prompt_ts = rig.sender.ts_of[rig.sender.posted[0].part_id]
+    assert [(p.kind, p.target_ts) for p in rig.sender.posted] == [
+        ("post", None),
+        ("update", prompt_ts),
+    ]
+
+
 # -- nothing is ever lost ----------------------------------------------------------------------
 
 DESTS = [("C1", None), ("C1", "9.000"), ("C2", None)]
