@@ -57,9 +57,18 @@ class Wakeup:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._first: float | None = None
 
     def kick(self) -> None:
+        if self._first is None:
+            self._first = time.monotonic()
         self._event.set()
+
+    def first_kick(self) -> float | None:
+        """When the first kick since the last call came (monotonic), or None: the time the
+        news it carries arrived, however long the loop took to look."""
+        first, self._first = self._first, None
+        return first
 
     def wait(self, timeout: float) -> bool:
         fired = self._event.wait(timeout)
@@ -156,9 +165,13 @@ class Worker(_Loop):
         self._run_time: float | None = None  # seconds a run takes, smoothed; None: not known
 
     def tick(self, now: int) -> int:
+        kicked = self.wakeup.first_kick()
         ready = self.store.ready_inboxes(now, self.batch_inboxes * 5)
         t = self.monotonic()
-        self._seen = {inbox: self._seen.get(inbox, t) for inbox in ready}
+        # An inbox's batch window starts when its first event was stored (the kick that said
+        # so), not when this tick got round to seeing it.
+        arrived = t if kicked is None else t - max(0.0, time.monotonic() - kicked)
+        self._seen = {inbox: self._seen.get(inbox, arrived) for inbox in ready}
         # Workers on other hosts read the same list, oldest first: each starts at a random
         # place among the first `batch_inboxes`, so they take different inboxes instead of
         # queueing on the same leases, and the oldest work still goes first.

@@ -89,3 +89,17 @@ def test_each_kick_wakes_the_loop_it_is_news_for(tmp_path: Path) -> None:
     assert worker.wake_scheduler is runtime.wake_scheduler
     assert scheduler.wakeup is runtime.wake_scheduler
     store.close()
+
+
+def test_a_batch_window_counts_from_the_kick_not_from_the_tick_that_saw_it(
+    store: Store,
+) -> None:
+    # The worker may look a while after the event was stored (it was busy, or its kicks were
+    # piling up): the window is the person's, so it runs from the store's kick.
+    work = Wakeup()
+    worker = Worker(store=store, agent=RefundDesk(store), wakeup=work, settle=0.5)
+    store.ingest("T1:U1", "slack", "E1", {"text": "hi"}, T0)
+    work.kick()
+    time.sleep(0.3)  # the worker is elsewhere for 300 ms
+    assert worker.tick(T0) == 0  # seen now, but its window opened 300 ms ago
+    assert worker.idle_wait() < 0.25
