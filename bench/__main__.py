@@ -38,9 +38,11 @@ def main(argv: list[str]) -> int:
     figures: list[Figure] = run_engine(args.quick)
     figures += run_ops(args.quick)
     if not args.skip_http:
+        from .e2e import run_e2e
         from .http import run_http
 
         figures += run_http(args.quick)
+        figures += run_e2e(args.quick)
     dsn = os.environ.get("WAKEFUL_TEST_PG_DSN", "")
     if dsn:
         from .pg import run_pg

@@ -1,6 +1,6 @@
-"""The peer for the PostgreSQL figures: a procrastinate app with one task that does nothing,
-on the schema PROCRASTINATE_SCHEMA of the database PROCRASTINATE_DSN. Its workers run as
-`procrastinate --app=bench.peer_procrastinate.app worker`."""
+"""The peer for the PostgreSQL figures: a procrastinate app with one task that does nothing.
+Its workers run as `procrastinate --app=bench.peer_procrastinate.app worker` with
+PROCRASTINATE_DSN and PROCRASTINATE_SCHEMA naming the database and schema."""
 
 from __future__ import annotations
 
@@ -8,14 +8,18 @@ import os
 
 from procrastinate import App, PsycopgConnector
 
-app = App(
-    connector=PsycopgConnector(
-        conninfo=os.environ.get("PROCRASTINATE_DSN", ""),
-        kwargs={"options": f"-c search_path={os.environ.get('PROCRASTINATE_SCHEMA', 'public')}"},
-    )
-)
 
-
-@app.task(name="noop")
 def noop(n: int) -> None:
     """A job as small as a wakeful run that returns no effects."""
+
+
+def make_app(dsn: str, schema: str) -> App:
+    connector = PsycopgConnector(conninfo=dsn, kwargs={"options": f"-c search_path={schema}"})
+    app = App(connector=connector)
+    app.task(name="noop")(noop)
+    return app
+
+
+app = make_app(
+    os.environ.get("PROCRASTINATE_DSN", ""), os.environ.get("PROCRASTINATE_SCHEMA", "public")
+)
