@@ -156,23 +156,21 @@ class Claims(StoreBase):
         gen: int,
         now: int,
         seq: int | None = None,
-        reset: bool = True,
     ) -> Claim:
-        """`seq` reuses a lease sequence number this transaction already took; `reset=False`
-        skips the stale-row reset when this transaction has just finished under the lease."""
+        """`seq` reuses a lease sequence number this transaction already took."""
         s = self.settings
-        if reset and tx.run("reset_stale", {"inbox": inbox, "gen": gen, "now": now}):
-            metrics.TAKEOVERS.inc()
-        buried = tx.run(
-            "bury_exhausted",
-            {
-                "inbox": inbox,
-                "max_attempts": s.max_attempts,
-                "error": TOO_MANY_ATTEMPTS,
-                "now": now,
-            },
-        )
-        if buried > 0:
+        params = {
+            "inbox": inbox,
+            "gen": gen,
+            "max_attempts": s.max_attempts,
+            "error": TOO_MANY_ATTEMPTS,
+            "now": now,
+        }
+        settled = [str(r["status"]) for r in tx.all("settle_inbox", params)]
+        if "pending" in settled:
+            metrics.TAKEOVERS.inc()  # an older generation's work was taken over
+        buried = settled.count("dead")
+        if buried:
             metrics.DEAD.labels("exhausted").inc(buried)
         rows = tx.all("next_claimable", {"inbox": inbox, "now": now, "limit": s.claim_cap})
         if rows and int(rows[0]["attempts"]) > 0:
@@ -270,7 +268,7 @@ class Claims(StoreBase):
         # Same transaction, same lease: nothing can have gone stale since our claim, and the
         # finish's sequence number orders the next claim too.
         following = self._claim(
-            tx, claim.inbox, claim.holder, claim.gen, now, seq=finish_seq or None, reset=False
+            tx, claim.inbox, claim.holder, claim.gen, now, seq=finish_seq or None
         )
         if following.events:
             return True, following

@@ -95,16 +95,17 @@ SELECT * FROM leases WHERE inbox = %(inbox)s;
 -- Set the lease's holder, generation and expiry (renew, release, lapse).
 UPDATE leases SET holder = %(holder)s, gen = %(gen)s, expires_at = %(expires_at)s WHERE inbox = %(inbox)s;
 
--- name: reset_stale
--- Events left running by an older generation go back to pending.
-UPDATE events SET status = 'pending', updated_at = %(now)s
-WHERE inbox = %(inbox)s AND status = 'running' AND gen <> %(gen)s;
-
--- name: bury_exhausted
--- Pending events that reached max_attempts become dead.
-UPDATE events SET status = 'dead', error = %(error)s, updated_at = %(now)s
-WHERE inbox = %(inbox)s AND status = 'pending'
-  AND attempts >= %(max_attempts)s;
+-- name: settle_inbox
+-- Before a claim: events left running by an older generation go back to pending, and those
+-- that reached max_attempts become dead instead; what each became is returned.
+UPDATE events
+SET status = CASE WHEN attempts >= %(max_attempts)s THEN 'dead' ELSE 'pending' END,
+    error = CASE WHEN attempts >= %(max_attempts)s THEN %(error)s ELSE error END,
+    updated_at = %(now)s
+WHERE inbox = %(inbox)s
+  AND ((status = 'running' AND gen <> %(gen)s)
+       OR (status = 'pending' AND attempts >= %(max_attempts)s))
+RETURNING status;
 
 -- name: mark_running
 -- Claim one event: running under this generation, attempt counted, backoff fixed.

@@ -88,16 +88,17 @@ SELECT 1 AS ok FROM leases WHERE inbox = :inbox;
 -- Set the lease's holder, generation and expiry (renew, release, lapse).
 UPDATE leases SET holder = :holder, gen = :gen, expires_at = :expires_at WHERE inbox = :inbox;
 
--- name: reset_stale
--- Events left running by an older generation go back to pending.
-UPDATE events SET status = 'pending', updated_at = :now
-WHERE inbox = :inbox AND status = 'running' AND gen <> :gen;
-
--- name: bury_exhausted
--- Pending events that reached max_attempts become dead.
-UPDATE events SET status = 'dead', error = :error, updated_at = :now
-WHERE inbox = :inbox AND status = 'pending'
-  AND attempts >= :max_attempts;
+-- name: settle_inbox
+-- Before a claim: events left running by an older generation go back to pending, and those
+-- that reached max_attempts become dead instead; what each became is returned.
+UPDATE events
+SET status = CASE WHEN attempts >= :max_attempts THEN 'dead' ELSE 'pending' END,
+    error = CASE WHEN attempts >= :max_attempts THEN :error ELSE error END,
+    updated_at = :now
+WHERE inbox = :inbox
+  AND ((status = 'running' AND gen <> :gen)
+       OR (status = 'pending' AND attempts >= :max_attempts))
+RETURNING status;
 
 -- name: mark_running
 -- Claim one event: running under this generation, attempt counted, backoff fixed.
