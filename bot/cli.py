@@ -20,6 +20,7 @@ from wakeful.core.errors import StoreError, WakefulError
 from wakeful.core.store import Store, open_store
 
 if TYPE_CHECKING:
+    from wakeful.bot.runtime import Runtime
     from wakeful.core.metrics import MetricsServer
 
 log = logging.getLogger("wakeful")
@@ -108,11 +109,16 @@ def _serve(args: argparse.Namespace) -> int:
             finally:
                 server.close()
     finally:
-        if exporter is not None:
-            exporter.close()
-        runtime.shutdown()
-        store.close()
+        _stop(exporter, runtime, store)
     return 0
+
+
+def _stop(exporter: MetricsServer | None, runtime: Runtime, store: Store) -> None:
+    """Stop what a command started, the other way round: metrics port, loops, store."""
+    if exporter is not None:
+        exporter.close()
+    runtime.shutdown()
+    store.close()
 
 
 def _metrics_port(config: Config, store: Store) -> MetricsServer | None:
@@ -149,10 +155,7 @@ def _loop(role: str) -> Callable[[argparse.Namespace], int]:
             exporter = _metrics_port(config, store)
             runtime.stop.wait()
         finally:
-            if exporter is not None:
-                exporter.close()
-            runtime.shutdown()
-            store.close()
+            _stop(exporter, runtime, store)
         return 0
 
     return run
