@@ -14,7 +14,7 @@ import traceback
 import uuid
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -422,13 +422,21 @@ class Dispatcher(_Loop):
         batches = self.store.claim_batches(now)
         if len(batches) <= 1 or self.concurrency <= 1:
             results = [self._send_batch(b) for b in batches]
+            errors: list[BaseException] = []
         else:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="wakeful-send")
-            results = list(self._pool.map(self._send_batch, batches))
+            futures = [self._pool.submit(self._send_batch, b) for b in batches]
+            # Every send of this pass ends before the pass does, even when one of them fails:
+            # a send still in flight when the next pass reclaims its batch could post twice.
+            wait(futures)
+            results = [f.result() for f in futures if f.exception() is None]
+            errors = [e for f in futures if (e := f.exception()) is not None]
         # One commit records the whole pass. A crash before it leaves the rows `sending`: once
         # their deadline passes they are retried, and the sender finds the posts already there.
         self._record([done for _, unrecorded in results for done in unrecorded])
+        if errors:
+            raise errors[0]
         return sum(count for count, _ in results)
 
     def _record(self, sent: list[tuple[Part, str | None]]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -474,6 +475,28 @@ def test_a_prompt_and_its_update_in_one_pass_rewrite_the_prompt(store: Store) ->
         ("post", None),
         ("update", prompt_ts),
     ]
+
+
+def test_a_pass_ends_only_after_every_send_it_started(store: Store) -> None:
+    # One send fails fast, another is still on the network: the pass must wait for it (and
+    # record it) before it ends, or the next pass could reclaim that batch and post it twice.
+    rig = Rig(store)
+    rig.post("fails", T0, channel="C1", urgent=True)
+    rig.post("slow", T0, channel="C2", urgent=True)
+    finished: list[str] = []
+
+    def during(part: Part) -> None:
+        if part.channel == "C1":
+            raise RuntimeError("the sender broke")
+        time.sleep(0.3)
+        finished.append(part.text)
+
+    rig.sender.during = during
+    with pytest.raises(RuntimeError, match="the sender broke"):
+        rig.tick(T0)
+    assert finished == ["slow"]
+    sent = {r.text: r.status for r in store.outbox(inbox=INBOX)}
+    assert sent == {"fails": "sending", "slow": "sent"}
 
 
 # -- nothing is ever lost ----------------------------------------------------------------------
