@@ -1,0 +1,82 @@
+"""A webhook front on a real port for tests: SlackFront with webhook sources under the
+product's waitress server, a signed sender, and the clock both share."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tests.conftest import T0
+from wakeful.bot.config import WebhookSource
+from wakeful.bot.front import SlackFront
+from wakeful.bot.runtime import http_server
+from wakeful.core.loops import ManualClock
+from wakeful.core.store import Store
+from wakeful.devtools.webhooks import WebhookSender
+
+GITHUB_SECRET = "gh-integration-secret"
+STRIPE_SECRET = "whsec_integration_secret"
+CI_SECRET = "ci-integration-secret"
+OPS, PAY = "C0OPS", "C0PAY"
+SOURCES = (
+    WebhookSource("github", "github", GITHUB_SECRET, OPS),
+    WebhookSource("stripe", "stripe", STRIPE_SECRET, PAY),
+    WebhookSource("ci", "generic", CI_SECRET, OPS),
+)
+
+
+class CountingKicker:
+    def __init__(self) -> None:
+        self.kicks = 0
+
+    def kick(self) -> None:
+        self.kicks += 1
+
+
+@dataclass
+class Served:
+    """A front on a real port, its store, the sender's and the front's shared clock."""
+
+    store: Store
+    sender: WebhookSender
+    clock: ManualClock
+    worker: CountingKicker
+    port: int
+    stop: Callable[[], None]
+
+    def snapshot(self) -> tuple[int, int]:
+        """(events, outbox rows): what a refused delivery must leave unchanged."""
+        return self.store.count_events(), len(self.store.outbox())
+
+    def close(self) -> None:
+        self.stop()
+
+
+def serve(
+    store: Store,
+    sources: tuple[WebhookSource, ...] = SOURCES,
+    clock: ManualClock | None = None,
+) -> Served:
+    clock = clock or ManualClock(T0)
+    worker = CountingKicker()
+    front = SlackFront(
+        store, "slack-secret", wake_worker=worker, clock=clock, webhook_sources=sources
+    )
+    server = http_server(front, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    port = int(server.effective_port)
+    sender = WebhookSender(
+        f"http://127.0.0.1:{port}",
+        github_secret=GITHUB_SECRET,
+        stripe_secret=STRIPE_SECRET,
+        secrets={"ci": CI_SECRET},
+        clock=clock,
+    )
+
+    def stop() -> None:
+        server.close()
+        thread.join(5)
+
+    return Served(store, sender, clock, worker, port, stop)
