@@ -49,6 +49,7 @@ from wakeful.bot.agents.conversation import (
     text_block,
     tool_result,
     trim_history,
+    webhook_view,
 )
 from wakeful.bot.agents.webhook_report import is_webhook
 from wakeful.bot.config import Config, ConfigError
@@ -270,11 +271,14 @@ class ClaudeAgent(ClaudeTools):
             elif e.source == "timer":
                 body.append(text_block(self._timer_block(ctx, p)))
             else:
-                # A webhook's body alone: its source, id and type sit in the label, where the
-                # cut of a long body cannot take them away.
-                data = p.get("body") if is_webhook(e) else e.payload
-                payload = json.dumps(data, ensure_ascii=False, sort_keys=True)
-                kind = p.get("type") if is_webhook(e) else None
+                # A webhook's body alone, trimmed of noise: its source, id and type sit in the
+                # label, where the cut of a long body cannot take them away.
+                if is_webhook(e):
+                    view = webhook_view(e.source, p.get("body"))
+                    payload, kind = json.dumps(view, ensure_ascii=False), p.get("type")
+                else:
+                    payload = json.dumps(e.payload, ensure_ascii=False, sort_keys=True)
+                    kind = None
                 attrs = label_attrs(source=e.source, id=e.source_id, type=kind)
                 body.append(
                     text_block(
