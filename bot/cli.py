@@ -10,6 +10,7 @@ import os
 import secrets
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -66,6 +67,7 @@ def _serve(args: argparse.Namespace) -> int:
         runtime.wake_worker,
         runtime.wake_dispatcher,
         runtime.clock,
+        webhook_sources=config.webhooks,
     )
     runtime.start()
     exporter: MetricsServer | None = None
@@ -87,13 +89,21 @@ def _serve(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise ConfigError(f"cannot reach Slack for Socket Mode: {exc}") from exc
             print("wakeful: connected in Socket Mode", flush=True)
+            # Webhooks still arrive over HTTP: serve the front for them (and /healthz).
+            webhooks = http_server(front, config.host, config.port) if config.webhooks else None
+            if webhooks is not None:
+                threading.Thread(target=webhooks.run, name="wakeful-http", daemon=True).start()
+                _print_webhooks(config, webhooks.effective_port)
             exporter = _metrics_port(config, store)
             runtime.stop.wait()
             socket.close()
+            if webhooks is not None:
+                webhooks.close()
         else:
             server = http_server(front, config.host, config.port)
             port = server.effective_port
             print(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}", flush=True)
+            _print_webhooks(config, port)
             exporter = _metrics_port(config, store)
 
             def stop() -> None:
@@ -129,6 +139,13 @@ def _metrics_port(config: Config, store: Store) -> MetricsServer | None:
         ) from exc
     print(f"wakeful: metrics on http://{config.host}:{server.port}/metrics", flush=True)
     return server
+
+
+def _print_webhooks(config: Config, port: int) -> None:
+    """One line naming the webhook endpoints served and where each one reports."""
+    if config.webhooks:
+        served = ", ".join(f"/webhooks/{s.name} -> {s.channel}" for s in config.webhooks)
+        print(f"wakeful: webhooks on http://{config.host}:{port}: {served}", flush=True)
 
 
 def _loop(role: str) -> Callable[[argparse.Namespace], int]:
