@@ -120,6 +120,14 @@ class Demo:
     def posts(self, needle: str, channel: str = DM) -> list[dict[str, Any]]:
         return [m for m in self.emu.messages(channel) if needle in str(m.get("text", ""))]
 
+    def posted_at(self, channel: str, needle: str) -> float:
+        """When the emulator took the first post in `channel` containing `needle`."""
+        return next(
+            c.at
+            for c in self.emu.calls("chat.postMessage")
+            if c.params.get("channel") == channel and needle in str(c.params.get("text"))
+        )
+
     def expect(self, what: str, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
         if not self.emu.wait_for(lambda _e: predicate(), timeout=timeout):
             raise DemoFailed(f"expected {what}")
@@ -324,6 +332,10 @@ class Demo:
         )
         if len(self.posts("Stripe", OPS)) != 1:
             raise DemoFailed("the Stripe burst was not merged into one post")
+        github, stripe = (self.posted_at(OPS, k) for k in ("GitHub issues.opened", "Stripe"))
+        if stripe - github < GAP - 1:  # the engine counts the gap in whole seconds
+            waited = f"{stripe - github:.1f} s"
+            raise DemoFailed(f"the Stripe burst went out {waited} after the last post, not paced")
         say("\ndemo finished: every step above was checked against what Slack received.")
 
 

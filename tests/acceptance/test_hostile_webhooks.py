@@ -22,6 +22,7 @@ import copy
 import http.client
 import json
 import logging
+import re
 import threading
 import time
 import urllib.parse
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from wakeful.bot.agents.webhook_report import report_line
@@ -457,6 +458,8 @@ def test_fuzz_github_headers_are_checked_not_trusted(
     elif answer.body == b"stored":
         stored = assert_one_well_typed_delivery(live, "github", delivery.strip(), answer)
         assert stored.payload["type"] == event.strip()
+        # What reaches the agent as an event type is an event name, never arbitrary text.
+        assert re.fullmatch(r"[a-z][a-z0-9_]{0,63}", stored.payload["type"]), stored.payload
 
 
 PATHS: dict[str, list[tuple[str | int, ...]]] = {
@@ -516,8 +519,16 @@ def mutated_delivery(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
     return name, mutated(doc, draw(st.lists(change, min_size=1, max_size=3)))
 
 
+def _titled(title: Any) -> tuple[str, dict[str, Any]]:
+    return "issues.opened", mutated(
+        json.loads(github_payload("issues.opened")), [(("issue", "title"), title)]
+    )
+
+
 @settings(max_examples=300, **FUZZ_SETTINGS)
 @given(case=mutated_delivery())
+@example(case=_titled("<!channel> & <@U0HX|boss>"))
+@example(case=_titled(["<!here>"]))
 def test_fuzz_mutated_payloads_are_stored_well_typed_or_refused(
     live: Live, case: tuple[str, dict[str, Any]]
 ) -> None:
