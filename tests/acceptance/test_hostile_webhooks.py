@@ -23,7 +23,6 @@ import http.client
 import json
 import logging
 import re
-import threading
 import time
 import urllib.parse
 import uuid
@@ -37,10 +36,10 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
+from tests.support.webhook_front import start_server
 from wakeful.bot.agents.webhook_report import report_line
 from wakeful.bot.config import WebhookSource
 from wakeful.bot.front import SlackFront
-from wakeful.bot.runtime import http_server
 from wakeful.bot.webhooks import STRIPE_TOLERANCE, channel_inbox
 from wakeful.core.records import Event
 from wakeful.core.store import Store, open_store
@@ -101,14 +100,11 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         WebhookSource("ci", "generic", CI_SECRET, OPS),
     )
     front = SlackFront(store, "hostile-slack-secret", webhook_sources=sources)
-    server = http_server(front, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.run, name="hostile-webhooks", daemon=True)
-    thread.start()
+    port, stop = start_server(front)
     try:
-        yield Live(store, int(server.effective_port))
+        yield Live(store, port)
     finally:
-        server.close()
-        thread.join(5)
+        stop()
         store.close()
         quiet.setLevel(level)
 

@@ -22,7 +22,8 @@ from tests.support.webhook_front import OPS, PAY, Served, serve
 from wakeful.bot.agents.claude import ClaudeAgent
 from wakeful.bot.agents.conversation import NO_REPLY
 from wakeful.bot.webhooks import channel_inbox
-from wakeful.core.loops import Dispatcher, ManualClock, Worker
+from wakeful.core.clock import ManualClock
+from wakeful.core.loops import Dispatcher, Worker
 from wakeful.core.rules.outbox import Part
 from wakeful.core.store import Store
 from wakeful.devtools.webhooks import github_payload, stripe_event

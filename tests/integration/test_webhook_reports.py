@@ -18,7 +18,8 @@ from tests.support.webhook_front import CI_SECRET, GITHUB_SECRET, OPS, STRIPE_SE
 from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.bot.config import WebhookSource
 from wakeful.bot.webhooks import channel_inbox
-from wakeful.core.loops import Dispatcher, ManualClock, Scheduler, Worker
+from wakeful.core.clock import ManualClock
+from wakeful.core.loops import Dispatcher, Scheduler, Worker
 from wakeful.core.rules.outbox import SEPARATOR, Part
 from wakeful.core.store import Store
 from wakeful.devtools.webhooks import Sent, WebhookSender, stripe_event

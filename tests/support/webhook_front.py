@@ -11,7 +11,7 @@ from tests.conftest import T0
 from wakeful.bot.config import WebhookSource
 from wakeful.bot.front import SlackFront
 from wakeful.bot.runtime import http_server
-from wakeful.core.loops import ManualClock
+from wakeful.core.clock import ManualClock
 from wakeful.core.store import Store
 from wakeful.devtools.webhooks import WebhookSender
 
@@ -53,6 +53,31 @@ class Served:
         self.stop()
 
 
+def start_server(app: SlackFront) -> tuple[int, Callable[[], None]]:
+    """The product's waitress server for `app` on a free loopback port, in a thread; returns
+    the port and a stop. Closing the sockets under the running loop can make its last select
+    fail with EBADF: that is the stop, not an error."""
+    server = http_server(app, "127.0.0.1", 0)
+    closing = threading.Event()
+
+    def run() -> None:
+        try:
+            server.run()
+        except OSError:
+            if not closing.is_set():
+                raise
+
+    thread = threading.Thread(target=run, name="webhook-front", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        closing.set()
+        server.close()
+        thread.join(5)
+
+    return int(server.effective_port), stop
+
+
 def serve(
     store: Store,
     sources: tuple[WebhookSource, ...] = SOURCES,
@@ -63,10 +88,7 @@ def serve(
     front = SlackFront(
         store, "slack-secret", wake_worker=worker, clock=clock, webhook_sources=sources
     )
-    server = http_server(front, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    port = int(server.effective_port)
+    port, stop = start_server(front)
     sender = WebhookSender(
         f"http://127.0.0.1:{port}",
         github_secret=GITHUB_SECRET,
@@ -74,9 +96,5 @@ def serve(
         secrets={"ci": CI_SECRET},
         clock=clock,
     )
-
-    def stop() -> None:
-        server.close()
-        thread.join(5)
 
     return Served(store, sender, clock, worker, port, stop)
