@@ -10,7 +10,6 @@ import os
 import secrets
 import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -44,6 +43,7 @@ def _serve(args: argparse.Namespace) -> int:
         identify,
         install_signal_handlers,
         open_configured_store,
+        serve_in_thread,
     )
     from wakeful.bot.sender import make_client
 
@@ -89,16 +89,16 @@ def _serve(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise ConfigError(f"cannot reach Slack for Socket Mode: {exc}") from exc
             print("wakeful: connected in Socket Mode", flush=True)
-            # Webhooks still arrive over HTTP: serve the front for them (and /healthz).
-            webhooks = http_server(front, config.host, config.port) if config.webhooks else None
-            if webhooks is not None:
-                threading.Thread(target=webhooks.run, name="wakeful-http", daemon=True).start()
-                _print_webhooks(config, webhooks.effective_port)
+            stop_http = None
+            if config.webhooks:  # webhooks still arrive over HTTP (and /healthz with them)
+                server = http_server(front, config.host, config.port)
+                stop_http = serve_in_thread(server)
+                _print_webhooks(config, server.effective_port)
             exporter = _metrics_port(config, store)
             runtime.stop.wait()
             socket.close()
-            if webhooks is not None:
-                webhooks.close()
+            if stop_http is not None:
+                stop_http()
         else:
             server = http_server(front, config.host, config.port)
             port = server.effective_port

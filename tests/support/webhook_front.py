@@ -3,14 +3,13 @@ product's waitress server, a signed sender, and the clock both share."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from tests.conftest import T0
 from wakeful.bot.config import WebhookSource
 from wakeful.bot.front import SlackFront
-from wakeful.bot.runtime import http_server
+from wakeful.bot.runtime import http_server, serve_in_thread
 from wakeful.core.clock import ManualClock
 from wakeful.core.store import Store
 from wakeful.devtools.webhooks import WebhookSender
@@ -55,27 +54,9 @@ class Served:
 
 def start_server(app: SlackFront) -> tuple[int, Callable[[], None]]:
     """The product's waitress server for `app` on a free loopback port, in a thread; returns
-    the port and a stop. Closing the sockets under the running loop can make its last select
-    fail with EBADF: that is the stop, not an error."""
+    the port and the function that stops it."""
     server = http_server(app, "127.0.0.1", 0)
-    closing = threading.Event()
-
-    def run() -> None:
-        try:
-            server.run()
-        except OSError:
-            if not closing.is_set():
-                raise
-
-    thread = threading.Thread(target=run, name="webhook-front", daemon=True)
-    thread.start()
-
-    def stop() -> None:
-        closing.set()
-        server.close()
-        thread.join(5)
-
-    return int(server.effective_port), stop
+    return int(server.effective_port), serve_in_thread(server)
 
 
 def serve(
