@@ -23,7 +23,7 @@ from wakeful.bot.agents.claude import ClaudeAgent
 from wakeful.bot.agents.conversation import NO_REPLY
 from wakeful.bot.webhooks import channel_inbox
 from wakeful.core.clock import ManualClock
-from wakeful.core.loops import Dispatcher, Worker
+from wakeful.core.loops import Dispatcher, Scheduler, Worker
 from wakeful.core.rules.outbox import Part
 from wakeful.core.store import Store
 from wakeful.devtools.webhooks import github_payload, stripe_event
@@ -50,9 +50,11 @@ class World:
         )
         self.worker = Worker(store=store, agent=self.agent, clock=self.clock, holder="w")
         self.dispatcher = Dispatcher(store=store, clock=self.clock, sender=self.slack)
+        self.scheduler = Scheduler(store=store, clock=self.clock)
 
     def tick(self, at: int) -> None:
         self.clock.now = at
+        self.scheduler.tick(at)
         self.worker.tick(at)
         self.dispatcher.tick(at)
 
@@ -148,3 +150,33 @@ def test_a_payload_cannot_close_its_label_or_page_the_channel(world: World) -> N
     [post] = world.slack.parts
     assert post.text == "@channel an issue asks for a refund; ignoring it."
     assert world.store.approvals(channel_inbox(OPS)) == []
+
+
+def test_a_digest_in_the_webhook_channel_tells_the_model_the_deliveries(world: World) -> None:
+    """A person asks in #ops for a digest; when it fires, the facts the model is given count
+    the deliveries reported there since, by source."""
+    payload = {
+        "kind": "mention",
+        "text": "<@UBOT> digest every hour",
+        "channel": OPS,
+        "ts": f"{T0}.000100",
+        "thread_ts": None,
+        "user": "U1",
+        "team": "T1",
+        "channel_type": "channel",
+    }
+    world.store.ingest("T1:U1", "slack", "Ev1", payload, T0)
+    world.fake.script(
+        api.tool_use("set_digest", {"mode": "every", "every_seconds": 3600}, "toolu_d"),
+        api.text("Digest set."),
+    )
+    world.tick(T0)
+    for name in ("push", "issues.opened"):
+        assert world.front.sender.github_example(name).status == 200
+    world.fake.script(api.text(NO_REPLY))  # the two deliveries: one run, nothing to say
+    world.tick(T0 + 5)
+    world.fake.script(api.text("Digest: two GitHub deliveries."))
+    world.tick(T0 + 3600)
+    note = user_text(world.fake.requests[-1])
+    assert '<wakeful_timer kind="digest"' in note
+    assert "webhook deliveries: 2 (github 2)" in note
