@@ -18,24 +18,14 @@ import pytest
 from tests.conftest import T0
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
-from tests.support.webhook_front import OPS, PAY, Served, serve
+from tests.support.webhook_front import OPS, PAY, RecordingSender, Served, serve
 from wakeful.bot.agents.claude import ClaudeAgent
 from wakeful.bot.agents.conversation import NO_REPLY
 from wakeful.bot.webhooks import channel_inbox
 from wakeful.core.clock import ManualClock
 from wakeful.core.loops import Dispatcher, Scheduler, Worker
-from wakeful.core.rules.outbox import Part
 from wakeful.core.store import Store
 from wakeful.devtools.webhooks import github_payload, stripe_event
-
-
-class RecordingSender:
-    def __init__(self) -> None:
-        self.parts: list[Part] = []
-
-    def send(self, part: Part) -> str:
-        self.parts.append(part)
-        return f"1.000{len(self.parts)}"
 
 
 class World:

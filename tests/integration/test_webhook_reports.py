@@ -14,13 +14,20 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import T0, MakeStore
-from tests.support.webhook_front import CI_SECRET, GITHUB_SECRET, OPS, STRIPE_SECRET, serve
+from tests.support.webhook_front import (
+    CI_SECRET,
+    GITHUB_SECRET,
+    OPS,
+    STRIPE_SECRET,
+    RecordingSender,
+    serve,
+)
 from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.bot.config import WebhookSource
 from wakeful.bot.webhooks import channel_inbox
 from wakeful.core.clock import ManualClock
 from wakeful.core.loops import Dispatcher, Scheduler, Worker
-from wakeful.core.rules.outbox import SEPARATOR, Part
+from wakeful.core.rules.outbox import SEPARATOR
 from wakeful.core.store import Store
 from wakeful.devtools.webhooks import Sent, WebhookSender, stripe_event
 
@@ -36,15 +43,6 @@ ISSUE_LINE = (
     "GitHub issues.opened Codertocat/Hello-World: Spelling error in the README file "
     "https://github.com/Codertocat/Hello-World/issues/1"
 )
-
-
-class RecordingSender:
-    def __init__(self) -> None:
-        self.parts: list[Part] = []
-
-    def send(self, part: Part) -> str:
-        self.parts.append(part)
-        return f"1.000{len(self.parts)}"
 
 
 class Ops:

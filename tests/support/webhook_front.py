@@ -11,6 +11,7 @@ from wakeful.bot.config import WebhookSource
 from wakeful.bot.front import SlackFront
 from wakeful.bot.runtime import http_server, serve_in_thread
 from wakeful.core.clock import ManualClock
+from wakeful.core.rules.outbox import Part
 from wakeful.core.store import Store
 from wakeful.devtools.webhooks import WebhookSender
 
@@ -23,6 +24,17 @@ SOURCES = (
     WebhookSource("stripe", "stripe", STRIPE_SECRET, PAY),
     WebhookSource("ci", "generic", CI_SECRET, OPS),
 )
+
+
+class RecordingSender:
+    """Stands in for Slack's Web API in the engine's loops: keeps every part it is handed."""
+
+    def __init__(self) -> None:
+        self.parts: list[Part] = []
+
+    def send(self, part: Part) -> str:
+        self.parts.append(part)
+        return f"1.000{len(self.parts)}"
 
 
 class CountingKicker:
