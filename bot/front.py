@@ -24,8 +24,8 @@ from wakeful.bot import payloads, socket_mode
 from wakeful.bot.config import WebhookSource
 from wakeful.bot.listeners import Listeners
 from wakeful.bot.signature import RequestSignature
-from wakeful.core import metrics
 from wakeful.bot.webhooks import WEBHOOKS_PATH, Webhooks
+from wakeful.core import metrics
 from wakeful.core.errors import StoreUnavailable
 
 BODY_CAP = 1024 * 1024
@@ -104,6 +104,7 @@ class SlackFront(Listeners):
             return reply(405, "use POST")
         data = read_body(environ, self.body_cap)
         if isinstance(data, tuple):
+            metrics.count_ingest(name, "rejected")
             return data
         return reply(*self.webhooks.receive(name, http_headers(environ), data))
 

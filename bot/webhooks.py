@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from wakeful.bot.config import WebhookSource
+from wakeful.core import metrics
 from wakeful.core.effects import check_json
 from wakeful.core.errors import InvalidInput, StoreError
 from wakeful.core.loops import Kicker
@@ -263,6 +264,7 @@ class Webhooks:
         try:
             delivery = read_delivery(source, headers, body, now)
         except Rejected as exc:
+            metrics.count_ingest(source.name, "rejected")  # the store counts the rest
             return exc.status, exc.reason
         payload = event_payload(source, delivery)
         inbox = channel_inbox(source.channel)

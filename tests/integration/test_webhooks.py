@@ -30,6 +30,7 @@ from tests.support.webhook_front import (
 )
 from wakeful.bot.front import BODY_CAP
 from wakeful.bot.webhooks import STRIPE_TOLERANCE, channel_inbox
+from wakeful.core import metrics
 from wakeful.core.settings import MAX_PAYLOAD_BYTES
 from wakeful.core.store import open_store
 from wakeful.devtools.webhooks import (
@@ -395,3 +396,20 @@ def test_a_locked_store_is_503_and_the_retry_is_stored_once(tmp_path: Path) -> N
         blocker.close()
         running.close()
         running.store.close()
+
+
+def ingested(source: str, outcome: str) -> float:
+    labels = {"source": source, "outcome": outcome}
+    return metrics.REGISTRY.get_sample_value("wakeful_events_ingested_total", labels) or 0.0
+
+
+def test_deliveries_are_counted_by_source_and_outcome(served: Served) -> None:
+    """/metrics: wakeful_events_ingested_total{source, outcome} counts webhooks like Slack."""
+    before = {o: ingested("stripe", o) for o in ("stored", "duplicate", "rejected")}
+    event = stripe_event("charge.succeeded")
+    assert served.sender.stripe(event).status == 200
+    assert served.sender.stripe(event).status == 200
+    assert served.sender.stripe(event, secret="whsec_forged").status == 401
+    assert served.sender.stripe(event, timestamp=T0 - 3600).status == 401
+    after = {o: ingested("stripe", o) - before[o] for o in before}
+    assert after == {"stored": 1, "duplicate": 1, "rejected": 2}
