@@ -44,6 +44,7 @@ def _serve(args: argparse.Namespace) -> int:
         identify,
         install_signal_handlers,
         open_configured_store,
+        serve_in_thread,
     )
     from wakeful.bot.sender import make_client
 
@@ -67,6 +68,7 @@ def _serve(args: argparse.Namespace) -> int:
         runtime.wake_worker,
         runtime.wake_dispatcher,
         runtime.clock,
+        webhook_sources=config.webhooks,
     )
     runtime.start()
     exporter: MetricsServer | None = None
@@ -88,13 +90,21 @@ def _serve(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise ConfigError(f"cannot reach Slack for Socket Mode: {exc}") from exc
             print("wakeful: connected in Socket Mode", flush=True)
+            stop_http = None
+            if config.webhooks:  # webhooks still arrive over HTTP (and /healthz with them)
+                server = http_server(front, config.host, config.port)
+                stop_http = serve_in_thread(server)
+                _print_webhooks(config, server.effective_port)
             exporter = _metrics_port(config, store)
             runtime.stop.wait()
             socket.close()
+            if stop_http is not None:
+                stop_http()
         else:
             server = http_server(front, config.host, config.port)
             port = server.effective_port
             print(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}", flush=True)
+            _print_webhooks(config, port)
             exporter = _metrics_port(config, store)
 
             def stop() -> None:
@@ -135,6 +145,13 @@ def _metrics_port(config: Config, store: Store) -> MetricsServer | None:
         ) from exc
     print(f"wakeful: metrics on http://{config.host}:{server.port}/metrics", flush=True)
     return server
+
+
+def _print_webhooks(config: Config, port: int) -> None:
+    """One line naming the webhook endpoints served and where each one reports."""
+    if config.webhooks:
+        served = ", ".join(f"/webhooks/{s.name} -> {s.channel}" for s in config.webhooks)
+        print(f"wakeful: webhooks on http://{config.host}:{port}: {served}", flush=True)
 
 
 def _loop(role: str) -> Callable[[argparse.Namespace], int]:

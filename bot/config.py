@@ -14,6 +14,13 @@ from wakeful.core.settings import DAY, DEFAULTS, REDELIVERY_WINDOW, Settings
 AGENTS = ("refund-desk", "claude")
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
+_CONVERSATION_ID = re.compile(r"^[CDG][A-Z0-9]{2,}$")
+_WEBHOOK_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+OWN_SOURCES = frozenset({"slack", "timer", "approval"})
+"""The sources wakeful stores events under itself; every other source is a webhook."""
+RESERVED_SOURCES = frozenset({"github", "stripe", *OWN_SOURCES})
+"""Names a WAKEFUL_WEBHOOKS entry may not take: the built-in webhook sources and our own."""
+WEBHOOK_CHANNEL = "WAKEFUL_WEBHOOK_CHANNEL"
 DEFAULT_API_URL = "https://slack.com/api/"
 LOG_FORMATS = ("text", "json")
 SECRET_VARIABLES = (
@@ -26,6 +33,18 @@ SECRET_VARIABLES = (
 
 class ConfigError(InvalidInput):
     """A setting is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class WebhookSource:
+    """One webhook endpoint, `POST /webhooks/<name>`: how its deliveries are signed (`github`,
+    `stripe` or `generic`), the secret that verifies them, and the Slack conversation their
+    reports go to."""
+
+    name: str
+    scheme: str
+    secret: str = field(repr=False)
+    channel: str
 
 
 ENGINE_SETTINGS: dict[str, tuple[str, int]] = {
@@ -62,6 +81,8 @@ class Config:
     """A port of its own for GET /metrics (None: none; 0 picks a free one). `serve` answers
     /metrics on its HTTP port as well."""
     log_format: str = "text"
+    webhooks: tuple[WebhookSource, ...] = ()
+    """The webhook endpoints served; empty when no webhook secret is set."""
     settings: Settings = field(default_factory=Settings)
 
     @property
@@ -125,6 +146,7 @@ class Config:
                 else None
             ),
             log_format=log_format(env),
+            webhooks=_webhooks(env),
             settings=Settings(**tunables),
         )
 
@@ -215,3 +237,80 @@ def _approvers(raw: str) -> tuple[str, ...]:
                 f"got {user!r}"
             )
     return ids
+
+
+def _webhooks(env: Mapping[str, str]) -> tuple[WebhookSource, ...]:
+    """The endpoints whose secret is set: GitHub, Stripe and each `name=secret` of
+    WAKEFUL_WEBHOOKS, each reporting to its WAKEFUL_WEBHOOK_CHANNEL_<NAME> or else to
+    WAKEFUL_WEBHOOK_CHANNEL (required as soon as one secret is set)."""
+    found: list[tuple[str, str, str]] = []
+    github = env.get("WAKEFUL_GITHUB_WEBHOOK_SECRET", "").strip()
+    if github:
+        found.append(("github", "github", github))
+    stripe = env.get("WAKEFUL_STRIPE_WEBHOOK_SECRET", "").strip()
+    if stripe:
+        if not stripe.startswith("whsec_"):
+            raise ConfigError(
+                "WAKEFUL_STRIPE_WEBHOOK_SECRET must be the endpoint's signing secret, "
+                "starting with 'whsec_'"
+            )
+        found.append(("stripe", "stripe", stripe))
+    found.extend((name, "generic", secret) for name, secret in _named_secrets(env))
+    known = {"GITHUB", "STRIPE", *(name.upper() for name, _, _ in found)}
+    for var in sorted(env):
+        suffix = var.removeprefix(WEBHOOK_CHANNEL + "_")
+        if var != suffix and suffix not in known:
+            raise ConfigError(
+                f"{var} names no webhook: use {WEBHOOK_CHANNEL}_<NAME> with GITHUB, STRIPE or "
+                "a name listed in WAKEFUL_WEBHOOKS"
+            )
+    if not found:
+        return ()
+    default = env.get(WEBHOOK_CHANNEL, "").strip()
+    if not default:
+        raise ConfigError(
+            f"{WEBHOOK_CHANNEL} is not set (the Slack conversation id webhook reports go to, "
+            "required when a webhook secret is set)"
+        )
+    _conversation(WEBHOOK_CHANNEL, default)
+    sources = []
+    for name, scheme, secret in found:
+        var = f"{WEBHOOK_CHANNEL}_{name.upper()}"
+        channel = env.get(var, "").strip() or default
+        sources.append(WebhookSource(name, scheme, secret, _conversation(var, channel)))
+    return tuple(sources)
+
+
+def _named_secrets(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """WAKEFUL_WEBHOOKS: comma-separated `name=secret`; a secret may hold `=`, not `,`."""
+    out: list[tuple[str, str]] = []
+    for entry in (p.strip() for p in env.get("WAKEFUL_WEBHOOKS", "").split(",")):
+        if not entry:
+            continue
+        name, eq, secret = (part.strip() for part in entry.partition("="))
+        if not eq or not secret:
+            raise ConfigError(
+                f"WAKEFUL_WEBHOOKS entries must be name=secret, got {name!r} without a secret"
+            )
+        if not _WEBHOOK_NAME.match(name):
+            raise ConfigError(
+                f"WAKEFUL_WEBHOOKS: {name!r} is not a webhook name (lower-case letters, digits "
+                "and _, starting with a letter, at most 32)"
+            )
+        if name in RESERVED_SOURCES:
+            raise ConfigError(
+                f"WAKEFUL_WEBHOOKS: {name!r} is reserved (github and stripe have their own "
+                "secret settings; slack, timer and approval are wakeful's own sources)"
+            )
+        if any(name == seen for seen, _ in out):
+            raise ConfigError(f"WAKEFUL_WEBHOOKS lists {name!r} twice")
+        out.append((name, secret))
+    return out
+
+
+def _conversation(var: str, value: str) -> str:
+    if not _CONVERSATION_ID.match(value):
+        raise ConfigError(
+            f"{var} must be a Slack conversation id like C012AB3CD (not a #name), got {value!r}"
+        )
+    return value

@@ -5,6 +5,8 @@ It enforces what Bolt leaves open: a body cap (413), the signature before anythi
 Bolt's 404 for events this app does not handle (a 404 makes Slack retry and counts toward
 disabling the app's events). `GET /healthz` reports whether the store answers; `GET /metrics`
 is the Prometheus text format (counters of this process and the store's gauges).
+`POST /webhooks/<name>` takes signed deliveries from GitHub, Stripe and other sources
+(bot/webhooks.py) under the same body cap; a name without a secret is a 404.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from slack_bolt.request import BoltRequest
 from slack_sdk.signature import Clock
 
 from wakeful.bot import payloads, socket_mode
+from wakeful.bot.config import WebhookSource
 from wakeful.bot.listeners import Listeners
 from wakeful.bot.signature import RequestSignature
+from wakeful.bot.webhooks import WEBHOOKS_PATH, Webhooks
 from wakeful.core import metrics
 from wakeful.core.errors import StoreUnavailable
 
@@ -40,11 +44,14 @@ class SlackFront(Listeners):
 
     verifier_clock: Clock | None = None
     body_cap: int = BODY_CAP
+    webhook_sources: tuple[WebhookSource, ...] = ()
+    """The webhook endpoints served under /webhooks/ (Config.webhooks)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self.signature = RequestSignature(self.signing_secret, self.verifier_clock)
         self.metrics_registry = metrics.registry_for(self.store)
+        self.webhooks = Webhooks(self.store, self.webhook_sources, self.wake_worker, self.clock)
 
     def on_socket_request(self, client: Any, req: Any) -> None:
         """A Socket Mode envelope (a SocketModeClient listener)."""
@@ -66,6 +73,8 @@ class SlackFront(Listeners):
         if path == METRICS_PATH:
             body = metrics.exposition(self.metrics_registry)
             return "200 OK", [("Content-Type", metrics.CONTENT_TYPE)], body
+        if path.startswith(WEBHOOKS_PATH):
+            return self._webhook(environ, path[len(WEBHOOKS_PATH) :], method)
         if path != EVENTS_PATH:
             return reply(404, "not found")
         if method != "POST":
@@ -88,13 +97,19 @@ class SlackFront(Listeners):
             return reply(200, "")
         return self._dispatch(environ, text)
 
+    def _webhook(self, environ: Environ, name: str, method: str) -> Reply:
+        if not self.webhooks.serves(name):
+            return reply(404, "not found")  # no secret set: the endpoint does not exist
+        if method != "POST":
+            return reply(405, "use POST")
+        data = read_body(environ, self.body_cap)
+        if isinstance(data, tuple):
+            metrics.count_ingest(name, "rejected")
+            return data
+        return reply(*self.webhooks.receive(name, http_headers(environ), data))
+
     def _dispatch(self, environ: Environ, text: str) -> Reply:
-        headers: dict[str, str | Sequence[str]] = {
-            key[5:].replace("_", "-").lower(): [str(value)]
-            for key, value in environ.items()
-            if key.startswith("HTTP_")
-        }
-        headers["content-type"] = [environ.get("CONTENT_TYPE", "")]
+        headers: dict[str, str | Sequence[str]] = {k: [v] for k, v in http_headers(environ).items()}
         try:
             request = BoltRequest(body=text, query=environ.get("QUERY_STRING", ""), headers=headers)
         except Exception as exc:  # Bolt could not read the payload's structure: bad input
@@ -119,6 +134,17 @@ class SlackFront(Listeners):
         body = json.dumps({"ok": ok, "store": type(self.store.db).__name__}).encode()
         status = "200 OK" if ok else "503 Service Unavailable"
         return status, [("Content-Type", "application/json")], body
+
+
+def http_headers(environ: Environ) -> dict[str, str]:
+    """The request's headers keyed in lower case, Content-Type included."""
+    headers = {
+        key[5:].replace("_", "-").lower(): str(value)
+        for key, value in environ.items()
+        if key.startswith("HTTP_")
+    }
+    headers["content-type"] = str(environ.get("CONTENT_TYPE", ""))
+    return headers
 
 
 def read_body(environ: Environ, cap: int) -> bytes | Reply:

@@ -218,3 +218,27 @@ def http_server(app: Any, host: str, port: int) -> Any:
         ident="wakeful",
         clear_untrusted_proxy_headers=True,
     )
+
+
+def serve_in_thread(server: Any) -> Callable[[], None]:
+    """Run a waitress server on a daemon thread (the HTTP front beside Socket Mode); returns
+    the function that stops it. Closing the sockets under the running loop can fail its last
+    select with EBADF: after a stop that is the stop, not an error."""
+    stopping = threading.Event()
+
+    def run() -> None:
+        try:
+            server.run()
+        except OSError:
+            if not stopping.is_set():
+                raise
+
+    thread = threading.Thread(target=run, name="wakeful-http", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        stopping.set()
+        server.close()
+        thread.join(5)
+
+    return stop

@@ -17,18 +17,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wakeful.bot.config import Config
+from wakeful.bot.config import Config, WebhookSource
 from wakeful.bot.front import EVENTS_PATH, SlackFront
 from wakeful.bot.runtime import Runtime, http_server
 from wakeful.core.settings import Settings
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import Call, EventSender, SlackEmulator
+from wakeful.devtools.webhooks import WebhookSender, stripe_event
 
 SECRET = "demo-signing-secret"
 TOKEN = "xoxb-demo"
 NAMES = {"U0ALICE": "alice", "U0BOB": "bob", "UBOT": "wakeful"}
 DM = "D0ALICE"
 ROOM = "C0REFUNDS"
+OPS = "C0OPS"
+GITHUB_SECRET, STRIPE_SECRET = "demo-github-secret", "whsec_demo"
 GAP, APPROVAL_TTL = 6, 4
 
 
@@ -67,7 +70,7 @@ class Narrator:
 
 def where(p: dict[str, Any]) -> str:
     channel = str(p.get("channel"))
-    place = "[DM alice]" if channel == DM else "[#refunds]" if channel == ROOM else f"[{channel}]"
+    place = {DM: "[DM alice]", ROOM: "[#refunds]", OPS: "[#ops]"}.get(channel, f"[{channel}]")
     return place + (" (thread)" if p.get("thread_ts") else "")
 
 
@@ -117,6 +120,14 @@ class Demo:
     def posts(self, needle: str, channel: str = DM) -> list[dict[str, Any]]:
         return [m for m in self.emu.messages(channel) if needle in str(m.get("text", ""))]
 
+    def posted_at(self, channel: str, needle: str) -> float:
+        """When the emulator took the first post in `channel` containing `needle`."""
+        return next(
+            c.at
+            for c in self.emu.calls("chat.postMessage")
+            if c.params.get("channel") == channel and needle in str(c.params.get("text"))
+        )
+
     def expect(self, what: str, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
         if not self.emu.wait_for(lambda _e: predicate(), timeout=timeout):
             raise DemoFailed(f"expected {what}")
@@ -162,11 +173,21 @@ class Demo:
                 db=str(Path(tmp) / "demo.db"),
                 batch_window=0.4,
                 settings=Settings(outbox_gap=GAP, lease_ttl=30, approval_ttl=APPROVAL_TTL),
+                webhooks=(
+                    WebhookSource("github", "github", GITHUB_SECRET, OPS),
+                    WebhookSource("stripe", "stripe", STRIPE_SECRET, OPS),
+                ),
             )
             store = open_store(config.db, config.settings)
             runtime = Runtime(config, store, ("worker", "scheduler", "dispatcher"), poll=0.2)
             front = SlackFront(
-                store, SECRET, "UBOT", "BBOT", runtime.wake_worker, runtime.wake_dispatcher
+                store,
+                SECRET,
+                "UBOT",
+                "BBOT",
+                runtime.wake_worker,
+                runtime.wake_dispatcher,
+                webhook_sources=config.webhooks,
             )
             server = http_server(front, "127.0.0.1", 0)
             thread = threading.Thread(target=server.run, daemon=True)
@@ -174,6 +195,11 @@ class Demo:
             runtime.start()
             url = f"http://127.0.0.1:{server.effective_port}{EVENTS_PATH}"
             self.sender = EventSender(url, SECRET, team_id="T0DEMO")
+            self.hooks = WebhookSender(
+                f"http://127.0.0.1:{server.effective_port}",
+                github_secret=GITHUB_SECRET,
+                stripe_secret=STRIPE_SECRET,
+            )
             self.n.say(f"wakeful demo: app at {url}, Slack emulator at {self.emu.api_url}")
             self.n.say(f"(outbox gap {GAP} s, approval window {APPROVAL_TTL} s, store {config.db})")
             try:
@@ -279,6 +305,37 @@ class Demo:
         self.expect("digest off", lambda: bool(self.posts("Digest off.")))
         if not carried:
             raise DemoFailed("the urgent post did not take the held digest along")
+        self.webhooks()
+
+    def webhooks(self) -> None:
+        say = self.n.say
+        say("\n7. Webhooks into #ops: a redelivered GitHub event is one line; a burst is one post")
+        first = self.hooks.github_example("issues.opened")
+        again = self.hooks.github_example("issues.opened", delivery=first.delivery_id)
+        say(
+            f"         GitHub delivers issues.opened, then redelivers it (same X-GitHub-Delivery):"
+            f" HTTP {first.status} {first.text!r}, then {again.status} {again.text!r}"
+        )
+        self.expect("one line for the issue", lambda: bool(self.posts("GitHub issues.opened", OPS)))
+        time.sleep(1.0)
+        if len(self.posts("GitHub issues.opened", OPS)) != 1:
+            raise DemoFailed("the redelivered GitHub event was reported twice")
+        kinds = ("charge.succeeded", "charge.dispute.created", "invoice.payment_failed")
+        for kind in kinds:
+            sent = self.hooks.stripe(stripe_event(kind))
+            say(f"         Stripe sends {kind}: HTTP {sent.status} {sent.text!r}")
+        say(f"         the three lines wait for the {GAP} s gap after the GitHub line ...")
+        self.expect(
+            "one post with the three Stripe lines",
+            lambda: any(all(k in m["text"] for k in kinds) for m in self.posts("Stripe", OPS)),
+            timeout=GAP + 8,
+        )
+        if len(self.posts("Stripe", OPS)) != 1:
+            raise DemoFailed("the Stripe burst was not merged into one post")
+        github, stripe = (self.posted_at(OPS, k) for k in ("GitHub issues.opened", "Stripe"))
+        if stripe - github < GAP - 1:  # the engine counts the gap in whole seconds
+            waited = f"{stripe - github:.1f} s"
+            raise DemoFailed(f"the Stripe burst went out {waited} after the last post, not paced")
         say("\ndemo finished: every step above was checked against what Slack received.")
 
 

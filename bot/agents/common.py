@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from wakeful.bot import blocks
+from wakeful.bot.config import OWN_SOURCES
+from wakeful.bot.webhooks import channel_inbox
 from wakeful.core.effects import Message
 from wakeful.core.errors import InvalidInput, SessionUnusable
 from wakeful.core.records import Event
@@ -131,17 +133,41 @@ def outage_note(skipped: int, unit: str) -> str | None:
     return f"After an outage, this digest covers {plural(skipped + 1, unit)} ({skipped} missed)."
 
 
-def digest_facts(store: Store, inbox: str, stats: Mapping[str, int]) -> list[str]:
-    """What happened since the last digest, one fact a line."""
+def digest_facts(
+    store: Store,
+    inbox: str,
+    stats: Mapping[str, int],
+    channel: str | None = None,
+    since: int | None = None,
+) -> list[str]:
+    """What happened since the last digest, one fact a line; with the digest's `channel` and
+    start, also the webhook deliveries reported in that conversation since, by source."""
     pending = sum(1 for a in store.approvals(inbox) if a.answer is None)
     dead = store.dead_events(inbox)
-    return [
+    facts = [
         f"messages handled: {stats['messages']}",
         f"approvals: {stats['approved']} approved, {stats['denied']} denied, "
         f"{stats['expired']} expired, {pending} pending",
         f"refunds done: {stats['refunds']}",
         f"dead events: {len(dead)}{ids_note(dead)}" if dead else "dead events: none",
     ]
+    if channel and since is not None:
+        facts.extend(webhook_facts(store, channel, since))
+    return facts
+
+
+def webhook_facts(store: Store, channel: str, since: int) -> list[str]:
+    """`webhook deliveries: 5 (github 2, stripe 3)` for a conversation webhooks report to,
+    nothing for one they do not (a person's DM digest stays as it was)."""
+    counts = {
+        source: n
+        for source, n in store.source_counts(channel_inbox(channel), since).items()
+        if source not in OWN_SOURCES
+    }
+    if not counts:
+        return []
+    by_source = ", ".join(f"{source} {n}" for source, n in sorted(counts.items()))
+    return [f"webhook deliveries: {sum(counts.values())} ({by_source})"]
 
 
 def status_text(store: Store, inbox: str) -> str:

@@ -121,6 +121,28 @@ def neutralise(text: str) -> str:
     return _OUR_TAGS.sub(r"&lt;\1", text)
 
 
+_GITHUB_NOISE = frozenset({"url", "node_id", "gravatar_id"})
+
+
+def webhook_view(source: str, body: Any) -> Any:
+    """A webhook body as the model is shown it: in the sender's order, without empty values
+    and, for GitHub, without the API links that make up most of a payload (`*_url` other than
+    `html_url`, `node_id`), so what matters fits the TEXT_CAP characters the model sees."""
+    if isinstance(body, dict):
+        return {
+            k: webhook_view(source, v)
+            for k, v in body.items()
+            if v not in (None, "", [], {})
+            and not (
+                source == "github"
+                and (k in _GITHUB_NOISE or (k.endswith("_url") and k != "html_url"))
+            )
+        }
+    if isinstance(body, list):
+        return [webhook_view(source, v) for v in body]
+    return body
+
+
 def label_attrs(**values: Any) -> str:
     return "".join(
         f' {k}="{escape(str(v)[:200], quote=True)}"'

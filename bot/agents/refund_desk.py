@@ -27,6 +27,7 @@ from wakeful.bot.agents.common import (
     unusable_session,
     user_zone,
 )
+from wakeful.bot.agents.webhook_report import is_webhook, report_line
 from wakeful.core.agent import Run, Tool, Toolbox
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
 from wakeful.core.records import Event
@@ -114,6 +115,10 @@ class RefundDesk:
                 self._answered(event, state, effects)
             elif event.source == "timer":
                 self._timer(run, event, state, effects)
+            elif is_webhook(event) and isinstance(event.payload.get("channel"), str):
+                # One normal line per delivery: the outbox merges a burst into one post per gap.
+                line = report_line(event.payload)
+                effects.messages.append(Message(event.payload["channel"], line))
         effects.set_session(state)
         return effects
 
@@ -263,10 +268,15 @@ class RefundDesk:
     def _digest(self, run: Run, timer: Mapping[str, Any], state: dict[str, Any]) -> str:
         unit = "day" if (state.get("digest") or {}).get("daily") else "period"
         note = outage_note(int(timer.get("skipped") or 0), unit)
-        since = blocks.utc(int(state.get("since") or run.now))
-        facts = digest_facts(self.store, run.inbox, state["stats"])
+        channel = (timer.get("payload") or {}).get("channel")
+        since = int(state.get("since") or run.now)
+        facts = digest_facts(self.store, run.inbox, state["stats"], channel, since)
         return "\n".join(
-            [f"Digest since {since}:", *([note] if note else []), *(f"- {f}" for f in facts)]
+            [
+                f"Digest since {blocks.utc(since)}:",
+                *([note] if note else []),
+                *(f"- {f}" for f in facts),
+            ]
         )
 
     def _status(self, run: Run, state: dict[str, Any]) -> str:

@@ -51,6 +51,13 @@ class Inbox(StoreBase):
         with self._tx(write=False) as tx:
             return [event_record(r) for r in tx.all("inbox_dead_events", {"inbox": inbox})]
 
+    def source_counts(self, inbox: str, since: int) -> dict[str, int]:
+        """How many events of one inbox arrived at or after `since`, by source: a digest
+        counts webhook deliveries this way without reading their payloads."""
+        with self._tx(write=False) as tx:
+            rows = tx.all("inbox_source_counts", {"inbox": inbox, "since": since})
+        return {str(r["source"]): int(r["n"]) for r in rows}
+
     def count_events(self, status: str | None = None) -> int:
         with self._tx(write=False) as tx:
             row = tx.one("count_events", {"status": status})

@@ -598,3 +598,11 @@ LIMIT %(limit)s;
 -- name: store_synchronous
 -- Doctor: how durable a commit is (PostgreSQL: synchronous_commit, 'on' or stronger).
 SELECT current_setting('synchronous_commit') AS synchronous;
+
+-- name: inbox_source_counts
+-- How many events of an inbox arrived since a time, by source (through the status index).
+SELECT source, COUNT(*) AS n FROM events
+WHERE status IN ('pending', 'running', 'done', 'dead') AND inbox = %(inbox)s
+  AND created_at >= %(since)s
+GROUP BY source
+ORDER BY source;

@@ -589,3 +589,11 @@ LIMIT :limit;
 -- name: store_synchronous
 -- Doctor: how durable a commit is (SQLite: PRAGMA synchronous, 2 = FULL).
 PRAGMA synchronous;
+
+-- name: inbox_source_counts
+-- How many events of an inbox arrived since a time, by source (through the status index).
+SELECT source, COUNT(*) AS n FROM events
+WHERE status IN ('pending', 'running', 'done', 'dead') AND inbox = :inbox
+  AND created_at >= :since
+GROUP BY source
+ORDER BY source;

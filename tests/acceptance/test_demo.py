@@ -30,8 +30,18 @@ def test_wakeful_demo_plays_every_scene_and_exits_zero(tmp_path: Path) -> None:
         "Refund request for order 1003 expired; nothing was done.",
         "Expired with no answer; nothing was done.",
         "the urgent reply carried 1 held digest(s) along with it",
+        "then redelivers it (same X-GitHub-Delivery): HTTP 200 'stored', then 200 "
+        "'duplicate delivery; already stored'",
+        "Slack [#ops]  wakeful: GitHub issues.opened Codertocat/Hello-World: Spelling error in "
+        "the README file https://github.com/Codertocat/Hello-World/issues/1",
         "demo finished: every step above was checked against what Slack received.",
     ):
         assert line in text, f"missing from the transcript: {line!r}"
     assert text.count("wakeful: Handled 1 message.\n") >= 1
+    assert text.count("wakeful: GitHub issues.opened") == 1  # the redelivery added nothing
+    # The three Stripe events arrived inside the gap: one post, their lines in order.
+    assert text.count("Slack [#ops]  wakeful: Stripe ") == 1
+    merged = text.split("Slack [#ops]  wakeful: Stripe ", 1)[1]
+    assert merged.index("charge.succeeded") < merged.index("charge.dispute.created")
+    assert merged.index("charge.dispute.created") < merged.index("invoice.payment_failed")
     assert list(tmp_path.iterdir()) == []  # a temporary store, nothing left behind

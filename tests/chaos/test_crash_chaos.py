@@ -38,16 +38,20 @@ def _assert_guarantees(f: Figures, plan: Plan) -> None:
     assert f.double_answers == 0
     assert f.double_refunds == 0
     assert f.undelivered_rows == 0
+    assert f.webhooks == plan.webhooks, "the driver could not deliver every webhook"
+    assert f.webhooks_lost == 0
+    assert f.webhook_lines_missing == 0
+    assert f.webhook_lines_doubled == 0
 
 
 def test_short_crash_chaos(make_store: MakeStore, tmp_path: Path) -> None:
-    plan = Plan(events=300, inboxes=30, min_kills=6, poison=2)
+    plan = Plan(events=300, inboxes=30, min_kills=6, poison=2, webhooks=60)
     figures, _ = _run(make_store, tmp_path, plan)
     _assert_guarantees(figures, plan)
 
 
 @pytest.mark.chaos
 def test_full_crash_chaos(make_store: MakeStore, tmp_path: Path) -> None:
-    plan = Plan(events=2000, inboxes=100, min_kills=50, poison=5)
+    plan = Plan(events=2000, inboxes=100, min_kills=50, poison=5, webhooks=400)
     figures, _ = _run(make_store, tmp_path, plan)
     _assert_guarantees(figures, plan)

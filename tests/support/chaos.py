@@ -9,9 +9,11 @@ recover on their own. Then every guarantee is checked against the store and agai
 from __future__ import annotations
 
 import collections
+import http.client
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -19,6 +21,7 @@ import sys
 import threading
 import time
 import urllib.error
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +30,15 @@ from typing import Any
 from wakeful.core.store import Store
 from wakeful.devtools.audit import overlapping_runs
 from wakeful.devtools.emulator import EventSender, SlackEmulator
+from wakeful.devtools.webhooks import WebhookSender, github_payload, stripe_event
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "chaos-secret"
 TOKEN = "xoxb-chaos"
 POISON = "poison pill"
+HOOKS = "C0HOOKS"
+"""The conversation webhook deliveries report to in a chaos run."""
+HOOK_SECRETS = {"github": "chaos-github", "stripe": "whsec_chaos", "ci": "chaos-ci"}
 
 
 @dataclass
@@ -41,6 +48,8 @@ class Plan:
     min_kills: int
     poison: int = 5
     seed: int = 7
+    webhooks: int = 0
+    """GitHub, Stripe and generic deliveries sent beside the Slack traffic, with retries."""
 
 
 @dataclass
@@ -61,6 +70,13 @@ class Figures:
     undelivered_rows: int = 0
     unexpected_dead: int = 0
     clicks: int = 0
+    webhooks: int = 0
+    webhook_repeats: int = 0
+    webhook_refusals: int = 0
+    """Attempts a webhook sender had to make again (app killed, connection dropped, 503)."""
+    webhooks_lost: int = 0
+    webhook_lines_missing: int = 0
+    webhook_lines_doubled: int = 0
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -70,7 +86,11 @@ class Figures:
             f"dead {self.dead} (poisoned {self.poisoned})  lost {self.lost}  "
             f"duplicate posts {self.duplicate_posts}  overlapping runs {self.overlapping_runs}  "
             f"double answers {self.double_answers}  double refunds {self.double_refunds}  "
-            f"undelivered {self.undelivered_rows}  clicks {self.clicks}  {self.seconds:.0f}s"
+            f"undelivered {self.undelivered_rows}  clicks {self.clicks}  "
+            f"webhooks {self.webhooks} (retried attempts {self.webhook_refusals}, "
+            f"repeats after a 200 {self.webhook_repeats}, lost "
+            f"{self.webhooks_lost}, lines missing {self.webhook_lines_missing}, doubled "
+            f"{self.webhook_lines_doubled})  {self.seconds:.0f}s"
         )
 
 
@@ -200,6 +220,10 @@ def run_chaos(
         "WAKEFUL_BATCH_WINDOW": "0.1",
         "WAKEFUL_BACKOFF_BASE": "1",
         "WAKEFUL_BACKOFF_CAP": "4",
+        "WAKEFUL_GITHUB_WEBHOOK_SECRET": HOOK_SECRETS["github"],
+        "WAKEFUL_STRIPE_WEBHOOK_SECRET": HOOK_SECRETS["stripe"],
+        "WAKEFUL_WEBHOOKS": f"ci={HOOK_SECRETS['ci']}",
+        "WAKEFUL_WEBHOOK_CHANNEL": HOOKS,
         **(settings or {}),
     }
     fleet = Fleet(env, port, workdir)
@@ -304,6 +328,12 @@ def run_chaos(
     click_thread.start()
     numbered = [(i, u, text) for i, (u, text) in enumerate(messages)]
     drivers = [threading.Thread(target=driver, args=(numbered[i::8],)) for i in range(8)]
+    # The webhook traffic spreads over the same span as the Slack drivers'.
+    span = pause * len(messages) / 8
+    hooks = Webhooks(
+        port, plan.webhooks, random.Random(plan.seed + 1), span / max(1, plan.webhooks)
+    )
+    drivers.append(threading.Thread(target=hooks.drive, args=(figures,)))
     for t in drivers:
         t.start()
     for t in drivers:
@@ -394,5 +424,91 @@ def run_chaos(
     figures.double_refunds = sum(n - 1 for n in refunds.values() if n > 1)
     keys = collections.Counter(r["key"] for r in store.tool_calls(tool="refund_order"))
     figures.double_refunds += sum(n - 1 for n in keys.values() if n > 1)
+    hooks.check(store, emu, figures)
     emu.stop()
     return figures
+
+
+class Webhooks:
+    """Webhook traffic for a chaos run: GitHub, Stripe and generic deliveries, each sent like
+    the service sends it (again after a refused or dropped attempt, and sometimes once more
+    after a 200, as GitHub's redelivery and Stripe's retries do). Each delivery's report line
+    carries a token of its own, so Slack can be searched for it."""
+
+    def __init__(self, port: int, count: int, rng: random.Random, pause: float) -> None:
+        self.sender = WebhookSender(
+            f"http://127.0.0.1:{port}",
+            github_secret=HOOK_SECRETS["github"],
+            stripe_secret=HOOK_SECRETS["stripe"],
+            secrets={"ci": HOOK_SECRETS["ci"]},
+            timeout=5,
+        )
+        self.count = count
+        self.rng = rng
+        self.pause = pause
+        self.acknowledged: dict[str, tuple[str, str]] = {}
+        """token -> (source, delivery id) of every delivery answered 200."""
+
+    def drive(self, figures: Figures) -> None:
+        issue = json.loads(github_payload("issues.opened"))
+        for i in range(self.count):
+            time.sleep(self.pause)
+            token = f"chaos{i:05d}"
+            if i % 3 == 0:
+                body = json.loads(json.dumps(issue))
+                body["issue"]["title"] = f"issue {token}"
+                raw, delivery = json.dumps(body).encode(), str(uuid.uuid4())
+
+                def send(raw: bytes = raw, delivery: str = delivery) -> Any:
+                    return self.sender.github("issues", raw, delivery)
+
+                key = ("github", delivery)
+            elif i % 3 == 1:
+                event = stripe_event("charge.succeeded")
+                event["data"]["object"]["id"] = f"ch_{token}"
+
+                def send(event: dict[str, Any] = event) -> Any:
+                    return self.sender.stripe(event)
+
+                key = ("stripe", event["id"])
+            else:
+
+                def send(token: str = token) -> Any:
+                    return self.sender.generic("ci", b"{}", delivery=token)
+
+                key = ("ci", token)
+            if not self._deliver(send, figures):
+                continue
+            self.acknowledged[token] = key
+            figures.webhooks += 1
+            if self.rng.random() < 0.3 and self._deliver(send, figures):
+                figures.webhook_repeats += 1
+
+    @staticmethod
+    def _deliver(send: Any, figures: Figures, patience: float = 120) -> bool:
+        deadline = time.monotonic() + patience
+        attempt = 0
+        while time.monotonic() < deadline:
+            try:
+                if send().status == 200:
+                    return True
+            except (OSError, http.client.HTTPException):
+                pass
+            figures.webhook_refusals += 1
+            attempt += 1
+            time.sleep(min(0.5, 0.05 * attempt))
+        return False
+
+    def check(self, store: Store, emu: SlackEmulator, figures: Figures) -> None:
+        """0 lost (every 200 is stored), 0 duplicated (each line in Slack exactly once)."""
+        lines: collections.Counter[str] = collections.Counter()
+        for call in emu.calls("chat.postMessage"):
+            if call.response.get("ok") and call.params.get("channel") == HOOKS:
+                for token in re.findall(r"chaos\d{5}", str(call.params.get("text", ""))):
+                    lines[token] += 1
+        for token, (source, delivery) in self.acknowledged.items():
+            if store.event_by_key(source, delivery) is None:
+                figures.webhooks_lost += 1
+            if lines[token] == 0:
+                figures.webhook_lines_missing += 1
+            figures.webhook_lines_doubled += max(0, lines[token] - 1)
