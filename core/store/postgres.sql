@@ -291,8 +291,12 @@ ORDER BY created_at, key;
 LISTEN wakeful_work;
 
 -- name: lock_destination
--- One dispatcher per destination at a time; the others skip it instead of waiting.
-SELECT pg_try_advisory_xact_lock(hashtextextended(%(channel)s || '/' || %(thread_ts)s, 7)) AS ok;
+-- One dispatcher per destination at a time; the others skip it instead of waiting. Advisory
+-- locks are database-wide: the key names the schema, so deployments sharing a database (in
+-- schemas of their own) never skip each other's destinations.
+SELECT pg_try_advisory_xact_lock(
+    hashtextextended(current_schema() || '/' || %(channel)s || '/' || %(thread_ts)s, 7)
+) AS ok;
 
 -- name: next_lease_seq
 -- Take the next number of the inbox's lease sequence.
