@@ -206,8 +206,9 @@ def peak(
 ) -> list[Figure]:
     """The highest rate at which every message is answered and the backlog stays flat."""
     seconds = 5.0 if quick else 30.0
-    steps = [200.0, 400.0] if quick else [200.0, 400.0, 600.0, 800.0, 1000.0, 1300.0, 1600.0]
+    steps = [200.0, 400.0] if quick else [200.0, 300.0, 400.0, 500.0, 600.0, 800.0, 1000.0]
     best: dict[str, float] = {}
+    load: dict[str, str] = {}
     for kind in ("bare", "wakeful"):
         best[kind] = 0.0
         for rate in steps:
@@ -215,12 +216,18 @@ def peak(
             proc, url = _app(kind, api, tmp, env)
             try:
                 log = tmp / f"peak-{kind}-{rate:.0f}.jsonl"
+                before = cpu_seconds(proc.pid)
                 send_load(url, rate, seconds, 200, log)
+                busy = (cpu_seconds(proc.pid) - before) / seconds
                 pairs = answered(log, emu, settle=5)
             finally:
                 _stop(proc)
             ok = flat(pairs, seconds)
-            say(f"  e2e peak {kind} at {rate:.0f}/s: {'kept up' if ok else 'fell behind'}")
+            load[kind] = f"{busy:.0%} of a core at {rate:.0f}/s ({busy / rate * 1000:.1f} ms/msg)"
+            say(
+                f"  e2e peak {kind} at {rate:.0f}/s: {'kept up' if ok else 'fell behind'}; "
+                f"app process CPU {load[kind]}"
+            )
             if not ok:
                 break
             best[kind] = rate
@@ -235,9 +242,20 @@ def peak(
             ">= 0.5x",
             ratio >= 0.5,
             f"bare app: {best['bare']:.0f}/s; each step held {seconds:.0f} s; steps "
-            + ", ".join(f"{s:.0f}" for s in steps),
+            + ", ".join(f"{s:.0f}" for s in steps)
+            + f"; at the last step tried, wakeful's process used {load['wakeful']},"
+            f" the bare app's {load['bare']}",
         )
     ]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU a process has used (Linux /proc), to say where a ceiling is."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def flat(pairs: list[tuple[float, float | None]], seconds: float) -> bool:

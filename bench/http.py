@@ -202,6 +202,8 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
                 "req/s",
                 best["wakeful serve"] / max(best["bare slack-bolt"], 1),
                 "bare app",
+                ">= 0.8x",
+                best["wakeful serve"] / max(best["bare slack-bolt"], 1) >= 0.8,
                 note=f"bare app: {best['bare slack-bolt']:.0f}/s; "
                 f"steps {', '.join(f'{r:.0f}' for r in ramp)}",
             )
