@@ -70,6 +70,7 @@ def build_agent(config: Config, store: Store, client: WebClient | None) -> Agent
         store,
         approvers=config.approvers,
         tz_lookup=timezone_lookup(client),
+        quiet_digests=config.quiet_digests,
     )
 
 
