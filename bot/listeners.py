@@ -25,6 +25,9 @@ from wakeful.core.store import Store
 
 IGNORED_SUBTYPES = frozenset({"message_changed", "message_deleted", "bot_message"})
 ACCEPTED_SUBTYPES = frozenset({None, "file_share", "thread_broadcast", "me_message"})
+THREAD_CHANNEL_TYPES = frozenset({"channel", "group", "mpim"})
+"""Where only replies in the bot's threads reach the agent (message.channels / .groups /
+.mpim); in a DM (`im`) every message does."""
 
 
 @dataclass(eq=False)
@@ -100,13 +103,33 @@ class Listeners:
             self.wake_worker.kick()
 
     def _on_message(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
-        if event.get("channel_type") == "im" and not self._is_ours_or_noise(event):
+        if not self._is_ours_or_noise(event) and (
+            event.get("channel_type") == "im" or self._follows_up(event)
+        ):
             self._ingest(body, event, "message")
         ack()
+
+    def _follows_up(self, event: dict[str, Any]) -> bool:
+        """A reply in a channel, private channel or group DM thread the bot posted in or was
+        mentioned in. Everything else there is acknowledged and dropped: one read by key, no
+        write. A reply that mentions the bot is left to its `app_mention` (stored once)."""
+        thread, channel = event.get("thread_ts"), event.get("channel")
+        if event.get("channel_type") not in THREAD_CHANNEL_TYPES:
+            return False
+        if not isinstance(thread, str) or not isinstance(channel, str) or thread == event.get("ts"):
+            return False
+        if self.bot_user_id and f"<@{self.bot_user_id}>" in str(event.get("text") or ""):
+            return False
+        return self.store.takes_part(channel, thread)
 
     def _on_mention(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
         if not self._is_ours_or_noise(event):
             self._ingest(body, event, "mention")
+            # The reply goes in the mention's thread (or starts one under it): the replies
+            # that follow there reach the agent without another mention.
+            thread, channel = event.get("thread_ts") or event.get("ts"), event.get("channel")
+            if isinstance(thread, str) and isinstance(channel, str) and thread:
+                self.store.remember_thread(channel, thread, "mentioned", self.clock())
         ack()
 
     def _on_approve(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
@@ -122,9 +145,10 @@ class Listeners:
         # An org-wide install sends "team": null; the clicker's team is then user.team_id.
         team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id")
         request_id = action.get("value")
-        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
-            "channel_id"
-        )
+        container = body.get("container") or {}
+        channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
+        # The tapper's note goes where the prompt is: its thread, when it is in one.
+        thread = container.get("thread_ts") or (body.get("message") or {}).get("thread_ts")
         if not isinstance(user, str) or not user:
             raise InvalidInput("click has no user")
         now = self.clock()
@@ -141,7 +165,16 @@ class Listeners:
             inbox = f"{team or 'T'}:{user}"
             self.store.post(
                 inbox,
-                [Message(channel, text, blocks=note_blocks, kind="ephemeral", user=user)],
+                [
+                    Message(
+                        channel,
+                        text,
+                        thread_ts=thread if isinstance(thread, str) and thread else None,
+                        blocks=note_blocks,
+                        kind="ephemeral",
+                        user=user,
+                    )
+                ],
                 now,
             )
             self.wake_dispatcher.kick()

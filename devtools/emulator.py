@@ -956,8 +956,11 @@ class EventSender:
         block_id: str = "actions",
         message: JsonDict | None = None,
         org_install: bool = False,
+        thread_ts: str | None = None,
     ) -> Reply:
-        """A button click. Pass ``message`` (e.g. from the emulator) to echo its blocks.
+        """A button click. Pass ``message`` (e.g. from the emulator) to echo its blocks, and
+        ``thread_ts`` for a message in a thread (Slack then names it in ``container`` and in
+        ``message``).
 
         ``org_install`` sends it as Slack does from an org-wide (Enterprise Grid) install:
         ``"team": null``, the team only in ``user.team_id``."""
@@ -998,6 +1001,9 @@ class EventSender:
         }
         if response_url is not None:
             payload["response_url"] = response_url
+        if thread_ts is not None:
+            payload["container"]["thread_ts"] = thread_ts
+            payload["message"]["thread_ts"] = thread_ts
         body = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
         return self.raw(body, {"Content-Type": "application/x-www-form-urlencoded"})
 
