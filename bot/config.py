@@ -85,6 +85,9 @@ class Config:
     """The webhook endpoints served; empty when no webhook secret is set."""
     quiet_digests: bool = True
     """A digest period with nothing new posts nothing (WAKEFUL_QUIET_DIGESTS)."""
+    assistant: bool = True
+    """The app has Agents & AI Apps (manifest `assistant_view`): show "is thinking…" in
+    assistant threads (WAKEFUL_ASSISTANT)."""
     settings: Settings = field(default_factory=Settings)
 
     @property
@@ -150,6 +153,7 @@ class Config:
             log_format=log_format(env),
             webhooks=_webhooks(env),
             quiet_digests=switch(env, "WAKEFUL_QUIET_DIGESTS", True),
+            assistant=switch(env, "WAKEFUL_ASSISTANT", True),
             settings=Settings(**tunables),
         )
 

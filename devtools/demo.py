@@ -188,6 +188,7 @@ class Demo:
                 runtime.wake_worker,
                 runtime.wake_dispatcher,
                 webhook_sources=config.webhooks,
+                approvers=config.approvers,
             )
             server = http_server(front, "127.0.0.1", 0)
             thread = threading.Thread(target=server.run, daemon=True)

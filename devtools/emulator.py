@@ -34,6 +34,8 @@ from types import FrameType, TracebackType
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from wakeful.devtools import emulator_checks as checks
+
 __all__ = ["Call", "EventSender", "RemoteEmulator", "Reply", "SlackEmulator"]
 
 log = logging.getLogger(__name__)
@@ -213,7 +215,15 @@ class SlackEmulator:
             "conversations.history": self._history,
             "conversations.replies": self._replies,
             "users.info": self._users_info,
+            "views.publish": self._views_publish,
+            "assistant.threads.setStatus": self._set_status,
+            "assistant.threads.setSuggestedPrompts": self._set_prompts,
         }
+        self._homes: dict[str, list[JsonDict]] = {}
+        self._statuses: list[JsonDict] = []
+        self._prompts: list[JsonDict] = []
+        self._members: dict[str, set[str]] = {}
+        self._outside: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -308,6 +318,41 @@ class SlackEmulator:
         with self._cond:
             self._removed.add(channel)
 
+    def leave_channel(self, channel: str) -> None:
+        """The bot is no longer in ``channel``: posting there answers ``not_in_channel``."""
+        with self._cond:
+            self._outside.add(channel)
+
+    def set_members(self, channel: str, users: Sequence[str]) -> None:
+        """Who is in ``channel``: an ephemeral to anyone else answers ``user_not_in_channel``
+        (a channel with no list set takes any user)."""
+        with self._cond:
+            self._members[channel] = set(users)
+
+    def add_message(self, channel: str, user: str, text: str) -> str:
+        """A message someone else posted (the bot cannot update it); returns its ts."""
+        with self._cond:
+            ts = self._next_ts()
+            msg = {"type": "message", "user": user, "text": text, "ts": ts}
+            self._channels.setdefault(channel, []).append(msg)
+            return ts
+
+    def homes(self, user: str) -> list[JsonDict]:
+        """Every view published to ``user``'s Home tab, oldest first."""
+        with self._cond:
+            return copy.deepcopy(self._homes.get(user, []))
+
+    def statuses(self, channel: str | None = None) -> list[JsonDict]:
+        """assistant.threads.setStatus calls: channel_id, thread_ts, status."""
+        with self._cond:
+            found = [s for s in self._statuses if channel is None or s["channel_id"] == channel]
+            return copy.deepcopy(found)
+
+    def suggested_prompts(self, channel: str | None = None) -> list[JsonDict]:
+        with self._cond:
+            found = [p for p in self._prompts if channel is None or p["channel_id"] == channel]
+            return copy.deepcopy(found)
+
     def add_user(self, user_id: str, **fields: Any) -> None:
         with self._cond:
             self._users[user_id] = fields
@@ -375,6 +420,10 @@ class SlackEmulator:
             response = {"ok": False, "error": "invalid_auth"}
         elif not body_ok:
             response = {"ok": False, "error": "invalid_json"}
+        elif (refusal := checks.missing_scope(method, self.scopes)) is not None:
+            response = refusal
+        elif (code := checks.content_error(method, params)) is not None:
+            response = {"ok": False, "error": code}
         else:
             with self._cond:
                 queue = self._faults.get(method)
@@ -433,6 +482,8 @@ class SlackEmulator:
         channel = params.get("channel")
         if not isinstance(channel, str) or not channel or channel in self._removed:
             raise _SlackError("channel_not_found")
+        if channel in self._outside:
+            raise _SlackError("not_in_channel")
         if channel not in self._channels:
             if not self.auto_channels:
                 raise _SlackError("channel_not_found")
@@ -489,6 +540,8 @@ class SlackEmulator:
         msg = next((m for m in msgs if m["ts"] == params.get("ts")), None)
         if msg is None:
             raise _SlackError("message_not_found")
+        if msg.get("user") != self.bot_user_id:
+            raise _SlackError("cant_update_message")
         for name in ("blocks", "metadata", "attachments"):
             if params.get(name) is not None:
                 msg[name] = _json_field(params, name)
@@ -506,6 +559,9 @@ class SlackEmulator:
         channel, _ = self._channel(params)
         if not params.get("user"):
             raise _SlackError("user_not_found")
+        members = self._members.get(channel)
+        if members is not None and params["user"] not in members:
+            raise _SlackError("user_not_in_channel")
         ts = self._next_ts()
         self._ephemerals.append(
             {
@@ -550,6 +606,42 @@ class SlackEmulator:
         page = _paginate(_window(thread, params), params, newest_first=False)
         page["messages"] = self._render(page["messages"], params)
         return page
+
+    def _views_publish(self, params: JsonDict) -> JsonDict:
+        user, view = str(params.get("user_id") or ""), _json_field(params, "view")
+        if not user:
+            raise _SlackError("invalid_arguments")
+        if not isinstance(view, dict) or view.get("type") != "home":
+            raise _SlackError("invalid_arguments")
+        if checks.blocks_error(view.get("blocks")) is not None:
+            raise _SlackError("invalid_blocks")
+        self._homes.setdefault(user, []).append(view)
+        return {"view": {"id": f"V{len(self._homes[user]):08d}", **view}}
+
+    def _assistant_thread(self, params: JsonDict) -> tuple[str, str]:
+        channel, thread = params.get("channel_id"), params.get("thread_ts")
+        if not isinstance(channel, str) or not channel or not isinstance(thread, str):
+            raise _SlackError("invalid_arguments")
+        if not channel.startswith("D"):
+            raise _SlackError("not_allowed")  # assistant threads live in the app's DM
+        return channel, thread
+
+    def _set_status(self, params: JsonDict) -> JsonDict:
+        channel, thread = self._assistant_thread(params)
+        status = {"channel_id": channel, "thread_ts": thread, "status": params.get("status")}
+        self._statuses.append(status)
+        return {}
+
+    def _set_prompts(self, params: JsonDict) -> JsonDict:
+        channel, thread = self._assistant_thread(params)
+        prompts = _json_field(params, "prompts")
+        if not isinstance(prompts, list) or not prompts:
+            raise _SlackError("invalid_arguments")
+        title = params.get("title")
+        self._prompts.append(
+            {"channel_id": channel, "thread_ts": thread, "title": title, "prompts": prompts}
+        )
+        return {}
 
     def _users_info(self, params: JsonDict) -> JsonDict:
         uid = str(params.get("user") or "")

@@ -222,3 +222,13 @@ def status_text(store: Store, inbox: str) -> str:
         else f"Next digest: {blocks.utc(digest.next_at)}"
     )
     return "\n".join(lines)
+
+
+def dead_letters_text(store: Store, limit: int = 10) -> str:
+    """Dead events and parked outbox rows with their errors, for an approver's eyes."""
+    dead = store.dead_letters(limit=limit)
+    lines = [f"Dead events: {len(dead.events)}"]
+    lines += [f"- event {e.id} ({e.inbox}): {(e.error or '')[:200]}" for e in dead.events]
+    lines.append(f"Parked posts: {len(dead.outbox)}")
+    lines += [f"- outbox {r.id} to {r.channel}: {(r.error or '')[:200]}" for r in dead.outbox]
+    return "\n".join(lines)

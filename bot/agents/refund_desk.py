@@ -16,6 +16,7 @@ from wakeful.bot.agents.common import (
     DIGEST,
     TzLookup,
     approval_prompt,
+    dead_letters_text,
     digest_lines,
     fresh_stats,
     outcome_update,
@@ -41,6 +42,13 @@ DIGEST_DAILY = re.compile(r"digest daily at (\d{1,2}):(\d{2})\b", re.IGNORECASE)
 DIGEST_OFF = re.compile(r"digest off\b", re.IGNORECASE)
 MENTION = re.compile(r"<@[A-Z0-9]+>")
 UNIT = {"second": 1, "minute": 60, "hour": 3600}
+
+
+SLASH_USAGE = (
+    "Try `/wakeful status`, `/wakeful digest every 1 hour` (or `daily at 09:00`, or `off`), "
+    "`/wakeful remind me in 10 minutes to stretch`, or `/wakeful dead-letters` (approvers)."
+)
+ONLY_APPROVERS = "Only approvers (WAKEFUL_APPROVERS) may see the dead letters."
 
 
 def _seconds(n: str, unit: str) -> int:
@@ -109,8 +117,12 @@ class RefundDesk:
         state = _load(run.session, run.now, run.events)
         effects = Effects()
         chats = [e for e in run.events if e.source == "slack"]
+        commands = [e for e in chats if e.payload.get("kind") == "command"]
+        chats = [e for e in chats if e.payload.get("kind") != "command"]
         if chats:
             self._chat(run, chats, state, effects)
+        for command in commands:
+            self._slash(run, command, state, effects)
         for event in run.events:
             if event.source == "approval":
                 self._answered(event, state, effects)
@@ -137,6 +149,27 @@ class RefundDesk:
             fx.messages.insert(
                 0, Message(channel, "\n".join(lines), thread_ts=thread, priority="urgent")
             )
+
+    def _slash(self, run: Run, e: Event, state: dict[str, Any], fx: Effects) -> None:
+        """`/wakeful …`: the same commands as a message, answered to the caller alone."""
+        p = e.payload
+        channel, user = str(p["channel"]), str(p["user"])
+        text = str(p.get("text") or "").strip()
+        if text.lower() in ("dead-letters", "dead letters"):
+            allowed = user in self.approvers
+            lines = [dead_letters_text(self.store) if allowed else ONLY_APPROVERS]
+        else:
+            lines = self._commands(run, e, channel, None, state, fx) or [SLASH_USAGE]
+        fx.messages.append(
+            Message(
+                channel,
+                "\n".join(lines),
+                kind="respond",
+                ref=p.get("response_url") or None,
+                user=user,
+                priority="urgent",
+            )
+        )
 
     def _commands(
         self,

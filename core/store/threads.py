@@ -6,10 +6,12 @@ when one of its posts lands in it; the listener asks about every channel message
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
+from wakeful.core.effects import Message
 from wakeful.core.store.base import StoreBase
-from wakeful.core.store.rows import require
+from wakeful.core.store.rows import message_params, require
 from wakeful.core.store.sql import Tx
 
 ThreadWhy = Literal["posted", "mentioned"]
@@ -26,6 +28,21 @@ class Threads(StoreBase):
         require(channel=channel, thread_ts=thread_ts)
         with self._tx() as tx:
             remember(tx, channel, thread_ts, why, now)
+
+    def post_once(
+        self, inbox: str, channel: str, thread_ts: str, messages: Sequence[Message], now: int
+    ) -> bool:
+        """Queue `messages` for a thread the bot starts taking part in, unless it already did
+        (a retried event): the thread row and the messages commit together. True if queued."""
+        require(channel=channel, thread_ts=thread_ts)
+        prepared = [message_params(inbox, m) for m in messages]
+        params = {"channel": channel, "thread_ts": thread_ts, "why": "posted", "now": now}
+        with self._tx(urgent=True) as tx:
+            if tx.run("remember_thread", params) == 0:
+                return False
+            for row in prepared:
+                tx.run("insert_outbox", {**row, "now": now})
+        return True
 
     def takes_part(self, channel: str, thread_ts: str) -> bool:
         """Whether the bot posted in or was mentioned in this thread: one read by primary key,
