@@ -33,28 +33,45 @@ def person(inbox: str) -> tuple[str, str] | None:
     return team, user
 
 
-def home_message(store: Store, inbox: str, approvers: Collection[str]) -> Message | None:
-    """The Home view of a person's inbox as an outbox row, or None for a conversation's."""
+def home_message(
+    store: Store, inbox: str, approvers: Collection[str], effects: Effects | None = None
+) -> Message | None:
+    """The Home view of a person's inbox as an outbox row, or None for a conversation's.
+    `effects`: what the run being finished adds (its approvals and reminders are not in the
+    store until the finish commits)."""
     who = person(inbox)
     if who is None:
         return None
-    view = home_blocks(store, inbox, who[1], approvers)
+    view = home_blocks(store, inbox, who[1], approvers, effects or Effects())
     return Message(who[1], "Home", blocks=view, kind="home", user=who[1], priority="urgent")
 
 
-def home_blocks(store: Store, inbox: str, user: str, approvers: Collection[str]) -> list[Block]:
+def home_blocks(
+    store: Store, inbox: str, user: str, approvers: Collection[str], effects: Effects
+) -> list[Block]:
     """The Home tab's blocks for `user` (at most 50, each section under Slack's 3,000)."""
     out: list[Block] = [_header("Pending approvals")]
-    pending = [a for a in store.approvals(inbox) if a.answer is None][-SHOWN:]
-    for a in pending:
-        summary = f"{a.tool} {a.args.get('order_id', '') if isinstance(a.args, dict) else ''}"
-        out.extend(blocks.approval_prompt(a.id, summary.strip(), a.requester, a.deadline))
+    pending = [
+        (a.id, a.tool, a.args, a.requester, a.deadline)
+        for a in store.approvals(inbox)
+        if a.answer is None
+    ]
+    pending += [(a.id, a.tool, a.args, a.requester, a.deadline) for a in effects.approvals]
+    for rid, tool, args, requester, deadline in pending[-SHOWN:]:
+        summary = f"{tool} {args.get('order_id', '') if isinstance(args, dict) else ''}"
+        out.extend(blocks.approval_prompt(rid, summary.strip(), requester, deadline))
     if not pending:
         out.append(_text("Nothing waits for an answer."))
     timers = store.timers(inbox)
     out.append(_header("Next reminders"))
-    reminders = sorted((t for t in timers if "/remind-" in t.id), key=lambda t: t.next_at)
-    lines = [f"{blocks.when(t.next_at)}: {_payload_text(t.payload)}" for t in reminders[:SHOWN]]
+    due = [(t.next_at, t.payload) for t in timers if "/remind-" in t.id]
+    due += [
+        (t.first_at, t.payload)
+        for t in effects.timers
+        if t.name.startswith("remind-") and t.first_at is not None
+    ]
+    due.sort(key=lambda d: d[0])
+    lines = [f"{blocks.when(at)}: {_payload_text(payload)}" for at, payload in due[:SHOWN]]
     out.append(_text("\n".join(lines) or "No reminders."))
     digest = next((t for t in timers if t.id.endswith(f"/{DIGEST}")), None)
     out.append(_header("Digest"))
@@ -111,7 +128,7 @@ class HomeHook:
         return None
 
     def after(self, run: Run, effects: Effects) -> None:
-        message = home_message(self.store, run.inbox, self.approvers)
+        message = home_message(self.store, run.inbox, self.approvers, effects)
         if message is not None:
             effects.messages.append(message)
 

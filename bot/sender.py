@@ -260,4 +260,7 @@ def classify(exc: SlackApiError) -> TransientSendError | PermanentSendError:
         return TransientSendError(f"rate limited ({error})", retry_after=max(1, retry_after))
     if status >= 500 or error in TRANSIENT_ERRORS:
         return TransientSendError(f"slack {status}: {error}", retry_after=5)
+    if error == "missing_scope":
+        needed = response.get("needed") if hasattr(response, "get") else None
+        return PermanentSendError(f"missing_scope: add the {needed} scope to the app")
     return PermanentSendError(error)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -12,6 +13,8 @@ from wakeful.core import metrics
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.rules.outbox import Batch, Part
 from wakeful.core.wakeups import Loop
+
+log = logging.getLogger("wakeful")
 
 
 class Sender(Protocol):
@@ -102,6 +105,12 @@ class Dispatcher(Loop):
                 break
             except PermanentSendError as exc:
                 _count_part(part, "failed", started)
+                log.warning(
+                    "outbox rows %s parked: Slack refused them for good (%s); "
+                    "`wakeful dead-letters`, then `wakeful requeue outbox ID`",
+                    list(part.row_ids),
+                    exc,
+                )
                 self.store.fail_part(part, str(exc), self.clock())
                 continue
             _count_part(part, "sent", started)

@@ -1099,6 +1099,91 @@ class EventSender:
         body = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
         return self.raw(body, {"Content-Type": "application/x-www-form-urlencoded"})
 
+    def command(
+        self,
+        user: str,
+        text: str,
+        channel: str | None = None,
+        command: str = "/wakeful",
+        response_url: str | None = None,
+        timestamp: int | None = None,
+    ) -> Reply:
+        """A slash command as Slack sends it: a form body (the fields of Slack's slash command
+        payload), signed with ``timestamp``; send the same timestamp and text again to retry."""
+        form = {
+            "token": "emulator-verification-token",
+            "team_id": self.team_id,
+            "team_domain": "emulator",
+            "channel_id": channel or "D" + user.removeprefix("U"),
+            "channel_name": "directmessage",
+            "user_id": user,
+            "user_name": user.lower(),
+            "command": command,
+            "text": text,
+            "api_app_id": self.api_app_id,
+            "is_enterprise_install": "false",
+            "response_url": response_url or "https://hooks.slack.com/commands/T1/1/x",
+            "trigger_id": f"{int(self.clock())}.{uuid.uuid4().int % 10**12}.x",
+        }
+        body = urllib.parse.urlencode(form).encode()
+        headers = {"Content-Type": "application/x-www-form-urlencoded"}
+        return self.raw(body, headers, timestamp=timestamp)
+
+    def home_opened(self, user: str, event_id: str | None = None) -> Reply:
+        """``app_home_opened`` on the Home tab."""
+        ts = self.next_ts()
+        event = {
+            "type": "app_home_opened",
+            "user": user,
+            "channel": "D" + user.removeprefix("U"),
+            "tab": "home",
+            "event_ts": ts,
+        }
+        return self.event(event, event_id)
+
+    def assistant_thread_started(
+        self, user: str, thread_ts: str | None = None, event_id: str | None = None
+    ) -> Reply:
+        """``assistant_thread_started``: a person opened a new assistant thread."""
+        channel = "D" + user.removeprefix("U")
+        event = {
+            "type": "assistant_thread_started",
+            "assistant_thread": {
+                "user_id": user,
+                "context": {"channel_id": "C1", "team_id": self.team_id, "enterprise_id": None},
+                "channel_id": channel,
+                "thread_ts": thread_ts or self.next_ts(),
+            },
+            "event_ts": self.next_ts(),
+        }
+        return self.event(event, event_id)
+
+    def home_action(self, user: str, action_id: str, value: str) -> Reply:
+        """A button clicked in the Home tab (its container is the view, there is no channel)."""
+        payload: JsonDict = {
+            "type": "block_actions",
+            "user": {"id": user, "username": user.lower(), "team_id": self.team_id},
+            "api_app_id": self.api_app_id,
+            "token": "emulator-verification-token",
+            "container": {"type": "view", "view_id": "V0HOME"},
+            "trigger_id": f"{int(self.clock())}.{uuid.uuid4().int % 10**12}",
+            "team": {"id": self.team_id, "domain": "emulator"},
+            "enterprise": None,
+            "is_enterprise_install": False,
+            "view": {"id": "V0HOME", "type": "home", "blocks": []},
+            "actions": [
+                {
+                    "action_id": action_id,
+                    "block_id": "home",
+                    "value": value,
+                    "type": "button",
+                    "action_ts": self.next_ts(),
+                }
+            ],
+        }
+        body = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
+        return self.raw(body, {"Content-Type": "application/x-www-form-urlencoded"})
+
     def url_verification(self, challenge: str) -> Reply:
         body = {
             "token": "emulator-verification-token",

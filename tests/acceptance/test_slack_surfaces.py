@@ -159,3 +159,156 @@ def test_not_yours_and_already_answered_go_to_the_prompts_thread(surfaces: Wakef
     assert again["text"].startswith("Already answered")
     assert again["thread_ts"] == mention_ts
     assert eventually(lambda: app.store.approval(rid) is not None)
+
+
+# -- 3. the App Home tab -------------------------------------------------------------------
+
+
+def home_text(app: Wakeful, user: str) -> str:
+    from wakeful.bot.home import as_text
+
+    views = app.emu.homes(user)
+    return as_text(views[-1]["blocks"]) if views else ""
+
+
+def wait_home(app: Wakeful, user: str, needle: str) -> str:
+    ok = app.emu.wait_for(lambda _e: needle in home_text(app, user), 10)
+    assert ok, f"no {needle!r} in {user}'s Home tab: {home_text(app, user)}\n{app.tail()}"
+    return home_text(app, user)
+
+
+def test_the_home_tab_shows_pending_approvals_whose_buttons_work_like_the_prompts(
+    surfaces: Wakeful,
+) -> None:
+    app, user = surfaces, "U13101"
+    assert app.sender.home_opened(user).status == 200
+    text = wait_home(app, user, "Nothing waits for an answer.")
+    assert "Dead letters" not in text, "only approvers see the operator's part"
+    app.sender.message(user, "refund order 1311")
+    _, rid = wait_prompt(app, f"D{user[1:]}", "1311")
+    text = wait_home(app, user, "refund_order 1311")  # refreshed after that run
+    assert "[Approve]  [Deny]" in text
+    app.sender.home_action(user, "approve", rid)  # from the Home tab: no channel, no thread
+    app.wait_post(f"D{user[1:]}", "Refunded order 1311.")
+    text = wait_home(app, user, "order 1311 at")
+    assert "Nothing waits for an answer." in text
+    state = app.store.approval(rid)
+    assert state is not None and (state.answer, state.answered_by) == ("yes", user)
+
+
+def test_approvers_see_parked_posts_and_requeue_them_others_cannot(surfaces: Wakeful) -> None:
+    app, user, approver = surfaces, "U13102", "U0APPROVER"
+    channel = f"D{user[1:]}"
+    app.emu.fault("chat.postMessage", error="channel_not_found", times=1)
+    app.sender.message(user, "this reply is refused")
+    parked: list[int] = []
+
+    def found() -> bool:
+        parked[:] = [r.id for r in app.store.outbox(status="failed", inbox=inbox(user))]
+        return bool(parked)
+
+    assert eventually(found), app.tail()
+    row = parked[0]
+    app.sender.home_opened(approver)
+    text = wait_home(app, approver, f"outbox row {row} to {channel}")
+    assert "[Requeue]" in text
+
+    app.sender.home_opened(user)
+    assert "Dead letters" not in wait_home(app, user, "Pending approvals")
+    app.sender.home_action(user, "wakeful_requeue", f"outbox:{row}")  # not an approver
+    time.sleep(QUIET)
+    assert [r.status for r in app.store.outbox(inbox=inbox(user)) if r.id == row] == ["failed"]
+
+    app.sender.home_action(approver, "wakeful_requeue", f"outbox:{row}")
+    app.wait_post(channel, "Handled 1 message.")
+    assert wait_home(app, approver, "No dead events, no parked posts.")
+
+
+# -- 4. the slash command ------------------------------------------------------------------
+
+
+def test_a_slash_command_is_stored_before_the_ack_and_answered_to_the_caller_alone(
+    surfaces: Wakeful,
+) -> None:
+    app, user = surfaces, "U13201"
+    url = app.emu.response_url_for(f"cmd-{user}-{app.backend}")
+    stamp = int(time.time())
+    reply = app.sender.command(user, "status", response_url=url, timestamp=stamp)
+    assert reply.status == 200, reply.body
+    events = app.store.events(inbox(user))
+    assert len(events) == 1, "the command was not stored before the ack"
+    assert events[0].source_id.startswith(f"command:{TEAM}:{user}:{stamp}:")
+    assert app.emu.wait_for(lambda e: bool(e.responses(f"cmd-{user}-{app.backend}")), 10)
+    [answer] = app.emu.responses(f"cmd-{user}-{app.backend}")
+    assert answer["response_type"] == "ephemeral"
+    assert answer["text"].startswith("Status:"), answer
+    assert app.posts(f"D{user[1:]}") == [], "a command's answer is not a post"
+    # Slack retries the same request (same timestamp, same text): nothing new is stored.
+    again = app.sender.command(user, "status", response_url=url, timestamp=stamp)
+    assert again.status == 200
+    assert len(app.store.events(inbox(user))) == 1
+
+
+def test_slash_digest_remind_and_dead_letters_for_approvers_only(surfaces: Wakeful) -> None:
+    app, user, approver = surfaces, "U13202", "U0APPROVER"
+    key = f"cmd2-{app.backend}"
+    url = app.emu.response_url_for(key)
+    app.sender.command(user, "digest every 1 hour", response_url=url)
+    app.sender.command(user, "remind me in 1 seconds to breathe", response_url=url)
+    app.sender.command(user, "dead-letters", response_url=url)
+    assert app.emu.wait_for(lambda e: len(e.responses(key)) == 3, 10), app.emu.responses(key)
+    texts = sorted(r["text"] for r in app.emu.responses(key))
+    assert any("Digest set: every 1 hour." in t for t in texts)
+    assert any("I'll remind you in 1 seconds: breathe" in t for t in texts)
+    assert any(t.startswith("Only approvers") for t in texts)
+    app.wait_post(f"D{user[1:]}", "Reminder: breathe")
+    app.sender.command(approver, "dead-letters", response_url=url)
+    assert app.emu.wait_for(lambda e: any("Dead events:" in r["text"] for r in e.responses(key)))
+
+
+def test_an_expired_response_url_falls_back_to_an_ephemeral(surfaces: Wakeful) -> None:
+    app, user = surfaces, "U13203"
+    app.emu.fault("response_url", status=404, error="expired_url", times=1)
+    url = app.emu.response_url_for(f"gone-{app.backend}")
+    app.sender.command(user, "status", response_url=url)
+    channel = f"D{user[1:]}"
+    assert app.emu.wait_for(lambda e: bool(e.ephemerals(channel, user)), 10), app.tail()
+    assert app.emu.ephemerals(channel, user)[0]["text"].startswith("Status:")
+
+
+# -- 5. the assistant thread ---------------------------------------------------------------
+
+
+def test_an_assistant_thread_is_greeted_once_with_suggested_prompts(surfaces: Wakeful) -> None:
+    app, user = surfaces, "U13301"
+    channel, thread = f"D{user[1:]}", app.sender.next_ts()
+    app.sender.assistant_thread_started(user, thread_ts=thread)
+    app.sender.assistant_thread_started(user, thread_ts=thread)  # delivered twice
+    assert app.emu.wait_for(lambda e: bool(e.suggested_prompts(channel)), 10), app.tail()
+    [prompts] = app.emu.suggested_prompts(channel)
+    assert prompts["thread_ts"] == thread
+    assert {p["message"] for p in prompts["prompts"]} >= {"status"}
+    time.sleep(QUIET)
+    assert len(replies(app, channel, thread, "Hi, I'm wakeful")) == 1
+
+
+def test_a_run_in_an_assistant_thread_shows_is_thinking_until_the_reply(surfaces: Wakeful) -> None:
+    app, user = surfaces, "U13302"
+    channel, thread = f"D{user[1:]}", app.sender.next_ts()
+    app.sender.message(user, "hello", thread_ts=thread)
+    wait_reply(app, channel, thread, "Handled 1 message.")
+    assert app.emu.wait_for(lambda e: len(e.statuses(channel)) >= 2, 10), app.emu.statuses()
+    statuses = app.emu.statuses(channel)
+    assert [s["status"] for s in statuses] == ["is thinking…", ""]
+    assert {s["thread_ts"] for s in statuses} == {thread}
+    thinking_at = next(c.at for c in app.emu.calls("assistant.threads.setStatus"))
+    reply_at = next(
+        c.at
+        for c in app.emu.calls("chat.postMessage")
+        if c.params.get("channel") == channel and c.params.get("thread_ts") == thread
+    )
+    assert thinking_at <= reply_at
+    # A plain DM (no assistant thread) shows nothing.
+    app.sender.message("U13303", "hello")
+    app.wait_post("D13303", "Handled 1 message.")
+    assert app.emu.statuses("D13303") == []
