@@ -309,8 +309,10 @@ class SlackEmulator:
             self._faults.clear()
 
     def add_channel(self, channel: str) -> None:
+        """``channel`` exists and the bot is in it (again)."""
         with self._cond:
             self._removed.discard(channel)
+            self._outside.discard(channel)
             self._channels.setdefault(channel, [])
 
     def remove_channel(self, channel: str) -> None:
