@@ -118,8 +118,9 @@ def as_text(view: Sequence[Block]) -> str:
 
 @dataclass
 class HomeHook:
-    """After each run of a person's inbox, their Home tab is queued for a refresh (written by
-    the run's fenced finish, sent through the outbox)."""
+    """After each run of the inbox of a person who opened their Home tab, the tab is queued
+    for a refresh (written by the run's fenced finish, sent through the outbox). People who
+    never opened it cost nothing."""
 
     store: Store
     approvers: tuple[str, ...] = ()
@@ -128,6 +129,8 @@ class HomeHook:
         return None
 
     def after(self, run: Run, effects: Effects) -> None:
+        if person(run.inbox) is None or not self.store.home_opened(run.inbox):
+            return
         message = home_message(self.store, run.inbox, self.approvers, effects)
         if message is not None:
             effects.messages.append(message)

@@ -179,7 +179,9 @@ class Listeners:
 
     def _on_home_opened(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
         """The Home tab was opened: a run of the person's inbox refreshes it (its hooks)."""
-        if event.get("tab", "home") == "home" and isinstance(event.get("user"), str):
+        team = str(body.get("team_id") or "")
+        if event.get("tab", "home") == "home" and isinstance(event.get("user"), str) and team:
+            self.store.open_home(f"{team}:{event['user']}", self.clock())
             self._ingest(body, {**event, "channel": event.get("channel") or ""}, "home_opened")
         ack()
 

@@ -608,3 +608,12 @@ ON CONFLICT (channel, thread_ts) DO NOTHING;
 -- name: known_thread
 -- Whether the bot takes part in a thread (by its primary key).
 SELECT why FROM threads WHERE channel = :channel AND thread_ts = :thread_ts;
+
+-- name: open_home
+-- A person opened their Home tab: keep it fresh from now on.
+INSERT INTO app_homes (inbox, opened_at) VALUES (:inbox, :now)
+ON CONFLICT (inbox) DO UPDATE SET opened_at = excluded.opened_at;
+
+-- name: home_opened
+-- Whether a person ever opened their Home tab (by primary key).
+SELECT opened_at FROM app_homes WHERE inbox = :inbox;

@@ -1,4 +1,5 @@
-"""Threads the bot takes part in, so a reply there reaches the agent without a new @mention.
+"""Threads the bot takes part in, so a reply there reaches the agent without a new @mention,
+and the people who opened its Home tab (whose view is kept fresh).
 
 A thread is remembered when the bot is mentioned in it (or under a mention that starts one) and
 when one of its posts lands in it; the listener asks about every channel message, by key.
@@ -49,3 +50,14 @@ class Threads(StoreBase):
         no write lock, so the listener can drop the channel's other messages for free."""
         with self._tx(write=False) as tx:
             return tx.one("known_thread", {"channel": channel, "thread_ts": thread_ts}) is not None
+
+    def open_home(self, inbox: str, now: int) -> None:
+        """A person opened their App Home tab: their view is refreshed after each run."""
+        require(inbox=inbox)
+        with self._tx() as tx:
+            tx.run("open_home", {"inbox": inbox, "now": now})
+
+    def home_opened(self, inbox: str) -> bool:
+        """Whether this person ever opened their Home tab (one read by key)."""
+        with self._tx(write=False) as tx:
+            return tx.one("home_opened", {"inbox": inbox}) is not None

@@ -181,6 +181,9 @@ def test_the_home_tab_shows_pending_approvals_whose_buttons_work_like_the_prompt
     surfaces: Wakeful,
 ) -> None:
     app, user = surfaces, "U13101"
+    app.sender.message(user, "hi")
+    app.wait_post(f"D{user[1:]}", "Handled 1 message.")
+    assert app.emu.homes(user) == [], "a person who never opened Home costs no views.publish"
     assert app.sender.home_opened(user).status == 200
     text = wait_home(app, user, "Nothing waits for an answer.")
     assert "Dead letters" not in text, "only approvers see the operator's part"

@@ -53,3 +53,10 @@ CREATE TABLE threads (
     created_at BIGINT NOT NULL,
     PRIMARY KEY (channel, thread_ts)
 );
+
+-- People who opened the App Home tab: only their Home views are refreshed after a run, so a
+-- person who never looks costs no views.publish call.
+CREATE TABLE app_homes (
+    inbox TEXT PRIMARY KEY,
+    opened_at BIGINT NOT NULL
+);
