@@ -155,11 +155,15 @@ class Listeners:
     def _on_command(self, ack: Ack, body: dict[str, Any], request: BoltRequest) -> None:
         """`/wakeful …`, stored as an inbox event before the ack and answered ephemerally by
         the agent through the outbox. Its key does not depend on the trigger_id: team, user,
-        the request's X-Slack-Request-Timestamp and a hash of the text, so a retry of the same
-        request stores nothing new."""
+        the request's X-Slack-Request-Timestamp (in Socket Mode the envelope id) and a hash of
+        the text, so a retry of the same request stores nothing new."""
         team, user = body.get("team_id"), body.get("user_id")
         channel, text = body.get("channel_id"), str(body.get("text") or "")
-        stamp = (request.headers.get("x-slack-request-timestamp") or [""])[0]
+        stamp = (
+            request.headers.get("x-slack-request-timestamp")
+            or request.headers.get("x-wakeful-envelope-id")  # Socket Mode
+            or [""]
+        )[0]
         if not all(isinstance(v, str) and v for v in (team, user, channel, stamp)):
             raise InvalidInput("slash command lacks team_id, user_id, channel_id or timestamp")
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
