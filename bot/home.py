@@ -19,6 +19,8 @@ from wakeful.bot.blocks import Block
 from wakeful.bot.payloads import REQUEUE
 from wakeful.core.agent import Run
 from wakeful.core.effects import Effects, Message
+from wakeful.core.records import TimerState
+from wakeful.core.rules.schedule import first_occurrence
 from wakeful.core.store import Store
 
 SHOWN = 5
@@ -34,7 +36,7 @@ def person(inbox: str) -> tuple[str, str] | None:
 
 
 def home_message(
-    store: Store, inbox: str, approvers: Collection[str], effects: Effects | None = None
+    store: Store, inbox: str, approvers: Collection[str], now: int, effects: Effects | None = None
 ) -> Message | None:
     """The Home view of a person's inbox as an outbox row, or None for a conversation's.
     `effects`: what the run being finished adds (its approvals and reminders are not in the
@@ -42,12 +44,12 @@ def home_message(
     who = person(inbox)
     if who is None:
         return None
-    view = home_blocks(store, inbox, who[1], approvers, effects or Effects())
+    view = home_blocks(store, inbox, who[1], approvers, effects or Effects(), now)
     return Message(who[1], "Home", blocks=view, kind="home", user=who[1], priority="urgent")
 
 
 def home_blocks(
-    store: Store, inbox: str, user: str, approvers: Collection[str], effects: Effects
+    store: Store, inbox: str, user: str, approvers: Collection[str], effects: Effects, now: int
 ) -> list[Block]:
     """The Home tab's blocks for `user` (at most 50, each section under Slack's 3,000)."""
     out: list[Block] = [_header("Pending approvals")]
@@ -73,9 +75,8 @@ def home_blocks(
     due.sort(key=lambda d: d[0])
     lines = [f"{blocks.when(at)}: {_payload_text(payload)}" for at, payload in due[:SHOWN]]
     out.append(_text("\n".join(lines) or "No reminders."))
-    digest = next((t for t in timers if t.id.endswith(f"/{DIGEST}")), None)
     out.append(_header("Digest"))
-    out.append(_text("Off." if digest is None else f"Next digest {blocks.when(digest.next_at)}."))
+    out.append(_text(_digest_line(store, inbox, timers, effects, now)))
     refunds = store.tool_calls(tool="refund_order", inbox=inbox)[-SHOWN:]
     out.append(_header("Recent refunds"))
     shown = [f"order {_order(r['args'])} at {blocks.utc(int(r['created_at']))}" for r in refunds]
@@ -131,7 +132,7 @@ class HomeHook:
     def after(self, run: Run, effects: Effects) -> None:
         if person(run.inbox) is None or not self.store.home_opened(run.inbox):
             return
-        message = home_message(self.store, run.inbox, self.approvers, effects)
+        message = home_message(self.store, run.inbox, self.approvers, run.now, effects)
         if message is not None:
             effects.messages.append(message)
 
@@ -152,6 +153,33 @@ def _requeue(text: str, value: str) -> Block:
         "value": value,
     }
     return {**_text(text), "accessory": button}
+
+
+def _digest_line(
+    store: Store, inbox: str, timers: list[TimerState], effects: Effects, now: int
+) -> str:
+    """The digest setting and its next time, as this run leaves them."""
+    stored = next((t for t in timers if t.id.endswith(f"/{DIGEST}")), None)
+    next_at = None if stored is None else stored.next_at
+    for t in effects.timers:
+        if t.name == DIGEST:
+            next_at = first_occurrence(t.kind, now, t.first_at, t.daily_at, t.tz)
+    if DIGEST in effects.cancel_timers or next_at is None:
+        return "Off."
+    session = effects.session if effects.save_session else store.session(inbox)
+    return f"{_digest_setting(session)}Next digest {blocks.when(next_at)}."
+
+
+def _digest_setting(session: Any) -> str:
+    """The digest as the agent saved it (`every` seconds or `daily` at HH:MM in a zone)."""
+    digest = session.get("digest") if isinstance(session, dict) else None
+    if not isinstance(digest, dict):
+        return ""
+    if digest.get("every"):
+        return f"Every {digest['every']} s. "
+    if digest.get("daily"):
+        return f"Daily at {digest['daily']} ({digest.get('tz') or 'UTC'}). "
+    return ""
 
 
 def _payload_text(payload: Any) -> str:

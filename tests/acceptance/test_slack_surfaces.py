@@ -257,6 +257,8 @@ def test_slash_digest_remind_and_dead_letters_for_approvers_only(surfaces: Wakef
     key = f"cmd2-{app.backend}"
     url = app.emu.response_url_for(key)
     app.sender.command(user, "digest every 1 hour", response_url=url)
+    app.sender.home_opened(user)
+    assert "Every 3600 s. Next digest" in wait_home(app, user, "Every 3600 s.")
     app.sender.command(user, "remind me in 1 seconds to breathe", response_url=url)
     app.sender.command(user, "dead-letters", response_url=url)
     assert app.emu.wait_for(lambda e: len(e.responses(key)) == 3, 10), app.emu.responses(key)
