@@ -19,7 +19,7 @@ from wakeful.core.effects import Message
 from wakeful.core.loops import Dispatcher
 from wakeful.core.store import Store
 from wakeful.devtools.emulator import SlackEmulator
-from wakeful.devtools.emulator_checks import TEXT_LIMIT
+from wakeful.devtools.emulator.checks import TEXT_LIMIT
 
 TOKEN = "xoxb-refusals"
 INBOX = "T1:U1"
