@@ -69,6 +69,7 @@ def _serve(args: argparse.Namespace) -> int:
         runtime.wake_dispatcher,
         runtime.clock,
         webhook_sources=config.webhooks,
+        approvers=config.approvers,
     )
     runtime.start()
     exporter: MetricsServer | None = None

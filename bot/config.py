@@ -83,6 +83,11 @@ class Config:
     log_format: str = "text"
     webhooks: tuple[WebhookSource, ...] = ()
     """The webhook endpoints served; empty when no webhook secret is set."""
+    quiet_digests: bool = True
+    """A digest period with nothing new posts nothing (WAKEFUL_QUIET_DIGESTS)."""
+    assistant: bool = True
+    """The app has Agents & AI Apps (manifest `assistant_view`): show "is thinking…" in
+    assistant threads (WAKEFUL_ASSISTANT)."""
     settings: Settings = field(default_factory=Settings)
 
     @property
@@ -147,8 +152,24 @@ class Config:
             ),
             log_format=log_format(env),
             webhooks=_webhooks(env),
+            quiet_digests=switch(env, "WAKEFUL_QUIET_DIGESTS", True),
+            assistant=switch(env, "WAKEFUL_ASSISTANT", True),
             settings=Settings(**tunables),
         )
+
+
+_SWITCH = {"1": True, "true": True, "on": True, "yes": True}
+_SWITCH |= {"0": False, "false": False, "off": False, "no": False}
+
+
+def switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """An on/off setting: 1/true/on/yes or 0/false/off/no (any case); unset means `default`."""
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in _SWITCH:
+        raise ConfigError(f"{name} must be on or off (1/true/on or 0/false/off), got {raw!r}")
+    return _SWITCH[raw]
 
 
 def log_format(env: Mapping[str, str]) -> str:

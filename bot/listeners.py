@@ -7,6 +7,7 @@ has committed) before the acknowledgement leaves: messages and mentions go to `i
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -14,17 +15,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from slack_bolt import Ack, App, BoltResponse
+from slack_bolt import Ack, App, BoltRequest, BoltResponse
 from slack_bolt.authorization import AuthorizeResult
 
-from wakeful.bot import blocks
+from wakeful.bot import blocks, payloads
 from wakeful.core.effects import Message
 from wakeful.core.errors import InvalidInput, StoreUnavailable
 from wakeful.core.loops import Kicker, Wakeup
 from wakeful.core.store import Store
 
+log = logging.getLogger("wakeful")
 IGNORED_SUBTYPES = frozenset({"message_changed", "message_deleted", "bot_message"})
 ACCEPTED_SUBTYPES = frozenset({None, "file_share", "thread_broadcast", "me_message"})
+GREETING = (
+    "Hi, I'm wakeful. I answer once, ask before refunds and keep quiet unless there is news. "
+    "Ask for `status`, set a `digest daily at 09:00`, or `remind me in 10 minutes to stretch`."
+)
+PROMPTS = [
+    {"title": "Status", "message": "status"},
+    {"title": "Daily digest", "message": "digest daily at 09:00"},
+    {"title": "A reminder", "message": "remind me in 10 minutes to stretch"},
+]
+"""The assistant thread's suggested prompts (assistant.threads.setSuggestedPrompts)."""
+THREAD_CHANNEL_TYPES = frozenset({"channel", "group", "mpim"})
+"""Where only replies in the bot's threads reach the agent (message.channels / .groups /
+.mpim); in a DM (`im`) every message does."""
 
 
 @dataclass(eq=False)
@@ -40,6 +55,8 @@ class Listeners:
     wake_dispatcher: Kicker = field(default_factory=Wakeup)
     """Kicked when a reply is queued."""
     clock: Callable[[], int] = field(default=lambda: int(time.time()))
+    approvers: tuple[str, ...] = ()
+    """Who may see and press the Home tab's Requeue (WAKEFUL_APPROVERS)."""
 
     def __post_init__(self) -> None:
         def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
@@ -63,6 +80,10 @@ class Listeners:
         self.app.event("app_mention")(self._on_mention)
         self.app.action(blocks.APPROVE)(self._on_approve)
         self.app.action(blocks.DENY)(self._on_deny)
+        self.app.action(payloads.REQUEUE)(self._on_requeue)
+        self.app.command(payloads.COMMAND)(self._on_command)
+        self.app.event("app_home_opened")(self._on_home_opened)
+        self.app.event("assistant_thread_started")(self._on_assistant_thread)
         self.app.error(self._on_error)
 
     def _is_ours_or_noise(self, event: dict[str, Any]) -> bool:
@@ -93,6 +114,8 @@ class Listeners:
         }
         if not isinstance(payload["channel"], str):
             raise InvalidInput("message event has no channel")
+        if not isinstance(event.get("user"), str):
+            raise InvalidInput("event has no user")
         result = self.store.ingest(
             f"{team}:{event['user']}", "slack", event_id, payload, self.clock()
         )
@@ -100,13 +123,120 @@ class Listeners:
             self.wake_worker.kick()
 
     def _on_message(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
-        if event.get("channel_type") == "im" and not self._is_ours_or_noise(event):
+        if not self._is_ours_or_noise(event) and (
+            event.get("channel_type") == "im" or self._follows_up(event)
+        ):
             self._ingest(body, event, "message")
         ack()
+
+    def _follows_up(self, event: dict[str, Any]) -> bool:
+        """A reply in a channel, private channel or group DM thread the bot posted in or was
+        mentioned in. Everything else there is acknowledged and dropped: one read by key, no
+        write. A reply that mentions the bot is left to its `app_mention` (stored once)."""
+        thread, channel = event.get("thread_ts"), event.get("channel")
+        if event.get("channel_type") not in THREAD_CHANNEL_TYPES:
+            return False
+        if not isinstance(thread, str) or not isinstance(channel, str) or thread == event.get("ts"):
+            return False
+        if self.bot_user_id and f"<@{self.bot_user_id}>" in str(event.get("text") or ""):
+            return False
+        return self.store.takes_part(channel, thread)
 
     def _on_mention(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
         if not self._is_ours_or_noise(event):
             self._ingest(body, event, "mention")
+            # The reply goes in the mention's thread (or starts one under it): the replies
+            # that follow there reach the agent without another mention.
+            thread, channel = event.get("thread_ts") or event.get("ts"), event.get("channel")
+            if isinstance(thread, str) and isinstance(channel, str) and thread:
+                self.store.remember_thread(channel, thread, "mentioned", self.clock())
+        ack()
+
+    def _on_command(self, ack: Ack, body: dict[str, Any], request: BoltRequest) -> None:
+        """`/wakeful …`, stored as an inbox event before the ack and answered ephemerally by
+        the agent through the outbox. Its key does not depend on the trigger_id: team, user,
+        the request's X-Slack-Request-Timestamp (in Socket Mode the envelope id) and a hash of
+        the text, so a retry of the same request stores nothing new."""
+        team, user = body.get("team_id"), body.get("user_id")
+        channel, text = body.get("channel_id"), str(body.get("text") or "")
+        stamp = (
+            request.headers.get("x-slack-request-timestamp")
+            or request.headers.get("x-wakeful-envelope-id")  # Socket Mode
+            or [""]
+        )[0]
+        if not all(isinstance(v, str) and v for v in (team, user, channel, stamp)):
+            raise InvalidInput("slash command lacks team_id, user_id, channel_id or timestamp")
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+        key = f"command:{team}:{user}:{stamp}:{digest}"
+        payload = {
+            "kind": "command",
+            "command": body.get("command"),
+            "text": text,
+            "channel": channel,
+            "user": user,
+            "team": team,
+            "response_url": body.get("response_url"),
+        }
+        if self.store.ingest(f"{team}:{user}", "slack", key, payload, self.clock()).stored:
+            self.wake_worker.kick()
+        ack()
+
+    def _on_home_opened(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
+        """The Home tab was opened: a run of the person's inbox refreshes it (its hooks)."""
+        team = str(body.get("team_id") or "")
+        if event.get("tab", "home") == "home" and isinstance(event.get("user"), str) and team:
+            self.store.open_home(f"{team}:{event['user']}", self.clock())
+            self._ingest(body, {**event, "channel": event.get("channel") or ""}, "home_opened")
+        ack()
+
+    def _on_assistant_thread(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
+        """A new assistant thread: a greeting and the suggested prompts, once per thread
+        (the thread's key refuses a retried event's second greeting)."""
+        thread = event.get("assistant_thread") or {}
+        user, channel, ts, team = (
+            str(v or "")
+            for v in (
+                thread.get("user_id"),
+                thread.get("channel_id"),
+                thread.get("thread_ts"),
+                body.get("team_id"),
+            )
+        )
+        if user and channel and ts and team:
+            greeting = Message(channel, GREETING, thread_ts=ts, priority="urgent")
+            prompts = Message(
+                channel, "Try one of these", thread_ts=ts, kind="prompts", blocks=PROMPTS
+            )
+            if self.store.post_once(
+                f"{team}:{user}", channel, ts, [greeting, prompts], self.clock()
+            ):
+                self.wake_dispatcher.kick()
+        ack()
+
+    def _on_requeue(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Requeue from the Home tab: approvers only, through the store's requeue; the Home
+        tab is refreshed by a run of the presser's inbox."""
+        user = (body.get("user") or {}).get("id")
+        team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id")
+        what, _, raw_id = str(action.get("value") or "").partition(":")
+        if user not in self.approvers or not raw_id.isdigit() or what not in ("event", "outbox"):
+            logging.getLogger("wakeful").warning(
+                "requeue refused for %s: %r", user, action.get("value")
+            )
+            ack()
+            return
+        now = self.clock()
+        if what == "event":
+            done = self.store.requeue_event(int(raw_id), now)
+        else:
+            done = self.store.requeue_outbox(int(raw_id), now)
+        if done:
+            self.wake_worker.kick()
+            self.wake_dispatcher.kick()
+        refresh = {"kind": "home_opened", "user": user, "team": team, "channel": ""}
+        key = f"requeue:{what}:{raw_id}:{user}:{action.get('action_ts')}"
+        if self.store.ingest(f"{team}:{user}", "slack", key, refresh, now).stored:
+            self.wake_worker.kick()
         ack()
 
     def _on_approve(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
@@ -122,9 +252,10 @@ class Listeners:
         # An org-wide install sends "team": null; the clicker's team is then user.team_id.
         team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id")
         request_id = action.get("value")
-        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
-            "channel_id"
-        )
+        container = body.get("container") or {}
+        channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
+        # The tapper's note goes where the prompt is: its thread, when it is in one.
+        thread = container.get("thread_ts") or (body.get("message") or {}).get("thread_ts")
         if not isinstance(user, str) or not user:
             raise InvalidInput("click has no user")
         now = self.clock()
@@ -141,7 +272,16 @@ class Listeners:
             inbox = f"{team or 'T'}:{user}"
             self.store.post(
                 inbox,
-                [Message(channel, text, blocks=note_blocks, kind="ephemeral", user=user)],
+                [
+                    Message(
+                        channel,
+                        text,
+                        thread_ts=thread if isinstance(thread, str) and thread else None,
+                        blocks=note_blocks,
+                        kind="ephemeral",
+                        user=user,
+                    )
+                ],
                 now,
             )
             self.wake_dispatcher.kick()

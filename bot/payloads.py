@@ -16,7 +16,10 @@ from wakeful.bot import blocks
 
 MAX_DEPTH = 64
 """Deepest JSON nesting accepted; Slack's payloads stay in single digits."""
-HANDLED_EVENTS = ("message", "app_mention")
+HANDLED_EVENTS = ("message", "app_mention", "app_home_opened", "assistant_thread_started")
+COMMAND = "/wakeful"
+REQUEUE = "wakeful_requeue"
+"""The Home tab's Requeue button (approvers only)."""
 _OBJECT_FIELDS = ("user", "team", "channel", "container", "enterprise", "message", "event")
 _TEXT_FIELDS = (
     "type",
@@ -43,7 +46,7 @@ def parse(text: str, content_type: str) -> dict[str, Any]:
                 raise ValueError("form body must hold exactly one 'payload' field")
             value = json.loads(form["payload"][0])
         elif "command" in form:
-            return {"type": "command"}
+            return {"type": "command", "command": form["command"][0]}
         else:
             raise ValueError("form body has no 'payload' field")
     else:
@@ -68,7 +71,10 @@ def handled(body: dict[str, Any]) -> bool:
     if kind == "event_callback":
         return body["event"]["type"] in HANDLED_EVENTS
     if kind == "block_actions":
-        return any(a["action_id"] in (blocks.APPROVE, blocks.DENY) for a in body["actions"])
+        ours = (blocks.APPROVE, blocks.DENY, REQUEUE)
+        return any(a["action_id"] in ours for a in body["actions"])
+    if kind == "command":
+        return body.get("command") == COMMAND
     return False
 
 

@@ -15,7 +15,7 @@ from slack_sdk.errors import SlackApiError
 from wakeful.bot.config import Config, ConfigError
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.bot.web_client import KeepAliveWebClient
-from wakeful.core.agent import Agent
+from wakeful.core.agent import Agent, RunHook, with_hooks
 from wakeful.core.clock import Clock, ServerClock, wall_clock
 from wakeful.core.loops import Bell, Dispatcher, Scheduler, Wakeup, Worker
 from wakeful.core.store import Store, open_store
@@ -46,6 +46,18 @@ def timezone_lookup(client: WebClient | None) -> Callable[[str], str]:
 
 
 def build_agent(config: Config, store: Store, client: WebClient | None) -> Agent:
+    """The configured agent, with the run hooks of the Slack surfaces: the Home tab refreshed
+    after each run, the assistant thread's status while one is in flight."""
+    from wakeful.bot.assistant import StatusHook
+    from wakeful.bot.home import HomeHook
+
+    hooks: list[RunHook] = [HomeHook(store, config.approvers)]
+    if config.assistant:
+        hooks.append(StatusHook(store))
+    return with_hooks(_agent(config, store, client), *hooks)
+
+
+def _agent(config: Config, store: Store, client: WebClient | None) -> Agent:
     if ":" in config.agent:
         import importlib
 
@@ -70,6 +82,7 @@ def build_agent(config: Config, store: Store, client: WebClient | None) -> Agent
         store,
         approvers=config.approvers,
         tz_lookup=timezone_lookup(client),
+        quiet_digests=config.quiet_digests,
     )
 
 

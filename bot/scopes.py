@@ -12,6 +12,23 @@ import os
 from pathlib import Path
 
 MANIFEST = "manifest.yml"
+_HISTORY = ("channels:history", "groups:history", "im:history", "mpim:history")
+METHOD_SCOPES: dict[str, tuple[str, ...]] = {
+    "auth.test": (),
+    "chat.postMessage": ("chat:write",),
+    "chat.update": ("chat:write",),
+    "chat.postEphemeral": ("chat:write",),
+    "conversations.history": _HISTORY,
+    "conversations.replies": _HISTORY,
+    "users.info": ("users:read",),
+    "views.publish": (),
+    "assistant.threads.setStatus": ("assistant:write",),
+    "assistant.threads.setSuggestedPrompts": ("assistant:write",),
+}
+"""The Web API methods wakeful calls and the bot scopes that grant each (any one of them, as
+Slack's method pages list them; the history scope that counts depends on the conversation's
+type). Empty: no scope needed (an app may always publish its own Home tab). The emulator
+answers `missing_scope` from this table; a test keeps it covered by the manifest."""
 _SCOPES_AT = ["oauth_config", "scopes", "bot"]
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
+from slack_sdk.webhook import WebhookClient
 
 from wakeful.bot.web_client import KeepAliveWebClient
 from wakeful.core import metrics
@@ -64,6 +65,7 @@ class SlackSender:
         self._clock = clock
         self._last_post: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._assistant_off: set[str] = set()
 
     def send(self, part: Part) -> str | None:
         try:
@@ -71,6 +73,12 @@ class SlackSender:
                 return self._update(part)
             if part.kind == "ephemeral":
                 return self._ephemeral(part)
+            if part.kind == "respond":
+                return self._respond(part)
+            if part.kind == "home":
+                return self._home(part)
+            if part.kind in ("status", "prompts"):
+                return self._assistant(part)
             if part.retry:
                 found = self.find_posted(part)
                 if found is not None:
@@ -123,6 +131,57 @@ class SlackSender:
         ts = response.get("message_ts")
         return None if ts is None else str(ts)
 
+    def _respond(self, part: Part) -> str | None:
+        """A slash command's answer, to the caller alone: through its response_url while that
+        works (Slack honours it 5 times within 30 minutes), else chat.postEphemeral."""
+        if part.ref:
+            try:
+                answer = WebhookClient(part.ref, timeout=10).send(
+                    text=part.text, response_type="ephemeral"
+                )
+                if answer.status_code == 200:
+                    return None
+                log.info("response_url answered %s; posting ephemerally", answer.status_code)
+            except (urllib.error.URLError, OSError, HTTPException) as exc:
+                log.info("response_url failed (%s); posting ephemerally", exc)
+        return self._ephemeral(part)
+
+    def _home(self, part: Part) -> str | None:
+        """Publish a person's Home tab (only the latest view of a batch reaches here)."""
+        if not part.user:
+            raise PermanentSendError("a Home view needs the user it belongs to")
+        view = {"type": "home", "blocks": part.blocks or []}
+        self.client.views_publish(user_id=part.user, view=view)
+        return None
+
+    def _assistant(self, part: Part) -> str | None:
+        """An assistant thread's status or suggested prompts. Only apps with the Agents & AI
+        Apps feature may set them: any refusal is logged once and the part counts as done, so
+        a workspace without the feature simply shows nothing."""
+        try:
+            if part.kind == "status":
+                self.client.assistant_threads_setStatus(
+                    channel_id=part.channel, thread_ts=part.thread_ts, status=part.text
+                )
+            else:
+                self.client.assistant_threads_setSuggestedPrompts(
+                    channel_id=part.channel,
+                    thread_ts=part.thread_ts,
+                    title=part.text,
+                    prompts=part.blocks or [],
+                )
+        except SlackApiError as exc:
+            count_error(exc)
+            error = str(exc.response.get("error") or "")
+            if error in TRANSIENT_ERRORS or getattr(exc.response, "status_code", 200) >= 500:
+                raise
+            if error not in self._assistant_off:
+                self._assistant_off.add(error)
+                log.warning(
+                    "assistant thread %s not shown (%s); carrying on without", part.kind, error
+                )
+        return None
+
     def find_posted(self, part: Part) -> str | None:
         """The ts of a message already carrying this part's id, among the recent ones."""
         seen = 0
@@ -162,7 +221,16 @@ def _content(part: Part, threaded: bool) -> dict[str, Any]:
     return kwargs
 
 
-_METHODS = {"post": "chat.postMessage", "update": "chat.update", "ephemeral": "chat.postEphemeral"}
+_METHODS = {
+    "post": "chat.postMessage",
+    "digest": "chat.postMessage",
+    "update": "chat.update",
+    "ephemeral": "chat.postEphemeral",
+    "respond": "chat.postEphemeral",
+    "home": "views.publish",
+    "status": "assistant.threads.setStatus",
+    "prompts": "assistant.threads.setSuggestedPrompts",
+}
 _ERROR_CODE = re.compile(r"[a-z0-9_]{1,60}")
 
 
@@ -192,4 +260,7 @@ def classify(exc: SlackApiError) -> TransientSendError | PermanentSendError:
         return TransientSendError(f"rate limited ({error})", retry_after=max(1, retry_after))
     if status >= 500 or error in TRANSIENT_ERRORS:
         return TransientSendError(f"slack {status}: {error}", retry_after=5)
+    if error == "missing_scope":
+        needed = response.get("needed") if hasattr(response, "get") else None
+        return PermanentSendError(f"missing_scope: add the {needed} scope to the app")
     return PermanentSendError(error)

@@ -15,6 +15,9 @@ from slack_sdk.socket_mode.response import SocketModeResponse
 from wakeful.bot import payloads
 
 log = logging.getLogger("wakeful.socket_mode")
+ENVELOPE_HEADER = "x-wakeful-envelope-id"
+"""The envelope's id, handed to the listeners: a slash command's key in Socket Mode, where
+there is no X-Slack-Request-Timestamp (Slack redelivers an unacknowledged envelope as is)."""
 
 
 def on_request(app: App, client: Any, req: Any) -> None:
@@ -24,6 +27,8 @@ def on_request(app: App, client: Any, req: Any) -> None:
     down) is not acknowledged and Slack redelivers. What this app does not handle, or cannot
     read, is acknowledged at once so Slack stops resending it."""
     payload = req.payload
+    if req.type == "slash_commands" and isinstance(payload, dict) and "type" not in payload:
+        payload = {**payload, "type": "command"}  # the form fields, as a JSON object
     try:
         if not isinstance(payload, dict) or not isinstance(payload.get("type"), str):
             raise ValueError("envelope payload is not a Slack object")
@@ -36,7 +41,9 @@ def on_request(app: App, client: Any, req: Any) -> None:
         client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))
         return
     try:
-        request = BoltRequest(mode="socket_mode", body=payload, headers=_retry_headers(req))
+        headers = _retry_headers(req) or {}
+        headers[ENVELOPE_HEADER] = str(req.envelope_id)
+        request = BoltRequest(mode="socket_mode", body=payload, headers=headers)
     except Exception as exc:  # Bolt could not read it: drop it, as HTTP answers 400
         log.warning("socket mode: envelope dropped: %s", type(exc).__name__)
         client.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id))

@@ -8,7 +8,7 @@ that an unattended run may repeat must take an idempotency key.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from wakeful.core.effects import Effects
@@ -48,6 +48,49 @@ class Agent(Protocol):
     """Anything that turns a run into effects."""
 
     def run(self, run: Run) -> Effects: ...
+
+
+class RunHook(Protocol):
+    """Work around a run that is not the agent's: a surface to refresh (the Home tab), a
+    status to show while it thinks. `before` may queue what must show at once; `after` may
+    add to the run's effects, which the fenced finish writes with the rest."""
+
+    def before(self, run: Run) -> None: ...
+
+    def after(self, run: Run, effects: Effects) -> None: ...
+
+
+SURFACE_KINDS = frozenset({"home_opened"})
+"""Slack events that wake an inbox for its hooks alone (the agent never sees them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hooked:
+    """An agent with hooks around each run (see `with_hooks`)."""
+
+    agent: Agent
+    hooks: tuple[RunHook, ...]
+
+    def run(self, run: Run) -> Effects:
+        for hook in self.hooks:
+            hook.before(run)
+        events = tuple(e for e in run.events if not _surface(e))
+        effects = self.agent.run(replace(run, events=events)) if events else Effects()
+        if not effects.failed and not effects.dead:
+            for hook in self.hooks:
+                hook.after(run, effects)
+        return effects
+
+
+def with_hooks(agent: Agent, *hooks: RunHook) -> Agent:
+    """`agent` with `hooks` called before and after each of its runs; a run whose events are
+    all surface events (SURFACE_KINDS) calls the hooks only."""
+    return Hooked(agent, hooks) if hooks else agent
+
+
+def _surface(event: Event) -> bool:
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    return event.source == "slack" and payload.get("kind") in SURFACE_KINDS
 
 
 @dataclass(frozen=True, slots=True)

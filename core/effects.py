@@ -10,7 +10,13 @@ from typing import Any, Literal
 from wakeful.core.errors import InvalidInput
 
 Priority = Literal["normal", "urgent"]
-MessageKind = Literal["post", "update", "ephemeral"]
+MessageKind = Literal[
+    "post", "update", "ephemeral", "digest", "respond", "home", "status", "prompts"
+]
+MESSAGE_KINDS = ("post", "update", "ephemeral", "digest", "respond", "home", "status", "prompts")
+PACED_KINDS = frozenset({"post", "digest"})
+"""Kinds held by the outbox gap and posted in the conversation; the others answer a person at
+once or draw on a surface of their own (App Home, the assistant thread's status)."""
 MissedPolicy = Literal["coalesce", "catch_up"]
 
 SLACK_TEXT_LIMIT = 40_000
@@ -24,7 +30,11 @@ class Message:
 
     `post` rows are paced per (channel, thread) and merged; `update` rewrites the prompt of the
     approval named in `ref`; `ephemeral` shows only to `user`. Updates and ephemerals answer a
-    person's own click, so they are never held by the gap.
+    person's own click, so they are never held by the gap. A `digest` is a paced post whose
+    `facts` (core/rules/digest.py) let held digests merge into one. `respond` answers a slash
+    command (`ref` is its response_url, `user` who ran it); `home` is `user`'s App Home view
+    (`blocks`); `status` and `prompts` set an assistant thread's status text and suggested
+    prompts (`blocks` holds the prompts).
     """
 
     channel: str
@@ -35,22 +45,29 @@ class Message:
     kind: MessageKind = "post"
     ref: str | None = None
     user: str | None = None
+    facts: Any = None
+    """Structured content a kind merges on (a digest's counts), JSON."""
 
     def __post_init__(self) -> None:
         if not self.channel:
             raise InvalidInput("message channel must not be empty")
         if not isinstance(self.text, str):
             raise InvalidInput("message text must be a string")
-        if not self.text and not self.blocks:
+        if not self.text and not self.blocks and self.kind != "status":
             raise InvalidInput("message needs text or blocks")
         if self.priority not in ("normal", "urgent"):
             raise InvalidInput(f"priority must be 'normal' or 'urgent', got {self.priority!r}")
-        if self.kind not in ("post", "update", "ephemeral"):
+        if self.kind not in MESSAGE_KINDS:
             raise InvalidInput(f"unknown message kind {self.kind!r}")
         if self.kind == "update" and not self.ref:
             raise InvalidInput("an update message needs the ref of the approval it rewrites")
-        if self.kind == "ephemeral" and not self.user:
-            raise InvalidInput("an ephemeral message needs a user")
+        if self.kind in ("ephemeral", "respond", "home") and not self.user:
+            raise InvalidInput(f"a {self.kind} message needs a user")
+        if self.kind in ("status", "prompts") and not self.thread_ts:
+            raise InvalidInput(f"a {self.kind} message needs the assistant thread's ts")
+        if self.kind == "digest" and not isinstance(self.facts, dict):
+            raise InvalidInput("a digest message needs its facts")
+        check_json(self.facts, "message facts")
         if self.blocks is not None and len(self.blocks) > SLACK_BLOCK_LIMIT:
             raise InvalidInput(f"a message may carry at most {SLACK_BLOCK_LIMIT} blocks")
 

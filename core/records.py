@@ -104,6 +104,7 @@ class OutboxRow:
     error: str | None
     created_at: int
     dispatch_id: str | None = None
+    facts: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from typing import Any
 
 from wakeful.bot.config import Config, WebhookSource
 from wakeful.bot.front import EVENTS_PATH, SlackFront
+from wakeful.bot.home import as_text
 from wakeful.bot.runtime import Runtime, http_server
 from wakeful.core.settings import Settings
 from wakeful.core.store import open_store
@@ -188,6 +189,7 @@ class Demo:
                 runtime.wake_worker,
                 runtime.wake_dispatcher,
                 webhook_sources=config.webhooks,
+                approvers=config.approvers,
             )
             server = http_server(front, "127.0.0.1", 0)
             thread = threading.Thread(target=server.run, daemon=True)
@@ -278,38 +280,79 @@ class Demo:
         )
         self.expect("the prompt marked expired", lambda: "Expired" in str(self.prompt(rid, ROOM)))
 
-        say(f"\n6. Digests merged and paced (one post per {GAP} s gap); an urgent prompt skips it")
-        self.user("alice", "digest every 2 seconds")
-        self.sender.message("U0ALICE", "digest every 2 seconds", channel=DM)
-        self.expect("the first digest", lambda: len(self.posts("Digest since")) >= 1, timeout=8)
-        time.sleep(2.5)  # the next digest is now held by the gap
-        self.user("alice", "refund order 1004")
-        self.sender.message("U0ALICE", "refund order 1004", channel=DM)
-        self.expect("an urgent prompt", lambda: bool(self.posts("refund order 1004 for")))
-        carried = [m for m in self.posts("Digest since") if "Handled 1 message" in m["text"]]
-        say(f"         the urgent reply carried {len(carried)} held digest(s) along with it")
-        rid = self.request_id("1004")
-        self.click("alice", "approve", rid)
-        self.expect("the refund", lambda: bool(self.posts("Refunded order 1004.")))
-        before = len(self.emu.messages(DM))
-        say("         more digests fall due inside the gap; they wait ...")
+        say("\n6. Start quiet: a digest only when there is news; held ones merge into one")
+        self.user("alice", "digest every 1 second")
+        self.sender.message("U0ALICE", "digest every 1 second", channel=DM)
+        self.expect("the first digest", lambda: len(self.posts("Digest since")) == 1, timeout=8)
+        say(f"         (that digest started the {GAP} s gap) two periods with nothing new ...")
+        time.sleep(2.2)
+        if len(self.posts("Digest since")) != 1:
+            raise DemoFailed("a digest with nothing new was posted")
+        say("         ... and nothing was posted. Now news, period after period:")
+        for n in (1, 2, 3):
+            self.user("alice", f"@wakeful note {n}", where="#refunds")
+            self.sender.mention("U0ALICE", f"<@UBOT> note {n}", channel=ROOM)
+            time.sleep(1.1)
+        say("         the digests they earn wait for the gap, then go out as one ...")
         self.expect(
-            "held digests merged into one post",
-            lambda: any(
-                m["text"].count("Digest since") >= 2 for m in self.emu.messages(DM)[before:]
-            ),
+            "held digests merged into ONE digest covering the span",
+            lambda: any("This digest covers" in m["text"] for m in self.posts("Digest since")),
             timeout=GAP + 8,
         )
+        merged = next(m for m in self.posts("Digest since") if "This digest covers" in m["text"])
+        if merged["text"].count("Digest since") != 1:
+            raise DemoFailed("the held digests were concatenated, not merged")
         self.user("alice", "digest off")
         self.sender.message("U0ALICE", "digest off", channel=DM)
         self.expect("digest off", lambda: bool(self.posts("Digest off.")))
-        if not carried:
-            raise DemoFailed("the urgent post did not take the held digest along")
+        self.threads_and_home()
         self.webhooks()
+
+    def threads_and_home(self) -> None:
+        say = self.n.say
+        say("\n7. A thread follow-up: no new mention needed in a thread the bot answered in")
+        self.user("bob", "@wakeful is the refund desk open?", where="#refunds")
+        mention = self.sender.next_ts()
+        self.sender.mention("U0BOB", "<@UBOT> is the refund desk open?", channel=ROOM, ts=mention)
+        self.expect("a reply in the thread", lambda: len(self.in_thread(mention)) == 1)
+        self.user("bob", "thanks! and refund order 1005 please", where="#refunds (thread)")
+        self.sender.message(
+            "U0BOB",
+            "thanks! and refund order 1005 please",
+            channel=ROOM,
+            channel_type="channel",
+            thread_ts=mention,
+        )
+        self.user("alice", "lunch anyone?", where="#refunds")
+        lunch = self.sender.message(
+            "U0ALICE", "lunch anyone?", channel=ROOM, channel_type="channel"
+        )
+        self.expect(
+            "the follow-up answered in the thread", lambda: len(self.in_thread(mention)) >= 2
+        )
+        say(f"         (the channel chatter was acknowledged, HTTP {lunch.status}, and dropped)")
+
+        say("\n8. The Home tab, as bob would see it (app_home_opened -> views.publish)")
+        self.sender.home_opened("U0BOB")
+        self.expect("bob's Home tab", lambda: "1005" in self.home("U0BOB"))
+        for line in self.home("U0BOB").splitlines():
+            say(f"         | {line}")
+
+    def in_thread(self, thread: str) -> list[dict[str, Any]]:
+        return [
+            m
+            for m in self.emu.messages(ROOM)
+            if m.get("thread_ts") == thread and m.get("ts") != thread
+        ]
+
+    def home(self, user: str) -> str:
+        views = self.emu.homes(user)
+        text = indent(as_text(views[-1]["blocks"])) if views else ""
+        return text.replace("\n" + " " * 31, "\n")
 
     def webhooks(self) -> None:
         say = self.n.say
-        say("\n7. Webhooks into #ops: a redelivered GitHub event is one line; a burst is one post")
+        say("\n9. Webhooks into #ops: a redelivered GitHub event is one line; a burst is one post")
         first = self.hooks.github_example("issues.opened")
         again = self.hooks.github_example("issues.opened", delivery=first.delivery_id)
         say(

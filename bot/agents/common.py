@@ -4,7 +4,7 @@ zone. One place, so the two agents cannot drift apart."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from wakeful.bot import blocks
@@ -13,6 +13,7 @@ from wakeful.bot.webhooks import channel_inbox
 from wakeful.core.effects import Message
 from wakeful.core.errors import InvalidInput, SessionUnusable
 from wakeful.core.records import Event
+from wakeful.core.rules import digest
 from wakeful.core.rules.schedule import zone
 from wakeful.core.store import Store
 
@@ -133,6 +134,44 @@ def outage_note(skipped: int, unit: str) -> str | None:
     return f"After an outage, this digest covers {plural(skipped + 1, unit)} ({skipped} missed)."
 
 
+def digest_lines(
+    store: Store,
+    inbox: str,
+    stats: Mapping[str, int],
+    channel: str | None = None,
+    since: int | None = None,
+    reported_dead: Collection[int] = (),
+) -> list[digest.Facts]:
+    """What happened since the last digest as fact lines (core/rules/digest.py): counts that
+    add up when held digests merge, states (pending approvals, dead events) that the latest
+    tells; with the digest's `channel` and start, the webhook deliveries reported there too.
+    A dead event not in `reported_dead` counts as news."""
+    pending = sum(1 for a in store.approvals(inbox) if a.answer is None)
+    dead = store.dead_events(inbox)
+    new_dead = sum(1 for e in dead if e.id not in set(reported_dead))
+    approvals = (
+        "approvals: {approved} approved, {denied} denied, {expired} expired, {pending} pending"
+    )
+    lines = [
+        digest.line("messages", "messages handled: {messages}", {"messages": stats["messages"]}),
+        digest.line(
+            "approvals",
+            approvals,
+            {k: stats[k] for k in ("approved", "denied", "expired")},
+            pending=pending,
+        ),
+        digest.line("refunds", "refunds done: {refunds}", {"refunds": stats["refunds"]}),
+        digest.line(
+            "dead",
+            f"dead events: {len(dead)}{ids_note(dead)}" if dead else "dead events: none",
+            {"new_dead": new_dead},
+        ),
+    ]
+    if channel and since is not None:
+        lines.extend(webhook_lines(store, channel, since))
+    return lines
+
+
 def digest_facts(
     store: Store,
     inbox: str,
@@ -140,23 +179,11 @@ def digest_facts(
     channel: str | None = None,
     since: int | None = None,
 ) -> list[str]:
-    """What happened since the last digest, one fact a line; with the digest's `channel` and
-    start, also the webhook deliveries reported in that conversation since, by source."""
-    pending = sum(1 for a in store.approvals(inbox) if a.answer is None)
-    dead = store.dead_events(inbox)
-    facts = [
-        f"messages handled: {stats['messages']}",
-        f"approvals: {stats['approved']} approved, {stats['denied']} denied, "
-        f"{stats['expired']} expired, {pending} pending",
-        f"refunds done: {stats['refunds']}",
-        f"dead events: {len(dead)}{ids_note(dead)}" if dead else "dead events: none",
-    ]
-    if channel and since is not None:
-        facts.extend(webhook_facts(store, channel, since))
-    return facts
+    """What happened since the last digest, one fact a line (see `digest_lines`)."""
+    return digest.render_lines(digest_lines(store, inbox, stats, channel, since))
 
 
-def webhook_facts(store: Store, channel: str, since: int) -> list[str]:
+def webhook_lines(store: Store, channel: str, since: int) -> list[digest.Facts]:
     """`webhook deliveries: 5 (github 2, stripe 3)` for a conversation webhooks report to,
     nothing for one they do not (a person's DM digest stays as it was)."""
     counts = {
@@ -166,8 +193,9 @@ def webhook_facts(store: Store, channel: str, since: int) -> list[str]:
     }
     if not counts:
         return []
-    by_source = ", ".join(f"{source} {n}" for source, n in sorted(counts.items()))
-    return [f"webhook deliveries: {sum(counts.values())} ({by_source})"]
+    total = {"deliveries": sum(counts.values())}
+    line = digest.line("webhooks", "webhook deliveries: {deliveries} ({by})", total)
+    return [{**line, "by": counts}]
 
 
 def status_text(store: Store, inbox: str) -> str:
@@ -193,4 +221,14 @@ def status_text(store: Store, inbox: str) -> str:
         if digest is None
         else f"Next digest: {blocks.utc(digest.next_at)}"
     )
+    return "\n".join(lines)
+
+
+def dead_letters_text(store: Store, limit: int = 10) -> str:
+    """Dead events and parked outbox rows with their errors, for an approver's eyes."""
+    dead = store.dead_letters(limit=limit)
+    lines = [f"Dead events: {len(dead.events)}"]
+    lines += [f"- event {e.id} ({e.inbox}): {(e.error or '')[:200]}" for e in dead.events]
+    lines.append(f"Parked posts: {len(dead.outbox)}")
+    lines += [f"- outbox {r.id} to {r.channel}: {(r.error or '')[:200]}" for r in dead.outbox]
     return "\n".join(lines)

@@ -12,14 +12,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from wakeful.bot import blocks
 from wakeful.bot.agents.common import (
     DIGEST,
     TzLookup,
     approval_prompt,
-    digest_facts,
+    dead_letters_text,
+    digest_lines,
     fresh_stats,
-    outage_note,
     outcome_update,
     plural,
     reply_thread,
@@ -31,6 +30,7 @@ from wakeful.bot.agents.webhook_report import is_webhook, report_line
 from wakeful.core.agent import Run, Tool, Toolbox
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
 from wakeful.core.records import Event
+from wakeful.core.rules import digest
 from wakeful.core.store import Store
 
 REFUND = re.compile(r"refund\s+order\s+#?([A-Za-z0-9][A-Za-z0-9_-]{0,63})", re.IGNORECASE)
@@ -42,6 +42,13 @@ DIGEST_DAILY = re.compile(r"digest daily at (\d{1,2}):(\d{2})\b", re.IGNORECASE)
 DIGEST_OFF = re.compile(r"digest off\b", re.IGNORECASE)
 MENTION = re.compile(r"<@[A-Z0-9]+>")
 UNIT = {"second": 1, "minute": 60, "hour": 3600}
+
+
+SLASH_USAGE = (
+    "Try `/wakeful status`, `/wakeful digest every 1 hour` (or `daily at 09:00`, or `off`), "
+    "`/wakeful remind me in 10 minutes to stretch`, or `/wakeful dead-letters` (approvers)."
+)
+ONLY_APPROVERS = "Only approvers (WAKEFUL_APPROVERS) may see the dead letters."
 
 
 def _seconds(n: str, unit: str) -> int:
@@ -83,8 +90,10 @@ class RefundDesk:
         approval_ttl: int | None = None,
         approvers: tuple[str, ...] = (),
         tz_lookup: TzLookup | None = None,
+        quiet_digests: bool = True,
     ) -> None:
         self.store = store
+        self.quiet_digests = quiet_digests
         self.approval_ttl = approval_ttl or store.settings.approval_ttl
         self.approvers = approvers
         self.tz_lookup = tz_lookup or (lambda _user: "UTC")
@@ -108,8 +117,12 @@ class RefundDesk:
         state = _load(run.session, run.now, run.events)
         effects = Effects()
         chats = [e for e in run.events if e.source == "slack"]
+        commands = [e for e in chats if e.payload.get("kind") == "command"]
+        chats = [e for e in chats if e.payload.get("kind") != "command"]
         if chats:
             self._chat(run, chats, state, effects)
+        for command in commands:
+            self._slash(run, command, state, effects)
         for event in run.events:
             if event.source == "approval":
                 self._answered(event, state, effects)
@@ -136,6 +149,27 @@ class RefundDesk:
             fx.messages.insert(
                 0, Message(channel, "\n".join(lines), thread_ts=thread, priority="urgent")
             )
+
+    def _slash(self, run: Run, e: Event, state: dict[str, Any], fx: Effects) -> None:
+        """`/wakeful …`: the same commands as a message, answered to the caller alone."""
+        p = e.payload
+        channel, user = str(p["channel"]), str(p["user"])
+        text = str(p.get("text") or "").strip()
+        if text.lower() in ("dead-letters", "dead letters"):
+            allowed = user in self.approvers
+            lines = [dead_letters_text(self.store) if allowed else ONLY_APPROVERS]
+        else:
+            lines = self._commands(run, e, channel, None, state, fx) or [SLASH_USAGE]
+        fx.messages.append(
+            Message(
+                channel,
+                "\n".join(lines),
+                kind="respond",
+                ref=p.get("response_url") or None,
+                user=user,
+                priority="urgent",
+            )
+        )
 
     def _commands(
         self,
@@ -259,25 +293,31 @@ class RefundDesk:
                 Message(channel, f"Reminder: {body.get('text', '')}", thread, priority="urgent")
             )
         elif body.get("kind") == DIGEST:
-            fx.messages.append(Message(channel, self._digest(run, p, state), thread))
+            facts = self._digest(run, p, state)
+            if self.quiet_digests and digest.quiet(facts):
+                # Start quiet and earn attention: nothing new, nothing said. The next digest
+                # that has news covers this period too.
+                state["quiet"] = int(facts["periods"])  # those held quiet before, with this one
+                return
+            text = digest.render(facts)
+            fx.messages.append(Message(channel, text, thread, kind="digest", facts=facts))
             state["stats"] = fresh_stats()
             state["since"] = run.now
+            state["quiet"] = 0
+            state["reported_dead"] = [e.id for e in self.store.dead_events(run.inbox)]
 
     # -- texts ----------------------------------------------------------------------------
 
-    def _digest(self, run: Run, timer: Mapping[str, Any], state: dict[str, Any]) -> str:
+    def _digest(self, run: Run, timer: Mapping[str, Any], state: dict[str, Any]) -> digest.Facts:
+        """The digest's facts: held digests merge by them (core/rules/digest.py)."""
         unit = "day" if (state.get("digest") or {}).get("daily") else "period"
-        note = outage_note(int(timer.get("skipped") or 0), unit)
         channel = (timer.get("payload") or {}).get("channel")
         since = int(state.get("since") or run.now)
-        facts = digest_facts(self.store, run.inbox, state["stats"], channel, since)
-        return "\n".join(
-            [
-                f"Digest since {blocks.utc(since)}:",
-                *([note] if note else []),
-                *(f"- {f}" for f in facts),
-            ]
-        )
+        reported = state.get("reported_dead") or ()
+        lines = digest_lines(self.store, run.inbox, state["stats"], channel, since, reported)
+        facts = digest.facts(since, lines, int(timer.get("skipped") or 0), unit)
+        facts["periods"] += int(state.get("quiet") or 0)
+        return facts
 
     def _status(self, run: Run, state: dict[str, Any]) -> str:
         return status_text(self.store, run.inbox)

@@ -5,12 +5,13 @@ out."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from wakeful.core.effects import SLACK_BLOCK_LIMIT, SLACK_TEXT_LIMIT
+from wakeful.core.effects import PACED_KINDS, SLACK_BLOCK_LIMIT, SLACK_TEXT_LIMIT
 from wakeful.core.records import OutboxRow
+from wakeful.core.rules import digest
 
 SEPARATOR = "\n\n"
 
@@ -51,12 +52,13 @@ class Batch:
 def ready(rows: Sequence[OutboxRow], last_sent_at: int | None, now: int, gap: int) -> bool:
     """Whether a destination's pending rows go out now.
 
-    An urgent row, an update or an ephemeral goes at once and takes the held rows along;
+    An urgent row, or any kind that is not a paced post (an update, an ephemeral, a Home view,
+    an assistant status), goes at once and takes the held rows along;
     normal rows wait until `gap` seconds have passed since the destination's last post.
     """
     if not rows:
         return False
-    if any(r.priority == "urgent" or r.kind != "post" for r in rows):
+    if any(r.priority == "urgent" or r.kind not in PACED_KINDS for r in rows):
         return True
     return last_sent_at is None or now - last_sent_at >= gap
 
@@ -77,6 +79,34 @@ def _chunks(text: str, limit: int) -> list[str]:
     return out
 
 
+def _keep_last(rows: Sequence[OutboxRow]) -> tuple[str, Any]:
+    """Only the latest matters (a Home view, an assistant status): the rest are replaced."""
+    return rows[-1].text, rows[-1].blocks
+
+
+def _merge_digests(rows: Sequence[OutboxRow]) -> tuple[str, Any]:
+    """ONE digest covering the span of all of them, counts summed (core/rules/digest.py)."""
+    facts = [r.facts for r in rows if isinstance(r.facts, dict)]
+    if len(facts) != len(rows):  # a row without facts: say everything rather than lose any
+        return SEPARATOR.join(r.text for r in rows), None
+    return digest.render(digest.merge(facts)), None
+
+
+Merge = Callable[[Sequence[OutboxRow]], tuple[str, Any]]
+MERGES: dict[str, Merge] = {
+    "digest": _merge_digests,
+    "home": _keep_last,
+    "status": _keep_last,
+    "prompts": _keep_last,
+}
+"""How held rows of one kind become one Slack call: a function of the kind. `post` rows are
+joined with SEPARATOR (and cut at Slack's limits) in `plan_parts`; `update`, `ephemeral` and
+`respond` rows each stand alone."""
+GATHERED = frozenset({"digest", "home"})
+"""Kinds whose rows in a batch all merge, wherever they stand, into one at the place of the
+latest: several digests held by the gap become one; only the last Home view is published."""
+
+
 def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tuple[Part, ...]:
     """Merge consecutive posts of one destination into as few Slack calls as the limits allow.
 
@@ -84,7 +114,8 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
     a blocks message would hide it); a switch, an approval prompt, an update or an ephemeral
     starts a new part. A
     part never exceeds 40,000 characters or 50 blocks; one row longer than that is cut into
-    several posts in order. Each part id is `<dispatch id>:<first row id>.<chunk>`.
+    several posts in order. Each part id is `<dispatch id>:<first row id>.<chunk>`. Rows of a
+    kind in MERGES merge by that kind's function (GATHERED kinds across the whole batch).
     """
     parts: list[Part] = []
     group: list[OutboxRow] = []
@@ -93,8 +124,8 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
         if not group:
             return
         first = group[0]
-        ids = tuple(r.id for r in group)
-        normal = first.kind == "post" and any(r.priority == "normal" for r in group)
+        ids = tuple(sorted(r.id for r in group))
+        normal = first.kind in PACED_KINDS and any(r.priority == "normal" for r in group)
         if first.kind == "post" and first.blocks is None:
             texts = _chunks(SEPARATOR.join(r.text for r in group), SLACK_TEXT_LIMIT)
             for i, text in enumerate(texts):
@@ -102,19 +133,34 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
                 if i < len(texts) - 1:
                     part = replace(part, final=False)
                 parts.append(part)
+        elif first.kind in MERGES:
+            text, blocks = MERGES[first.kind](group)
+            texts = _chunks(text, SLACK_TEXT_LIMIT) if first.kind == "digest" else [text]
+            for i, chunk in enumerate(texts):
+                part = _part(dispatch_id, group[-1], i, chunk, blocks, ids, retry, normal)
+                part = replace(part, part_id=f"{dispatch_id}:{first.id}.{i}")
+                parts.append(part if i == len(texts) - 1 else replace(part, final=False))
         else:
-            blocks: list[dict[str, Any]] | None = None
+            blocks = None
             if first.blocks is not None:
                 blocks = [b for r in group for b in (r.blocks or [])]
             text = SEPARATOR.join(r.text for r in group if r.text)[:SLACK_TEXT_LIMIT]
             parts.append(_part(dispatch_id, first, 0, text, blocks, ids, retry, normal))
         group.clear()
 
+    gathered = {k: [r for r in rows if r.kind == k] for k in GATHERED}
     for row in rows:
+        if row.kind in GATHERED:
+            if row is not gathered[row.kind][-1]:
+                continue  # merged into the latest of its kind
+            flush()
+            group.extend(gathered[row.kind])
+            flush()
+            continue
         if group and not _joins(group, row):
             flush()
         group.append(row)
-        if row.kind != "post":
+        if row.kind not in ("post", *MERGES):
             flush()
     flush()
     return tuple(parts)
@@ -122,7 +168,11 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
 
 def _joins(group: list[OutboxRow], row: OutboxRow) -> bool:
     last = group[-1]
-    if row.kind != "post" or last.kind != "post":
+    if row.kind != last.kind:
+        return False
+    if row.kind in MERGES:
+        return row.user == last.user
+    if row.kind != "post":
         return False
     if row.ref or last.ref:
         return False  # an approval prompt stands alone, so it can be rewritten on its own

@@ -200,8 +200,9 @@ UPDATE approvals SET prompt_channel = %(channel)s, prompt_ts = %(ts)s WHERE id =
 -- name: insert_outbox
 -- Queue one outbound message as a pending row.
 INSERT INTO outbox (inbox, kind, channel, thread_ts, text, blocks, priority, ref, user_id,
-                    created_at)
-VALUES (%(inbox)s, %(kind)s, %(channel)s, %(thread_ts)s, %(text)s, %(blocks)s, %(priority)s, %(ref)s, %(user_id)s, %(now)s);
+                    facts, created_at)
+VALUES (%(inbox)s, %(kind)s, %(channel)s, %(thread_ts)s, %(text)s, %(blocks)s, %(priority)s, %(ref)s, %(user_id)s,
+        %(facts)s, %(now)s);
 
 -- name: open_destinations
 -- Destinations with pending or sending rows, oldest first.
@@ -610,3 +611,22 @@ WHERE status IN ('pending', 'running', 'done', 'dead') AND inbox = %(inbox)s
   AND created_at >= %(since)s
 GROUP BY source
 ORDER BY source;
+
+-- name: remember_thread
+-- A thread the bot posted in or was mentioned in: its replies reach the agent.
+INSERT INTO threads (channel, thread_ts, why, created_at)
+VALUES (%(channel)s, %(thread_ts)s, %(why)s, %(now)s)
+ON CONFLICT (channel, thread_ts) DO NOTHING;
+
+-- name: known_thread
+-- Whether the bot takes part in a thread (by its primary key).
+SELECT why FROM threads WHERE channel = %(channel)s AND thread_ts = %(thread_ts)s;
+
+-- name: open_home
+-- A person opened their Home tab: keep it fresh from now on.
+INSERT INTO app_homes (inbox, opened_at) VALUES (%(inbox)s, %(now)s)
+ON CONFLICT (inbox) DO UPDATE SET opened_at = excluded.opened_at;
+
+-- name: home_opened
+-- Whether a person ever opened their Home tab (by primary key).
+SELECT opened_at FROM app_homes WHERE inbox = %(inbox)s;

@@ -67,6 +67,7 @@ def message_params(inbox: str, m: Message, ref: str | None = None) -> Params:
         "priority": m.priority,
         "ref": m.ref or ref,
         "user_id": m.user,
+        "facts": None if m.facts is None else check_json(m.facts, "facts"),
     }
 
 
@@ -203,6 +204,7 @@ def outbox_record(row: Row) -> OutboxRow:
         thread_ts=str(row["thread_ts"]),
         text=str(row["text"]),
         blocks=None if row["blocks"] is None else json.loads(row["blocks"]),
+        facts=None if row["facts"] is None else json.loads(row["facts"]),
         priority=str(row["priority"]),
         status=row["status"],
         ref=row["ref"],

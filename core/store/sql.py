@@ -56,6 +56,18 @@ IDENTITY = {
 the migrations is SQL both accept alike (SQLite stores BIGINT columns as integers)."""
 
 
+RESEQUENCE = {
+    "sqlite": "",
+    "postgres": (
+        r"SELECT setval(pg_get_serial_sequence('\1', 'id'),"
+        r" (SELECT COALESCE(MAX(id), 0) + 1 FROM \1), false);"
+    ),
+}
+"""After a table is rebuilt with its ids kept: PostgreSQL's identity must start past them (it
+does not see explicit ids); SQLite's row id already takes the largest plus one."""
+_RESEQUENCE_MARK = re.compile(r"\{\{RESEQUENCE (\w+)\}\}")
+
+
 def repeat_rows(queries: dict[str, str], name: str, rows: int) -> str:
     """A statement with `rows` copies of its row part, from its `<name>_head`, `_row` and
     `_tail` fragments joined with commas: one statement for a whole batch."""
@@ -71,6 +83,7 @@ def load_migrations(dialect: str) -> list[tuple[int, str, str]]:
         m = _MIGRATION.match(entry.name)
         if m:
             script = entry.read_text("utf-8").replace("{{IDENTITY}}", IDENTITY[dialect])
+            script = _RESEQUENCE_MARK.sub(RESEQUENCE[dialect], script)
             found.append((int(m.group(1)), m.group(2), script))
     found.sort()
     return found

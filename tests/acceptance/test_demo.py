@@ -29,7 +29,15 @@ def test_wakeful_demo_plays_every_scene_and_exits_zero(tmp_path: Path) -> None:
         "(only bob sees) This approval is not yours to answer",
         "Refund request for order 1003 expired; nothing was done.",
         "Expired with no answer; nothing was done.",
-        "the urgent reply carried 1 held digest(s) along with it",
+        "... and nothing was posted. Now news, period after period:",
+        "This digest covers ",
+        "- messages handled: 3",
+        "Slack [#refunds] (thread)  wakeful: Handled 1 message.\n",
+        "(the channel chatter was acknowledged, HTTP 200, and dropped)",
+        "| == Pending approvals ==",
+        "| *Approval needed:* refund_order 1005",
+        "| [Approve]  [Deny]",
+        "| == Recent refunds ==",
         "then redelivers it (same X-GitHub-Delivery): HTTP 200 'stored', then 200 "
         "'duplicate delivery; already stored'",
         "Slack [#ops]  wakeful: GitHub issues.opened Codertocat/Hello-World: Spelling error in "
@@ -38,6 +46,13 @@ def test_wakeful_demo_plays_every_scene_and_exits_zero(tmp_path: Path) -> None:
     ):
         assert line in text, f"missing from the transcript: {line!r}"
     assert text.count("wakeful: Handled 1 message.\n") >= 1
+    # The held digests went out as ONE digest: one header in that post, not one per period.
+    merged_digest = text.split("This digest covers ", 1)[0].rsplit("wakeful: ", 1)[1]
+    assert merged_digest.count("Digest since") == 1
+    # The thread follow-up was answered in the thread, with its approval prompt there too.
+    follow_up = text.split("bob → #refunds (thread): ", 1)[1]
+    assert "Slack [#refunds] (thread)  wakeful: Handled 1 message.\n" in follow_up
+    assert "Asked for approval to refund order 1005." in follow_up
     assert text.count("wakeful: GitHub issues.opened") == 1  # the redelivery added nothing
     # The three Stripe events arrived inside the gap: one post, their lines in order.
     assert text.count("Slack [#ops]  wakeful: Stripe ") == 1

@@ -44,7 +44,7 @@ from wakeful.bot.agents.conversation import (
 )
 from wakeful.bot.config import Config, ConfigError
 from wakeful.bot.runtime import build_agent
-from wakeful.core.agent import Policy, Run
+from wakeful.core.agent import Hooked, Policy, Run
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects
 from wakeful.core.errors import LeaseLost
@@ -876,7 +876,9 @@ def test_build_agent_selects_claude_and_the_sdk_honours_anthropic_base_url(
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
     config = Config.from_env({**BASE_ENV, "ANTHROPIC_API_KEY": "sk-test"}, need={"agent"})
-    agent = build_agent(config, store, None)
+    hooked = build_agent(config, store, None)
+    assert isinstance(hooked, Hooked)  # the Slack surfaces' hooks (Home tab, status) around it
+    agent = hooked.agent
     assert isinstance(agent, ClaudeAgent) and agent.model == DEFAULT_MODEL
     _agents.append(agent)
     fake.script(api.text("hello from the fake"))

@@ -70,11 +70,18 @@ class Desk:
         tz_lookup: Callable[[str], str] | None = None,
         wrap: Callable[[Agent], Agent] | None = None,
         ttl: int = TTL,
+        quiet_digests: bool = False,
     ) -> None:
         self.store = store
         self.clock = clock or ManualClock(T0)
         self.sender = sender or RecordingSender()
-        self.agent = RefundDesk(store, approval_ttl=ttl, approvers=(BOSS,), tz_lookup=tz_lookup)
+        self.agent = RefundDesk(
+            store,
+            approval_ttl=ttl,
+            approvers=(BOSS,),
+            tz_lookup=tz_lookup,
+            quiet_digests=quiet_digests,
+        )
         agent: Agent = wrap(self.agent) if wrap else self.agent
         self.worker = Worker(store=store, agent=agent, clock=self.clock, holder=holder)
         self.scheduler = Scheduler(store=store, clock=self.clock)
@@ -129,7 +136,8 @@ class Desk:
         return [r.text for r in self.rows("post")]
 
     def with_prefix(self, prefix: str) -> list[OutboxRow]:
-        return [r for r in self.rows("post") if r.text.startswith(prefix)]
+        posts = [r for r in self.rows() if r.kind in ("post", "digest")]
+        return [r for r in posts if r.text.startswith(prefix)]
 
     def kill_poison(self, event_id: int) -> None:
         """Run the poison event until it is dead (max_attempts claims, then one more)."""
@@ -651,3 +659,67 @@ def test_run_approved_runs_an_idempotent_tool_once_per_key(store: Store) -> None
             "ran"
         )
     assert [c["key"] for c in store.tool_calls(tool="refund_order")] == ["refund-x"]
+
+
+# -- quiet digests and merged digests (issue 13) --------------------------------------------
+
+
+def test_a_quiet_period_posts_nothing_and_the_next_digest_with_news_covers_it(
+    make_store: MakeStore,
+) -> None:
+    desk = Desk(make_store(), quiet_digests=True)
+    desk.say("digest every 1 hour")
+    desk.tick()
+    desk.tick(T0 + HOUR)  # the command was a message handled: news
+    assert len(desk.with_prefix("Digest since")) == 1
+    desk.tick(T0 + 2 * HOUR)  # nothing new: nothing said
+    desk.tick(T0 + 3 * HOUR)
+    assert len(desk.with_prefix("Digest since")) == 1
+    assert len([p for p in desk.sender.parts if p.text.startswith("Digest")]) == 1
+    desk.say("hello")
+    desk.tick(T0 + 3 * HOUR + 10)
+    desk.tick(T0 + 4 * HOUR)
+    _, digest = desk.with_prefix("Digest since")
+    assert f"Digest since {utc(T0 + HOUR)}" in digest.text
+    assert "This digest covers 3 periods." in digest.text
+    assert "messages handled: 1" in digest.text
+    desk.tick(T0 + 5 * HOUR)  # quiet again, after the reset
+    assert len(desk.with_prefix("Digest since")) == 2
+
+
+def test_a_new_dead_event_is_news_for_a_quiet_digest(make_store: MakeStore) -> None:
+    desk = Desk(make_store(), quiet_digests=True)
+    desk.say("digest every 1 hour")
+    desk.tick()
+    dead = desk.poison()
+    desk.kill_poison(dead)
+    desk.tick(T0 + HOUR)
+    [digest] = desk.with_prefix("Digest since")
+    assert f"dead events: 1 (ids {dead})" in digest.text
+    desk.tick(T0 + 2 * HOUR)  # still dead, but already reported: nothing new
+    assert len(desk.with_prefix("Digest since")) == 1
+
+
+def test_digests_held_by_the_gap_go_out_as_one_digest_covering_the_span(
+    make_store: MakeStore,
+) -> None:
+    desk = Desk(make_store(outbox_gap=HOUR))
+    desk.say("digest every 10 minutes")
+    desk.tick()
+    for period in range(1, 7):  # one message a period (answered elsewhere, so the urgent reply
+        desk.say(f"note {period}", channel="C9", kind="mention")  # takes no digest along)
+        desk.tick(T0 + period * 600 - 5)
+        desk.tick(T0 + period * 600)
+    sent = [p for p in desk.sender.parts if p.text.startswith("Digest since")]
+    assert len(sent) == 1  # the first digest started the gap
+    desk.tick(T0 + 600 + HOUR)
+    sent = [p for p in desk.sender.parts if p.text.startswith("Digest since")]
+    assert len(sent) == 2
+    merged = sent[1].text
+    assert merged.count("Digest since") == 1, merged
+    assert f"Digest since {utc(T0 + 600)}" in merged
+    # the digests of 20, 30, 40, 50 and 60 minutes, and the one due as the gap ends (70)
+    assert "This digest covers 6 periods." in merged
+    assert "messages handled: 5" in merged  # summed, not the last period's 0 or 1
+    assert len(sent[1].row_ids) == 6
+    assert all(r.status == "sent" for r in desk.with_prefix("Digest since"))

@@ -113,3 +113,25 @@ def test_serve_reports_a_socket_mode_connection_failure_in_one_line(tmp_path: Pa
 def store(tmp_path: Path) -> Store:
 
     return open_store(tmp_path / "socket.db")
+
+
+def test_a_slash_command_envelope_is_stored_once_before_its_acknowledgement(store: Store) -> None:
+    front = SlackFront(store, "unused-in-socket-mode", bot_user_id="UBOT")
+    client = Client(store)
+    form = {
+        "team_id": "T1",
+        "user_id": "U1",
+        "channel_id": "D1",
+        "command": "/wakeful",
+        "text": "status",
+        "response_url": "https://hooks.slack.com/commands/T1/1/x",
+        "trigger_id": "1.2.x",
+    }
+    request = SocketModeRequest(type="slash_commands", envelope_id="env-c", payload=form)
+    front.on_socket_request(client, request)
+    assert client.acks == [("env-c", 1)]
+    (event,) = store.events("T1:U1")
+    assert event.source_id.startswith("command:T1:U1:env-c:")
+    assert (event.payload["kind"], event.payload["text"]) == ("command", "status")
+    front.on_socket_request(client, request)  # redelivered as is
+    assert client.acks[-1] == ("env-c", 1)

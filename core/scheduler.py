@@ -1,0 +1,56 @@
+"""The scheduler loop: turns due timers into inbox events and prunes aged rows."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from wakeful.core.store.timers import DUE_PAGE
+from wakeful.core.wakeups import Kicker, Loop, Wakeup
+
+log = logging.getLogger("wakeful")
+
+
+@dataclass(kw_only=True)
+class Scheduler(Loop):
+    """Turns due timers into inbox events; kicks the worker when it stored some."""
+
+    wake_worker: Kicker = field(default_factory=Wakeup)
+    prune_every: float = 60.0
+    """Seconds between retention passes once nothing aged is left."""
+    prune_duty: float = 0.1
+    """While a backlog of aged rows drains, the share of the time pruning may take: after a
+    pass that left more, the next waits nine times as long as it took, so the HTTP front's
+    inserts find SQLite's write lock free at least nine tenths of the time."""
+    monotonic: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        self._prune_at = 0.0
+
+    def tick(self, now: int) -> int:
+        total = 0
+        while True:
+            result = self.store.fire_due_timers(now)
+            total += result.fired + result.expired_approvals
+            if result.due < DUE_PAGE:
+                break
+        if total:
+            self.wake_worker.kick()
+        return total + self._prune(now)
+
+    def _prune(self, now: int) -> int:
+        """One retention pass when one is due; the rows it deleted."""
+        started = self.monotonic()
+        if started < self._prune_at:
+            return 0
+        pruned = self.store.prune(now)
+        took = self.monotonic() - started
+        self._prune_at = started + (took / self.prune_duty if pruned.more else self.prune_every)
+        if pruned.total:
+            log.info("retention: pruned %s", pruned.counts)
+        return pruned.total
+
+    def idle_wait(self) -> float:
+        return max(0.0, min(self.poll, self._prune_at - self.monotonic()))

@@ -1,0 +1,232 @@
+"""The Web API methods: chat.*, conversations.*, users.info, views.publish, assistant.threads.*."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from wakeful.devtools.emulator import checks
+from wakeful.devtools.emulator.common import (
+    JsonDict,
+    _format_ts,
+    _json_field,
+    _paginate,
+    _SlackError,
+    _truthy,
+    _tz_offset,
+    _window,
+)
+
+
+class WebApi:
+    """The Web API methods the emulator answers, each called with the state's lock held."""
+
+    _cond: threading.Condition
+    _channels: dict[str, list[JsonDict]]
+    _removed: set[str]
+    _outside: set[str]
+    _members: dict[str, set[str]]
+    _ephemerals: list[JsonDict]
+    _homes: dict[str, list[JsonDict]]
+    _statuses: list[JsonDict]
+    _prompts: list[JsonDict]
+    _users: dict[str, dict[str, Any]]
+    _last_us: int
+    _clock: Callable[[], float]
+    bot_user_id: str
+    bot_id: str
+    team_id: str
+    auto_channels: bool
+
+    def _next_ts(self) -> str:
+        self._last_us = max(int(self._clock() * 1_000_000), self._last_us + 1)
+        return _format_ts(self._last_us)
+
+    def _channel(self, params: Mapping[str, Any]) -> tuple[str, list[JsonDict]]:
+        channel = params.get("channel")
+        if not isinstance(channel, str) or not channel or channel in self._removed:
+            raise _SlackError("channel_not_found")
+        if channel in self._outside:
+            raise _SlackError("not_in_channel")
+        if channel not in self._channels:
+            if not self.auto_channels:
+                raise _SlackError("channel_not_found")
+            self._channels[channel] = []
+        return channel, self._channels[channel]
+
+    def _auth_test(self, params: JsonDict) -> JsonDict:
+        return {
+            "url": "https://emulator.slack.test/",
+            "team": "Emulator",
+            "user": "wakeful",
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _post_message(self, params: JsonDict) -> JsonDict:
+        channel, msgs = self._channel(params)
+        text, blocks = params.get("text"), _json_field(params, "blocks")
+        if not text and not blocks and not params.get("attachments"):
+            raise _SlackError("no_text")
+        metadata = _json_field(params, "metadata")
+        ts = self._next_ts()
+        msg: JsonDict = {
+            "type": "message",
+            "user": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "team": self.team_id,
+            "text": text or "",
+            "ts": ts,
+        }
+        if blocks:
+            msg["blocks"] = blocks
+        if params.get("attachments"):
+            msg["attachments"] = _json_field(params, "attachments")
+        thread_ts = str(params.get("thread_ts") or "")
+        if thread_ts:
+            msg["thread_ts"] = thread_ts
+            if _truthy(params.get("reply_broadcast")):
+                msg["subtype"] = "thread_broadcast"
+            for parent in msgs:
+                if parent["ts"] == thread_ts:
+                    parent["thread_ts"] = parent["ts"]
+                    parent["reply_count"] = parent.get("reply_count", 0) + 1
+                    parent["latest_reply"] = ts
+        if metadata:
+            msg["metadata"] = metadata
+        msgs.append(msg)
+        return {"channel": channel, "ts": ts, "message": copy.deepcopy(msg)}
+
+    def _update(self, params: JsonDict) -> JsonDict:
+        channel, msgs = self._channel(params)
+        msg = next((m for m in msgs if m["ts"] == params.get("ts")), None)
+        if msg is None:
+            raise _SlackError("message_not_found")
+        if msg.get("user") != self.bot_user_id:
+            raise _SlackError("cant_update_message")
+        for name in ("blocks", "metadata", "attachments"):
+            if params.get(name) is not None:
+                msg[name] = _json_field(params, name)
+        if params.get("text") is not None:
+            msg["text"] = params["text"]
+        msg["edited"] = {"user": self.bot_user_id, "ts": self._next_ts()}
+        return {
+            "channel": channel,
+            "ts": msg["ts"],
+            "text": msg["text"],
+            "message": copy.deepcopy(msg),
+        }
+
+    def _post_ephemeral(self, params: JsonDict) -> JsonDict:
+        channel, _ = self._channel(params)
+        if not params.get("user"):
+            raise _SlackError("user_not_found")
+        members = self._members.get(channel)
+        if members is not None and params["user"] not in members:
+            raise _SlackError("user_not_in_channel")
+        ts = self._next_ts()
+        self._ephemerals.append(
+            {
+                "channel": channel,
+                "user": params["user"],
+                "text": params.get("text") or "",
+                "blocks": _json_field(params, "blocks"),
+                "thread_ts": params.get("thread_ts"),
+                "message_ts": ts,
+            }
+        )
+        return {"message_ts": ts}
+
+    @staticmethod
+    def _render(msgs: list[JsonDict], params: Mapping[str, Any]) -> list[JsonDict]:
+        """Slack only returns ``metadata`` when asked with ``include_all_metadata``."""
+        with_meta = _truthy(params.get("include_all_metadata"))
+        out = copy.deepcopy(msgs)
+        if not with_meta:
+            for m in out:
+                m.pop("metadata", None)
+        return out
+
+    def _history(self, params: JsonDict) -> JsonDict:
+        """Newest first and, like Slack, without thread replies (unless broadcast)."""
+        _, msgs = self._channel(params)
+        top = [
+            m
+            for m in msgs
+            if m.get("thread_ts", m["ts"]) == m["ts"] or m.get("subtype") == "thread_broadcast"
+        ]
+        page = _paginate(list(reversed(_window(top, params))), params, newest_first=True)
+        page["messages"] = self._render(page["messages"], params)
+        return page
+
+    def _replies(self, params: JsonDict) -> JsonDict:
+        _, msgs = self._channel(params)
+        ts = params.get("ts")
+        thread = [m for m in msgs if m["ts"] == ts or (ts and m.get("thread_ts") == ts)]
+        if not thread:
+            raise _SlackError("thread_not_found")
+        page = _paginate(_window(thread, params), params, newest_first=False)
+        page["messages"] = self._render(page["messages"], params)
+        return page
+
+    def _views_publish(self, params: JsonDict) -> JsonDict:
+        user, view = str(params.get("user_id") or ""), _json_field(params, "view")
+        if not user:
+            raise _SlackError("invalid_arguments")
+        if not isinstance(view, dict) or view.get("type") != "home":
+            raise _SlackError("invalid_arguments")
+        if checks.blocks_error(view.get("blocks")) is not None:
+            raise _SlackError("invalid_blocks")
+        self._homes.setdefault(user, []).append(view)
+        return {"view": {"id": f"V{len(self._homes[user]):08d}", **view}}
+
+    def _assistant_thread(self, params: JsonDict) -> tuple[str, str]:
+        channel, thread = params.get("channel_id"), params.get("thread_ts")
+        if not isinstance(channel, str) or not channel or not isinstance(thread, str):
+            raise _SlackError("invalid_arguments")
+        if not channel.startswith("D"):
+            raise _SlackError("not_allowed")  # assistant threads live in the app's DM
+        return channel, thread
+
+    def _set_status(self, params: JsonDict) -> JsonDict:
+        channel, thread = self._assistant_thread(params)
+        status = {"channel_id": channel, "thread_ts": thread, "status": params.get("status")}
+        self._statuses.append(status)
+        return {}
+
+    def _set_prompts(self, params: JsonDict) -> JsonDict:
+        channel, thread = self._assistant_thread(params)
+        prompts = _json_field(params, "prompts")
+        if not isinstance(prompts, list) or not prompts:
+            raise _SlackError("invalid_arguments")
+        title = params.get("title")
+        self._prompts.append(
+            {"channel_id": channel, "thread_ts": thread, "title": title, "prompts": prompts}
+        )
+        return {}
+
+    def _users_info(self, params: JsonDict) -> JsonDict:
+        uid = str(params.get("user") or "")
+        info = self._users.get(uid)
+        if info is None and uid == self.bot_user_id:
+            info = {"is_bot": True, "name": "wakeful"}
+        if info is None:
+            raise _SlackError("user_not_found")
+        tz = str(info.get("tz", "UTC"))
+        user: JsonDict = {
+            "id": uid,
+            "team_id": self.team_id,
+            "name": uid.lower(),
+            "deleted": False,
+            "tz": tz,
+            "tz_label": tz,
+            "tz_offset": _tz_offset(tz),
+            "is_bot": False,
+        }
+        user.update(copy.deepcopy(info))
+        user["id"] = uid
+        return {"user": user}
