@@ -71,7 +71,8 @@ def main(argv: list[str]) -> int:
         text = [
             "# Benchmark results",
             "",
-            f"`python -m bench` ({'quick' if args.quick else 'full'} run), {when}, on {machine()}.",
+            f"`python -m bench{'' if len(parts) == 5 else ' --only ' + args.only}`"
+            f" ({'quick' if args.quick else 'full'} run), {when}, on {machine()}.",
             "Every ratio is against a baseline measured in the same run.",
             "",
             HEADER,

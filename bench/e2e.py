@@ -216,14 +216,18 @@ def peak(
             proc, url = _app(kind, api, tmp, env)
             try:
                 log = tmp / f"peak-{kind}-{rate:.0f}.jsonl"
-                before = cpu_seconds(proc.pid)
+                before, machine_before = cpu_seconds(proc.pid), machine_busy()
                 send_load(url, rate, seconds, 200, log)
                 busy = (cpu_seconds(proc.pid) - before) / seconds
+                machine = (machine_busy() - machine_before) / seconds / (os.cpu_count() or 1)
                 pairs = answered(log, emu, settle=5)
             finally:
                 _stop(proc)
             ok = flat(pairs, seconds)
-            load[kind] = f"{busy:.0%} of a core at {rate:.0f}/s ({busy / rate * 1000:.1f} ms/msg)"
+            load[kind] = (
+                f"{busy:.0%} of a core at {rate:.0f}/s ({busy / rate * 1000:.1f} ms/msg),"
+                f" the machine {machine:.0%} busy"
+            )
             say(
                 f"  e2e peak {kind} at {rate:.0f}/s: {'kept up' if ok else 'fell behind'}; "
                 f"app process CPU {load[kind]}"
@@ -256,6 +260,13 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy() -> float:
+    """CPU seconds the whole machine has spent busy (Linux /proc/stat): the load generator and
+    the emulator share the cores with the app."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def flat(pairs: list[tuple[float, float | None]], seconds: float) -> bool:
