@@ -119,12 +119,14 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
     """
     parts: list[Part] = []
     group: list[OutboxRow] = []
+    carried: dict[int, tuple[int, ...]] = {}
+    """Rows a merged digest stands for, by the id of the post row that carries its text."""
 
     def flush() -> None:
         if not group:
             return
         first = group[0]
-        ids = tuple(sorted(r.id for r in group))
+        ids = tuple(sorted(i for r in group for i in carried.get(r.id, (r.id,))))
         normal = first.kind in PACED_KINDS and any(r.priority == "normal" for r in group)
         if first.kind == "post" and first.blocks is None:
             texts = _chunks(SEPARATOR.join(r.text for r in group), SLACK_TEXT_LIMIT)
@@ -153,6 +155,17 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
         if row.kind in GATHERED:
             if row is not gathered[row.kind][-1]:
                 continue  # merged into the latest of its kind
+            if row.kind == "digest" and row.blocks is None:
+                # ONE digest for the span, and still one Slack post per gap: its text joins
+                # the other posts of the batch (a separate post would wait out Slack's
+                # one-post-a-second pacing in the same conversation).
+                text, _ = MERGES["digest"](gathered["digest"])
+                row = replace(row, kind="post", text=text, facts=None, ref=None)
+                carried[row.id] = tuple(r.id for r in gathered["digest"])
+                if group and not _joins(group, row):
+                    flush()
+                group.append(row)
+                continue
             flush()
             group.extend(gathered[row.kind])
             flush()

@@ -282,3 +282,26 @@ def test_normal_flag_marks_parts_carrying_normal_posts() -> None:
 
 def test_plan_of_nothing_is_nothing() -> None:
     assert plan_parts("d1", [], retry=False) == ()
+
+
+def test_held_digests_and_posts_of_one_gap_go_out_as_one_post_with_one_digest() -> None:
+    # One merged Slack post per gap per conversation: two digests held by the gap become ONE
+    # digest (counts summed), and it joins the other posts of the batch instead of standing
+    # apart (a second post would wait out Slack's one-post-a-second pacing).
+    from dataclasses import replace
+
+    from wakeful.core.rules import digest
+
+    def held(id: int, since: int, handled: int) -> OutboxRow:
+        lines = [digest.line("handled", "{n} messages handled", {"n": handled})]
+        return replace(row(id, "one period", kind="digest"), facts=digest.facts(since, lines))
+
+    rows = [row(1, "first"), held(2, T0, 3), row(3, "second"), held(4, T0 + 60, 4)]
+    parts = plan_parts("d1", rows, retry=False)
+    assert len(parts) == 1
+    (part,) = parts
+    assert part.row_ids == (1, 2, 3, 4)
+    assert part.text.count("Digest since") == 1
+    assert "This digest covers 2 periods." in part.text
+    assert "- 7 messages handled" in part.text
+    assert part.text.index("first") < part.text.index("second") < part.text.index("Digest")
