@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -30,12 +31,12 @@ from typing import Any
 
 from wakeful.devtools.emulator import RemoteEmulator
 
-from .common import Figure, percentile
+from .common import Figure, cpu_seconds, percentile
 from .http import SECRET, _start, _stop
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "xoxb-e2e"
-HANDLED = "Handled "
+HANDLED = re.compile(r"^Handled (\d+) messages?\.", re.MULTILINE)
 
 
 def send_load(url: str, rate: float, seconds: float, users: int, log: Path) -> dict[str, Any]:
@@ -78,10 +79,11 @@ def answered(log: Path, emu: RemoteEmulator, settle: float) -> list[tuple[float,
 
 
 def _count(text: Any) -> int:
-    """How many messages a reply answers: 'Handled 3 messages.' -> 3."""
-    if not isinstance(text, str) or not text.startswith(HANDLED):
+    """How many messages a post answers: 'Handled 3 messages.' -> 3. A post the outbox merged
+    from several runs' replies holds one such line per run, and answers all of them."""
+    if not isinstance(text, str):
         return 0
-    return int(text[len(HANDLED) :].split(" ", 1)[0])
+    return sum(int(n) for n in HANDLED.findall(text))
 
 
 def _runs(path: Path) -> list[dict[str, Any]]:
@@ -251,15 +253,6 @@ def peak(
             f" the bare app's {load['bare']}",
         )
     ]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU a process has used (Linux /proc), to say where a ceiling is."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy() -> float:

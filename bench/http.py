@@ -14,9 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .common import Figure
+from .common import Figure, cpu_seconds
 
 SECRET = "bench-secret"
+FRONT_ALONE = "wakeful serve --no-loops, nothing draining"
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -135,6 +136,8 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
         best: dict[str, float] = {}
         replies: dict[str, int] = {}
         split = {**wenv, "WAKEFUL_DB": str(tmp / "bench-split.db")}
+        alone = {**wenv, "WAKEFUL_DB": str(tmp / "bench-alone.db")}
+        cpu: dict[str, float] = {}
         for name, cmd, e in (
             ("bare slack-bolt", [sys.executable, "-m", "bench.bare_app", "--secret", SECRET], env),
             ("wakeful serve", [sys.executable, "-m", "wakeful.bot.cli", "serve"], wenv),
@@ -143,12 +146,15 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
                 [sys.executable, "-m", "wakeful.bot.cli", "serve", "--no-loops"],
                 split,
             ),
+            (FRONT_ALONE, [sys.executable, "-m", "wakeful.bot.cli", "serve", "--no-loops"], alone),
         ):
             proc, url = _start(cmd, e)
-            loops = _start_loops(e) if "--no-loops" in cmd else []
+            loops = _start_loops(e) if e is split else []
             try:
                 load(url, 100, 1.0)  # warm up
+                before = cpu_seconds(proc.pid)
                 results[name] = load(url, 200, seconds)
+                cpu[name] = (cpu_seconds(proc.pid) - before) / results[name]["requests"] * 1000
                 best[name], _ = sustained(url, ramp, ramp_seconds)
             finally:
                 for p in [proc, *loops]:
@@ -159,6 +165,7 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
             say(
                 f"  {name}: 200/s for {seconds:.0f}s -> p50 {r['p50_ms']:.1f} ms, "
                 f"p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms, {r['statuses']}; "
+                f"{cpu[name]:.2f} ms CPU/request in the HTTP process; "
                 f"sustained {best[name]:.0f}/s"
                 + (f"; {replies[name]:,} replies sent" if name in replies else "")
             )
@@ -220,6 +227,19 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
                 front["p99_ms"] / max(bare["p99_ms"], 0.001) <= 1.5,
                 f"sustained {best['wakeful serve --no-loops']:.0f}/s; same store-then-ack path, "
                 "the loops in three other processes on the same SQLite file",
+            )
+        )
+        front_alone = best[FRONT_ALONE] / max(best["bare slack-bolt"], 1)
+        figures.append(
+            Figure(
+                "HTTP highest sustained rate, the front alone (serve --no-loops, no loops at all)",
+                best[FRONT_ALONE],
+                "req/s",
+                front_alone,
+                "bare app",
+                note="the ceiling of store-then-ack with nothing else on the machine's cores: "
+                "no placement of the loops can lift the sustained ack rate above it; "
+                "CPU per request at 200/s: " + ", ".join(f"{k} {v:.2f} ms" for k, v in cpu.items()),
             )
         )
         for f in figures:

@@ -50,15 +50,22 @@ class Worker(Loop):
         if not self.holder:
             self.holder = f"worker-{uuid.uuid4().hex[:8]}"
         self._seen: dict[str, float] = {}
+        self._unseen_since = float("inf")  # see tick: a cut ready list's oldest unseen arrival
         self._run_time: float | None = None  # seconds a run takes, smoothed; None: not known
 
     def tick(self, now: int) -> int:
         kicked = self.wakeup.first_kick()
-        ready = self.store.ready_inboxes(now, self.batch_inboxes * 5)
+        limit = self.batch_inboxes * 50
+        ready = self.store.ready_inboxes(now, limit)
         t = self.monotonic()
         # An inbox's batch window starts when its first event was stored (the kick that said
         # so), not when this tick got round to seeing it.
         arrived = t if kicked is None else t - max(0.0, time.monotonic() - kicked)
+        # A list cut at `limit` leaves inboxes unseen whose kick this tick has consumed: the
+        # next ticks date what they first see no later than that kick, so an inbox past the
+        # cut does not wait a second window (early by at most the cut's age, never late).
+        arrived = min(arrived, self._unseen_since)
+        self._unseen_since = arrived if len(ready) >= limit else float("inf")
         self._seen = {inbox: self._seen.get(inbox, arrived) for inbox in ready}
         # Workers on other hosts read the same list, oldest first: each starts at a random
         # place among the first `batch_inboxes`, so they take different inboxes instead of

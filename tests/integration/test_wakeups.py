@@ -103,3 +103,23 @@ def test_a_batch_window_counts_from_the_kick_not_from_the_tick_that_saw_it(
     time.sleep(0.3)  # the worker is elsewhere for 300 ms
     assert worker.tick(T0) == 0  # seen now, but its window opened 300 ms ago
     assert worker.idle_wait() < 0.25
+
+
+def test_an_inbox_past_the_ready_lists_cut_keeps_the_window_of_its_kick(store: Store) -> None:
+    # Under load more inboxes are ready than one look lists (50 per inbox the worker runs at
+    # a time). The ones past the cut were stored before the kick this tick consumed: when a
+    # later tick first sees them, their window must still count from that kick, or each would
+    # wait a second window behind the inboxes listed before it.
+    work = Wakeup()
+    worker = Worker(store=store, agent=RefundDesk(store), wakeup=work, settle=0.5, batch_inboxes=1)
+    for i in range(51):
+        store.ingest(f"T1:U{i:03d}", "slack", f"E{i}", {"text": "hi"}, T0)
+    work.kick()
+    kicked = time.monotonic()
+    assert worker.tick(T0) == 0  # 50 seen, the 51st past the cut; none settled yet
+    time.sleep(max(0.0, 0.5 - (time.monotonic() - kicked)) + 0.02)
+    runs = 0
+    while runs < 50:
+        runs += worker.tick(T0)
+    assert store.ready_inboxes(T0) == ["T1:U050"]
+    assert worker.tick(T0) == 1, "the inbox past the cut waits a second window"
