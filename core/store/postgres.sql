@@ -434,12 +434,20 @@ DELETE FROM approvals WHERE id IN (
     ORDER BY answered_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
 );
 
+-- name: prune_threads
+-- Threads the bot last took part in before the cutoff, oldest first, one batch.
+DELETE FROM threads WHERE (channel, thread_ts) IN (
+    SELECT channel, thread_ts FROM threads WHERE last_at < %(cutoff)s
+    ORDER BY last_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+);
+
 -- name: oldest_history
 -- The age of the oldest prunable row of each pruned table (each an index's first entry).
 SELECT (SELECT MIN(updated_at) FROM events WHERE status = 'done') AS events,
        (SELECT MIN(sent_at) FROM outbox WHERE status = 'sent') AS outbox,
        (SELECT MIN(finished_at) FROM runs) AS runs,
-       (SELECT MIN(answered_at) FROM approvals WHERE answer IS NOT NULL) AS approvals;
+       (SELECT MIN(answered_at) FROM approvals WHERE answer IS NOT NULL) AS approvals,
+       (SELECT MIN(last_at) FROM threads) AS threads;
 
 -- name: server_time
 -- The database server's clock in seconds: every host of a deployment takes its time from it.
@@ -613,10 +621,17 @@ GROUP BY source
 ORDER BY source;
 
 -- name: remember_thread
--- A thread the bot posted in or was mentioned in: its replies reach the agent.
-INSERT INTO threads (channel, thread_ts, why, created_at)
-VALUES (%(channel)s, %(thread_ts)s, %(why)s, %(now)s)
+-- A thread the bot starts taking part in; nothing if it already does (post_once counts on it).
+INSERT INTO threads (channel, thread_ts, why, created_at, last_at)
+VALUES (%(channel)s, %(thread_ts)s, %(why)s, %(now)s, %(now)s)
 ON CONFLICT (channel, thread_ts) DO NOTHING;
+
+-- name: touch_thread
+-- The bot posted in or was mentioned in a thread: its replies reach the agent, and the thread
+-- counts as active from now for the retention.
+INSERT INTO threads (channel, thread_ts, why, created_at, last_at)
+VALUES (%(channel)s, %(thread_ts)s, %(why)s, %(now)s, %(now)s)
+ON CONFLICT (channel, thread_ts) DO UPDATE SET last_at = GREATEST(threads.last_at, excluded.last_at);
 
 -- name: known_thread
 -- Whether the bot takes part in a thread (by its primary key).

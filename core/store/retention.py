@@ -1,8 +1,10 @@
 """Retention: history does not grow forever.
 
-Done events, sent outbox rows, run-log rows and answered (or expired) approvals are deleted
-once older than `settings.retention`, a batch at a time, each batch its own short transaction,
-oldest first through an index on its age. What stays: everything open (pending and running
+Done events, sent outbox rows, run-log rows, answered (or expired) approvals, and threads the
+bot has not posted or been mentioned in since, are deleted once older than
+`settings.retention` (a reply in a forgotten thread needs a new @mention, as before the bot
+took part), a batch at a time, each batch its own short transaction, oldest first through an
+index on its age. What stays: everything open (pending and running
 events, unsent rows, open approvals, timers, leases, sessions), dead events and parked rows
 (they wait for a person), sessions set aside, and the refund ledger (`tool_calls`, the record
 that a side effect happened). A done event is kept at least `REDELIVERY_WINDOW` (4 days) whatever
@@ -23,6 +25,7 @@ PRUNES = {
     "outbox": "prune_outbox",
     "runs": "prune_runs",
     "approvals": "prune_approvals",
+    "threads": "prune_threads",
 }
 """Each pruned table and the named statement that deletes one batch of it."""
 

@@ -418,6 +418,13 @@ DELETE FROM approvals WHERE id IN (
     ORDER BY answered_at LIMIT :batch
 );
 
+-- name: prune_threads
+-- Threads the bot last took part in before the cutoff, oldest first, one batch.
+DELETE FROM threads WHERE rowid IN (
+    SELECT rowid FROM threads INDEXED BY threads_age
+    WHERE last_at < :cutoff ORDER BY last_at LIMIT :batch
+);
+
 -- name: oldest_history
 -- The age of the oldest prunable row of each pruned table (each an index's first entry).
 SELECT (SELECT MIN(updated_at) FROM events INDEXED BY events_done_age
@@ -426,7 +433,8 @@ SELECT (SELECT MIN(updated_at) FROM events INDEXED BY events_done_age
         WHERE status = 'sent') AS outbox,
        (SELECT MIN(finished_at) FROM runs INDEXED BY runs_age) AS runs,
        (SELECT MIN(answered_at) FROM approvals INDEXED BY approvals_answered_age
-        WHERE answer IS NOT NULL) AS approvals;
+        WHERE answer IS NOT NULL) AS approvals,
+       (SELECT MIN(last_at) FROM threads INDEXED BY threads_age) AS threads;
 
 -- name: server_time
 -- The database's own clock: SQLite runs on this host and has none of its own (NULL).
@@ -600,10 +608,17 @@ GROUP BY source
 ORDER BY source;
 
 -- name: remember_thread
--- A thread the bot posted in or was mentioned in: its replies reach the agent.
-INSERT INTO threads (channel, thread_ts, why, created_at)
-VALUES (:channel, :thread_ts, :why, :now)
+-- A thread the bot starts taking part in; nothing if it already does (post_once counts on it).
+INSERT INTO threads (channel, thread_ts, why, created_at, last_at)
+VALUES (:channel, :thread_ts, :why, :now, :now)
 ON CONFLICT (channel, thread_ts) DO NOTHING;
+
+-- name: touch_thread
+-- The bot posted in or was mentioned in a thread: its replies reach the agent, and the thread
+-- counts as active from now for the retention.
+INSERT INTO threads (channel, thread_ts, why, created_at, last_at)
+VALUES (:channel, :thread_ts, :why, :now, :now)
+ON CONFLICT (channel, thread_ts) DO UPDATE SET last_at = MAX(threads.last_at, excluded.last_at);
 
 -- name: known_thread
 -- Whether the bot takes part in a thread (by its primary key).

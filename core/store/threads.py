@@ -20,7 +20,7 @@ ThreadWhy = Literal["posted", "mentioned"]
 
 def remember(tx: Tx, channel: str, thread_ts: str, why: ThreadWhy, now: int) -> None:
     """Within an open write: the bot takes part in this thread from now on."""
-    tx.run("remember_thread", {"channel": channel, "thread_ts": thread_ts, "why": why, "now": now})
+    tx.run("touch_thread", {"channel": channel, "thread_ts": thread_ts, "why": why, "now": now})
 
 
 class Threads(StoreBase):

@@ -61,7 +61,7 @@ def test_aged_history_is_pruned_and_everything_open_dead_or_parked_stays(
     before = store.prune(old + RETENTION - 1)  # nothing is older than the retention yet
     assert before.total == 0
     pruned = store.prune(old + RETENTION + 5)
-    assert pruned.counts == {"events": 4, "outbox": 2, "runs": 4, "approvals": 1}
+    assert pruned.counts == {"events": 4, "outbox": 2, "runs": 4, "approvals": 1, "threads": 0}
     assert [e.source_id for e in store.events("T1:U1")] == []
     assert [e.source_id for e in store.events("T1:U2")] == ["recent"]
     assert [e.source_id for e in store.events("T1:U3")] == ["pending"]
@@ -140,7 +140,9 @@ def test_retention_below_the_redelivery_window_is_refused() -> None:
         ("prune_outbox", "outbox_sent_age"),
         ("prune_runs", "runs_age"),
         ("prune_approvals", "approvals_answered_age"),
+        ("prune_threads", "threads_age"),
         ("oldest_history", "events_done_age"),
+        ("oldest_history", "threads_age"),
     ],
 )
 def test_each_prune_reads_its_age_index_not_the_history(
@@ -154,7 +156,7 @@ def test_each_prune_reads_its_age_index_not_the_history(
         conn.close()
         details = " | ".join(str(r[3]) for r in plan)
         assert index in details, details
-        assert "SCAN events" not in details and "SCAN outbox" not in details, details
+        assert all(f"SCAN {t}" not in details for t in ("events", "outbox", "threads")), details
         assert "events_status" not in details, details  # the index of every status, no
         return
     import psycopg
@@ -169,3 +171,28 @@ def test_each_prune_reads_its_age_index_not_the_history(
         conn.rollback()
     plan = " ".join(str(r[0]) for r in rows)
     assert index in plan, plan
+
+
+def test_a_thread_the_bot_left_alone_past_the_retention_is_forgotten(store: Store) -> None:
+    # A thread row lets replies reach the agent without an @mention. One the bot was last
+    # mentioned in or posted in longer ago than the retention is pruned; each post or mention
+    # renews it, so a thread still in use is never forgotten.
+    old = T0
+    store.remember_thread("C1", "100.1", "mentioned", old)
+    store.remember_thread("C1", "200.2", "mentioned", old)
+    store.remember_thread("C1", "200.2", "mentioned", old + 20 * DAY)  # mentioned again
+    store.post("T1:U1", [Message("C1", "in a thread", thread_ts="300.3")], old)
+    for batch in store.claim_batches(old):
+        for part in batch.parts:
+            store.mark_sent(part, "300.4", old)
+    store.post("T1:U1", [Message("C1", "still going", thread_ts="300.3")], old + 25 * DAY)
+    for batch in store.claim_batches(old + 25 * DAY):
+        for part in batch.parts:
+            store.mark_sent(part, "300.5", old + 25 * DAY)
+    assert all(store.takes_part("C1", ts) for ts in ("100.1", "200.2", "300.3"))
+
+    assert store.prune(old + RETENTION + 5).counts["threads"] == 1
+    assert not store.takes_part("C1", "100.1")
+    assert store.takes_part("C1", "200.2") and store.takes_part("C1", "300.3")
+    assert store.prune(old + 25 * DAY + RETENTION + 5).counts["threads"] == 2
+    assert not store.takes_part("C1", "200.2") and not store.takes_part("C1", "300.3")
