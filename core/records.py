@@ -37,6 +37,15 @@ class Ingested:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadyList:
+    """Inboxes a worker could claim now, oldest work first, each with its oldest claimable
+    event's id; `top` is the newest event id stored when the list was read."""
+
+    inboxes: list[tuple[str, int]]
+    top: int
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """A batch of events one holder may work on under one lease generation."""
 

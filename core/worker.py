@@ -50,23 +50,23 @@ class Worker(Loop):
         if not self.holder:
             self.holder = f"worker-{uuid.uuid4().hex[:8]}"
         self._seen: dict[str, float] = {}
-        self._unseen_since = float("inf")  # see tick: a cut ready list's oldest unseen arrival
+        self._cuts: list[tuple[int, float]] = []  # looks that cut the ready list: (top id, kick)
         self._run_time: float | None = None  # seconds a run takes, smoothed; None: not known
 
     def tick(self, now: int) -> int:
         kicked = self.wakeup.first_kick()
         limit = self.batch_inboxes * 50
-        ready = self.store.ready_inboxes(now, limit)
+        listed = self.store.ready_list(now, limit)
+        ready = [inbox for inbox, _ in listed.inboxes]
         t = self.monotonic()
         # An inbox's batch window starts when its first event was stored (the kick that said
         # so), not when this tick got round to seeing it.
         arrived = t if kicked is None else t - max(0.0, time.monotonic() - kicked)
-        # A list cut at `limit` leaves inboxes unseen whose kick this tick has consumed: the
-        # next ticks date what they first see no later than that kick, so an inbox past the
-        # cut does not wait a second window (early by at most the cut's age, never late).
-        arrived = min(arrived, self._unseen_since)
-        self._unseen_since = arrived if len(ready) >= limit else float("inf")
-        self._seen = {inbox: self._seen.get(inbox, arrived) for inbox in ready}
+        self._seen = {
+            inbox: self._seen[inbox] if inbox in self._seen else self._cut_arrival(first, arrived)
+            for inbox, first in listed.inboxes
+        }
+        self._note_cut(listed.top, arrived, t, cut=len(ready) >= limit)
         # Workers on other hosts read the same list, oldest first: each starts at a random
         # place among the first `batch_inboxes`, so they take different inboxes instead of
         # queueing on the same leases, and the oldest work still goes first.
@@ -85,6 +85,26 @@ class Worker(Loop):
             for inbox in chosen:
                 self._seen.pop(inbox, None)
         return runs
+
+    def _cut_arrival(self, first: int, arrived: float) -> float:
+        """When an inbox first seen now arrived: this tick's kick, or, if its oldest event was
+        already stored at an earlier look that cut the list before it, that look's kick."""
+        for top, at in self._cuts:
+            if first <= top:
+                return min(at, arrived)
+        return arrived
+
+    def _note_cut(self, top: int, arrived: float, t: float, cut: bool) -> None:
+        """Remember a look that left inboxes unseen (the newest event id then, and its kick);
+        a look that listed every ready inbox ends the record. Looks whose kick is over a window
+        old collapse into the newest of them: any inbox they date is due already."""
+        if not cut:
+            self._cuts.clear()
+            return
+        self._cuts.append((top, arrived))
+        expired = [c for c in self._cuts if c[1] <= t - self.settle]
+        if len(expired) > 1:
+            self._cuts = [expired[-1], *(c for c in self._cuts if c[1] > t - self.settle)]
 
     def idle_wait(self) -> float:
         if not self._seen or self.settle <= 0:

@@ -8,7 +8,7 @@ from typing import Any
 
 from wakeful.core import metrics
 from wakeful.core.errors import InvalidInput, SessionUnusable
-from wakeful.core.records import Event, Ingested
+from wakeful.core.records import Event, Ingested, ReadyList
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.rows import event_body, event_record
 
@@ -66,8 +66,18 @@ class Inbox(StoreBase):
     def ready_inboxes(self, now: int, limit: int = 100) -> list[str]:
         """Inboxes with work a worker could claim now: pending events past their backoff, or
         events left running under a lease that has expired."""
+        return [inbox for inbox, _ in self.ready_list(now, limit).inboxes]
+
+    def ready_list(self, now: int, limit: int = 100) -> ReadyList:
+        """`ready_inboxes` with each inbox's oldest claimable event id and the newest event id
+        stored when the list was read: a worker that sees a list cut at `limit` can tell later
+        which inboxes were already stored (and waiting past the cut) at that look."""
         with self._tx(write=False) as tx:
-            return [str(r["inbox"]) for r in tx.all("ready_inboxes", {"now": now, "limit": limit})]
+            rows = tx.all("ready_inboxes", {"now": now, "limit": limit})
+        return ReadyList(
+            [(str(r["inbox"]), int(r["first"])) for r in rows],
+            int(rows[0]["top"] or 0) if rows else 0,
+        )
 
     def session(self, inbox: str) -> Any:
         """The agent's saved state for the inbox, or None (written by a run's fenced finish).

@@ -63,8 +63,9 @@ ORDER BY id;
 SELECT COUNT(*) AS n FROM events WHERE %(status)s::text IS NULL OR status = %(status)s::text;
 
 -- name: ready_inboxes
--- Inboxes with claimable work and no live lease, oldest work first.
-SELECT e.inbox, MIN(e.id) AS first
+-- Inboxes with claimable work and no live lease, oldest work first; `top` is the newest
+-- event id stored (the same on every row).
+SELECT e.inbox, MIN(e.id) AS first, (SELECT MAX(id) FROM events) AS top
 FROM events e
 WHERE e.status IN ('pending', 'running')
   AND (e.status = 'running' OR e.not_before <= %(now)s)
@@ -628,10 +629,12 @@ ON CONFLICT (channel, thread_ts) DO NOTHING;
 
 -- name: touch_thread
 -- The bot posted in or was mentioned in a thread: its replies reach the agent, and the thread
--- counts as active from now for the retention.
+-- counts as active from now for the retention (renewed at most hourly: a busy thread's posts
+-- do not each rewrite its row).
 INSERT INTO threads (channel, thread_ts, why, created_at, last_at)
 VALUES (%(channel)s, %(thread_ts)s, %(why)s, %(now)s, %(now)s)
-ON CONFLICT (channel, thread_ts) DO UPDATE SET last_at = GREATEST(threads.last_at, excluded.last_at);
+ON CONFLICT (channel, thread_ts) DO UPDATE SET last_at = excluded.last_at
+WHERE threads.last_at < excluded.last_at - 3600;
 
 -- name: known_thread
 -- Whether the bot takes part in a thread (by its primary key).

@@ -107,19 +107,36 @@ def test_a_batch_window_counts_from_the_kick_not_from_the_tick_that_saw_it(
 
 def test_an_inbox_past_the_ready_lists_cut_keeps_the_window_of_its_kick(store: Store) -> None:
     # Under load more inboxes are ready than one look lists (50 per inbox the worker runs at
-    # a time). The ones past the cut were stored before the kick this tick consumed: when a
-    # later tick first sees them, their window must still count from that kick, or each would
-    # wait a second window behind the inboxes listed before it.
+    # a time). One past the cut was already stored at that look: when a later look first sees
+    # it, its window counts from the kick of the look that cut it, or it would wait a second
+    # window. One stored after that look is not dated by it: its window is whole.
+    clock = [1000.0]
     work = Wakeup()
-    worker = Worker(store=store, agent=RefundDesk(store), wakeup=work, settle=0.5, batch_inboxes=1)
+    worker = Worker(
+        store=store,
+        agent=RefundDesk(store),
+        wakeup=work,
+        settle=0.5,
+        batch_inboxes=1,
+        monotonic=lambda: clock[0],
+    )
+
+    def say(user: str) -> None:
+        payload = {"type": "message", "channel": f"D{user}", "user": user, "text": "hi"}
+        assert store.ingest(f"T1:{user}", "slack", f"E{user}", payload, T0).stored
+
     for i in range(51):
-        store.ingest(f"T1:U{i:03d}", "slack", f"E{i}", {"text": "hi"}, T0)
+        say(f"U{i:03d}")
     work.kick()
-    kicked = time.monotonic()
-    assert worker.tick(T0) == 0  # 50 seen, the 51st past the cut; none settled yet
-    time.sleep(max(0.0, 0.5 - (time.monotonic() - kicked)) + 0.02)
+    assert worker.tick(T0) == 0  # 50 seen, U050 past the cut; none settled yet
+    say("ULATE")  # stored after that look
+    clock[0] += 0.6  # the window of the first 50 is over
     runs = 0
     while runs < 50:
         runs += worker.tick(T0)
-    assert store.ready_inboxes(T0) == ["T1:U050"]
+    assert store.ready_inboxes(T0) == ["T1:U050", "T1:ULATE"]
     assert worker.tick(T0) == 1, "the inbox past the cut waits a second window"
+    assert worker.tick(T0) == 0, "an inbox stored after the cut was dated by it"
+    assert 0.4 < worker.idle_wait() <= 0.5
+    clock[0] += 0.5
+    assert worker.tick(T0) == 1
