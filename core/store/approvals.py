@@ -23,7 +23,7 @@ def request(tx: Tx, approval: PreparedApproval, now: int) -> None:
     A retried run re-requests the same id: one approval, one prompt, one expiry."""
     if not tx.run("insert_approval", {**approval.request, "now": now}):
         return
-    metrics.APPROVALS.labels("requested").inc()
+    tx.after_commit(metrics.APPROVALS.labels("requested").inc)
     if approval.prompt is not None:
         queue(tx, [approval.prompt], now)
     tx.run("upsert_timer", {**approval.expiry, "now": now})
@@ -43,7 +43,7 @@ def store_answer(tx: Tx, state: ApprovalState, outcome: str, user: str | None, n
     if insert_event(tx, state.inbox, "approval", state.id, body, now) is None:
         return False
     tx.run("set_answer", {"id": state.id, "answer": outcome, "user": user, "now": now})
-    metrics.APPROVALS.labels(outcome).inc()
+    tx.after_commit(metrics.APPROVALS.labels(outcome).inc)
     return True
 
 

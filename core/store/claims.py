@@ -168,10 +168,10 @@ class Claims(StoreBase):
         }
         settled = [str(r["status"]) for r in tx.all("settle_inbox", params)]
         if "pending" in settled:
-            metrics.TAKEOVERS.inc()  # an older generation's work was taken over
+            tx.after_commit(metrics.TAKEOVERS.inc)  # an older generation's work was taken over
         buried = settled.count("dead")
         if buried:
-            metrics.DEAD.labels("exhausted").inc(buried)
+            tx.after_commit(lambda: metrics.DEAD.labels("exhausted").inc(buried))
         rows = tx.all("next_claimable", {"inbox": inbox, "now": now, "limit": s.claim_cap})
         if rows and int(rows[0]["attempts"]) > 0:
             rows = rows[:1]  # a retried event is claimed alone
@@ -189,7 +189,7 @@ class Claims(StoreBase):
                 },
             )
             events.append(event_record(r, status="running", attempts=attempts))
-        metrics.count_claim([e.attempts for e in events])
+        tx.after_commit(lambda: metrics.count_claim([e.attempts for e in events]))
         if not events:
             seq = 0
         elif seq is None:

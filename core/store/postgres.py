@@ -23,7 +23,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from wakeful.core.errors import StoreError, StoreUnavailable
 from wakeful.core.store.base import Connector, NewEvent
 from wakeful.core.store.group_commit import GroupCommit
-from wakeful.core.store.sql import Row, load_migrations, load_queries, repeat_rows
+from wakeful.core.store.sql import AfterCommit, Row, load_migrations, load_queries, repeat_rows
 
 _QUERIES = load_queries("postgres.sql")
 
@@ -34,10 +34,11 @@ def _rows_sql(rows: int) -> str:
     return repeat_rows(_QUERIES, "insert_events", rows)
 
 
-class _PgTx:
+class _PgTx(AfterCommit):
     """Runs named statements on the connection of one open transaction."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        super().__init__()
         self._conn = conn
 
     def run(self, name: str, params: Mapping[str, Any] | None = None) -> int:
@@ -113,9 +114,11 @@ class PostgresConnector(Connector):
     def transaction(self, write: bool = True, urgent: bool = False) -> Iterator[_PgTx]:
         try:
             with self._begun() as conn:
-                yield _PgTx(conn)
+                tx = _PgTx(conn)
+                yield tx
         except (psycopg.Error, PoolTimeout) as exc:
             raise translate(exc) from exc
+        tx.committed()
 
     @contextmanager
     def _begun(self) -> Iterator[psycopg.Connection[Any]]:

@@ -8,7 +8,7 @@ dialects can be checked to define the same names and no SQL is built from string
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
@@ -92,6 +92,11 @@ def load_migrations(dialect: str) -> list[tuple[int, str, str]]:
 class Tx(Protocol):
     """One open write (or read) transaction. Statements are referred to by name."""
 
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Run `action` once the transaction has committed, never if it rolls back: a metric
+        counts what the store holds, not what a transaction that failed tried to write."""
+        ...
+
     def run(self, name: str, params: Mapping[str, Any] | None = None) -> int:
         """Execute; return the number of rows changed."""
         ...
@@ -103,3 +108,19 @@ class Tx(Protocol):
     def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
         """Execute; return every row."""
         ...
+
+
+class AfterCommit:
+    """The `after_commit` half of a backend's Tx: actions kept until its connector commits."""
+
+    def __init__(self) -> None:
+        self._after: list[Callable[[], None]] = []
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        self._after.append(action)
+
+    def committed(self) -> None:
+        """Called by the connector once COMMIT succeeded."""
+        actions, self._after = self._after, []
+        for action in actions:
+            action()

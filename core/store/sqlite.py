@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from wakeful.core.errors import StoreError, StoreUnavailable
 from wakeful.core.store.base import Connector, NewEvent
 from wakeful.core.store.group_commit import GroupCommit
-from wakeful.core.store.sql import Row, load_migrations, load_queries, repeat_rows
+from wakeful.core.store.sql import AfterCommit, Row, load_migrations, load_queries, repeat_rows
 from wakeful.core.store.sqlite_files import Holder
 
 _QUERIES = load_queries("sqlite.sql")
@@ -73,10 +73,11 @@ class WriteGate:
                 self._cv.notify_all()
 
 
-class _SqliteTx:
+class _SqliteTx(AfterCommit):
     """Runs named statements on the connection of one open transaction."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__()
         self._conn = conn
 
     def run(self, name: str, params: Mapping[str, Any] | None = None) -> int:
@@ -239,7 +240,9 @@ class SQLiteConnector(Connector):
     @contextmanager
     def transaction(self, write: bool = True, urgent: bool = False) -> Iterator[_SqliteTx]:
         with self._open(write, urgent) as conn:
-            yield _SqliteTx(conn)
+            tx = _SqliteTx(conn)
+            yield tx
+        tx.committed()
 
     def store_event(self, event: NewEvent) -> int | None:
         """Concurrent ingests share one transaction and one fsync (group commit); each caller

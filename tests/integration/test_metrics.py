@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +22,7 @@ from wakeful.core import logs, metrics
 from wakeful.core.agent import Run
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
+from wakeful.core.errors import StoreUnavailable
 from wakeful.core.loops import Dispatcher, Worker
 from wakeful.core.store import Store, open_store
 from wakeful.core.store.sqlite import SQLiteConnector
@@ -120,6 +123,48 @@ def test_a_takeover_and_the_refused_finish_are_counted(store: Store) -> None:
     store.ingest(INBOX, "slack", "Ev1", {"text": "a"}, T0)
     assert worker(store, "stall", clock).tick(clock.now) == 0  # its finish was refused
     assert (takeovers.moved, fenced.moved, fenced_runs.moved) == (1, 1, 1)
+
+
+def test_a_claim_that_rolls_back_counts_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A claim's transaction can fail at its end (a lock timeout, a dropped connection): the
+    # takeover and the claimed attempts it saw were never stored, so no counter may move
+    # (an alert on takeovers or dead letters would fire for nothing). The retry counts once.
+    store.ingest(INBOX, "slack", "Ev1", {"text": "a"}, T0)
+    first = store.acquire_and_claim(INBOX, "W1", T0)
+    assert first is not None and first.events  # W1 stalls; its lease runs out
+    later = T0 + store.settings.lease_ttl + 1
+    takeovers = Delta("wakeful_lease_takeovers_total")
+    retries = Delta("wakeful_event_attempts_total", attempt="retry")
+    real = store._tx
+
+    @contextmanager
+    def failing_commit(write: bool = True, urgent: bool = False) -> Iterator[Any]:
+        with real(write, urgent) as tx:
+            yield tx
+            raise StoreUnavailable("the commit failed")
+
+    monkeypatch.setattr(store, "_tx", failing_commit)
+    with pytest.raises(StoreUnavailable):
+        store.claim_inboxes([INBOX], "W2", later)
+    assert (takeovers.moved, retries.moved) == (0, 0)
+    monkeypatch.undo()
+    (claim,) = store.claim_inboxes([INBOX], "W2", later)
+    assert claim.events[0].attempts == 2
+    assert (takeovers.moved, retries.moved) == (1, 1)
+
+
+def test_an_action_after_commit_runs_only_once_the_transaction_commits(store: Store) -> None:
+    ran: list[str] = []
+    with store.db.transaction() as tx:
+        tx.after_commit(lambda: ran.append("committed"))
+        assert ran == []
+    assert ran == ["committed"]
+    with pytest.raises(RuntimeError), store.db.transaction() as tx:
+        tx.after_commit(lambda: ran.append("rolled back"))
+        raise RuntimeError("boom")
+    assert ran == ["committed"]
 
 
 def test_an_agent_dead_letter_is_counted_apart_from_exhaustion(store: Store) -> None:
