@@ -20,7 +20,7 @@ from typing import Any
 from wakeful.bot.config import Config, WebhookSource
 from wakeful.bot.front import EVENTS_PATH, SlackFront
 from wakeful.bot.home import as_text
-from wakeful.bot.runtime import Runtime, http_server
+from wakeful.bot.runtime import Runtime, http_server, serve_in_thread
 from wakeful.core.settings import Settings
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import Call, EventSender, SlackEmulator
@@ -192,8 +192,7 @@ class Demo:
                 approvers=config.approvers,
             )
             server = http_server(front, "127.0.0.1", 0)
-            thread = threading.Thread(target=server.run, daemon=True)
-            thread.start()
+            stop_http = serve_in_thread(server)
             runtime.start()
             url = f"http://127.0.0.1:{server.effective_port}{EVENTS_PATH}"
             self.sender = EventSender(url, SECRET, team_id="T0DEMO")
@@ -208,8 +207,7 @@ class Demo:
                 self.scenes()
             finally:
                 runtime.shutdown()
-                server.close()
-                thread.join(5)
+                stop_http()
                 store.close()
 
     def scenes(self) -> None:
