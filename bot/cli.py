@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from wakeful.bot import ops
-from wakeful.bot.config import Config, ConfigError, log_format, secret_values
+from wakeful.bot.config import Config, ConfigError, log_format, log_level, secret_values
 from wakeful.core import logs
 from wakeful.core.errors import StoreError, WakefulError
 from wakeful.core.store import Store, open_store
@@ -249,7 +249,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wakeful", description=__doc__)
-    parser.add_argument("--log-level", default=os.environ.get("WAKEFUL_LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        help="DEBUG, INFO, WARNING, ERROR or CRITICAL (default: WAKEFUL_LOG_LEVEL, else INFO)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -297,10 +301,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         fmt = log_format(os.environ)
+        if args.log_level is not None:
+            level = log_level(args.log_level, "--log-level")
+        else:
+            level = log_level(os.environ.get("WAKEFUL_LOG_LEVEL", "") or "INFO")
     except ConfigError as exc:
         print(f"wakeful: {exc}", file=sys.stderr)
         return 2
-    logs.configure(str(args.log_level), fmt, secret_values(os.environ))
+    logs.configure(level, fmt, secret_values(os.environ))
     try:
         code: int = args.func(args)
     except ConfigError as exc:

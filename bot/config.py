@@ -181,6 +181,17 @@ def log_format(env: Mapping[str, str]) -> str:
     return raw
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(value: str, where: str = "WAKEFUL_LOG_LEVEL") -> str:
+    """A log level by name (any case): a typo must not quietly log at another level."""
+    level = value.strip().upper()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"{where} must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+    return level
+
+
 def secret_values(env: Mapping[str, str]) -> list[str]:
     """Every secret a process may hold, so no log line or error can show one."""
     values = [env.get(name, "").strip() for name in SECRET_VARIABLES]

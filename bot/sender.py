@@ -232,6 +232,9 @@ _METHODS = {
     "prompts": "assistant.threads.setSuggestedPrompts",
 }
 _ERROR_CODE = re.compile(r"[a-z0-9_]{1,60}")
+_METHOD_NAME = re.compile(r"[a-z]+(\.[A-Za-z]+){1,2}")
+"""A Web API method's name (`chat.postMessage`, `assistant.threads.setStatus`): anything else
+is counted as `unknown`, so an odd URL never makes a new series."""
 
 
 def count_error(exc: SlackApiError) -> None:
@@ -242,7 +245,8 @@ def count_error(exc: SlackApiError) -> None:
     error = str(response.get("error") if hasattr(response, "get") else "") or f"http_{status}"
     if not _ERROR_CODE.fullmatch(error):
         error = "other"  # never a new series per odd answer
-    metrics.SLACK_ERRORS.labels(method if method.count(".") == 1 else "unknown", error).inc()
+    known = _METHOD_NAME.fullmatch(method) is not None
+    metrics.SLACK_ERRORS.labels(method if known else "unknown", error).inc()
 
 
 def classify(exc: SlackApiError) -> TransientSendError | PermanentSendError:

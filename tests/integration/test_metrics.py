@@ -378,3 +378,34 @@ def test_every_line_a_run_logs_carries_its_inbox_events_generation_and_run_id(
     }
     assert len(str(context["run_id"])) == 12
     assert logs.current() == {}  # nothing leaks past the run
+
+
+@pytest.mark.parametrize(
+    ("url", "method"),
+    [
+        ("https://slack.com/api/chat.postMessage", "chat.postMessage"),
+        ("https://slack.com/api/assistant.threads.setStatus", "assistant.threads.setStatus"),
+        ("https://slack.com/api/", "unknown"),
+        ("https://slack.com/api/x.y.z.w.v", "unknown"),
+    ],
+)
+def test_a_refused_web_api_call_is_counted_under_its_method(url: str, method: str) -> None:
+    # Slack's answer names no method; the call's URL does. Three-part names (the assistant
+    # methods) are methods too, and nothing else may make a new series.
+    from slack_sdk.errors import SlackApiError
+    from slack_sdk.web.slack_response import SlackResponse
+
+    from wakeful.bot.sender import count_error
+
+    refused = Delta("wakeful_slack_api_errors_total", method=method, error="invalid_arguments")
+    response = SlackResponse(
+        client=None,
+        http_verb="POST",
+        api_url=url,
+        req_args={},
+        data={"ok": False, "error": "invalid_arguments"},
+        headers={},
+        status_code=200,
+    )
+    count_error(SlackApiError("refused", response))
+    assert refused.moved == 1

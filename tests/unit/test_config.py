@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from wakeful.bot.config import Config, ConfigError
+from wakeful.bot import cli
+from wakeful.bot.config import Config, ConfigError, log_level
 
 BASE = {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s"}
 
@@ -102,3 +103,34 @@ def test_socket_mode_does_not_need_a_signing_secret() -> None:
         {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"}, need={"token", "secret"}
     )
     assert c.socket_mode
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "named"),
+    [
+        ({"WAKEFUL_LOG_LEVEL": "verbose"}, ["doctor"], "WAKEFUL_LOG_LEVEL"),
+        ({}, ["--log-level", "loud", "doctor"], "--log-level"),
+        ({"WAKEFUL_LOG_FORMAT": "xml"}, ["doctor"], "WAKEFUL_LOG_FORMAT"),
+    ],
+)
+def test_a_bad_log_setting_stops_the_command_with_one_line(
+    env: dict[str, str],
+    argv: list[str],
+    named: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A typo in the log level must not quietly log at INFO: like every other setting, it
+    # stops the command before anything runs, naming what is wrong.
+    for name in ("WAKEFUL_LOG_LEVEL", "WAKEFUL_LOG_FORMAT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert named in err and "\n" not in err, err
+
+
+def test_a_log_level_is_read_in_any_case() -> None:
+    assert log_level(" warning ") == "WARNING"
+    assert log_level("Debug") == "DEBUG"
