@@ -78,6 +78,7 @@ def _proc(pid: int) -> tuple[float, int, int]:
 def run_soak(soak: Soak, workdir: Path, report: Path | None = None) -> Soak:
     """Run the soak; samples are appended to `report` (JSON lines) as they are taken."""
     rng = random.Random(11)
+    sampling = random.Random(12)
     db = workdir / "soak.db"
     emu = SlackEmulator(bot_token=TOKEN, bot_user_id="UBOT", team_id="TS")
     prompts: queue.Queue[tuple[str, str, str]] = queue.Queue()
@@ -189,7 +190,10 @@ def run_soak(soak: Soak, workdir: Path, report: Path | None = None) -> Soak:
             t.start()
         started = time.monotonic()
         while time.monotonic() - started < soak.seconds:
-            stop.wait(soak.sample_every)
+            # Every user's digest timer fires on the same minute: samples a fixed period
+            # apart would all land at one phase of that burst (all inside it, or all past
+            # it), so each waits a period +-25%.
+            stop.wait(soak.sample_every * sampling.uniform(0.75, 1.25))
             assert app.poll() is None, (workdir / "serve.log").read_text()[-2000:]
             rss, fds, nthreads = _proc(app.pid)
             wal = Path(f"{db}-wal")
