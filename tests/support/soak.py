@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SECRET = "soak-secret"
 TOKEN = "xoxb-soak"
 MB = 1024 * 1024
+OUTBOX_GAP = 60
+"""The soak's pacing gap: normal posts of one conversation wait for it, urgent ones do not."""
 
 
 @dataclass
@@ -51,6 +53,8 @@ class Sample:
     """Messages delivered to the app so far (200)."""
     replies: int
     """Web API posts the app made so far."""
+    oldest_unsent: int = 0
+    """Seconds the oldest unsent row has waited: a reply that never goes out shows here."""
 
 
 @dataclass
@@ -108,7 +112,7 @@ def run_soak(soak: Soak, workdir: Path, report: Path | None = None) -> Soak:
         "WAKEFUL_DB": str(db),
         "WAKEFUL_HOST": "127.0.0.1",
         "WAKEFUL_PORT": "0",
-        "WAKEFUL_OUTBOX_GAP": "60",
+        "WAKEFUL_OUTBOX_GAP": str(OUTBOX_GAP),
         "WAKEFUL_APPROVAL_TTL": "30",
         "WAKEFUL_LOG_LEVEL": "WARNING",
     }
@@ -197,6 +201,8 @@ def run_soak(soak: Soak, workdir: Path, report: Path | None = None) -> Soak:
             assert app.poll() is None, (workdir / "serve.log").read_text()[-2000:]
             rss, fds, nthreads = _proc(app.pid)
             wal = Path(f"{db}-wal")
+            unsent = store.outbox("pending") + store.outbox("sending")
+            now = int(time.time())
             sample = Sample(
                 at=round(time.monotonic() - started, 1),
                 rss_mb=round(rss, 1),
@@ -205,7 +211,8 @@ def run_soak(soak: Soak, workdir: Path, report: Path | None = None) -> Soak:
                 wal_mb=round(wal.stat().st_size / MB if wal.exists() else 0.0, 2),
                 db_mb=round(db.stat().st_size / MB, 1),
                 backlog=store.count_events("pending") + store.count_events("running"),
-                unsent=len(store.outbox("pending")) + len(store.outbox("sending")),
+                unsent=len(unsent),
+                oldest_unsent=int(time.time()) - min((r.created_at for r in unsent), default=now),
                 sent=sent,
                 replies=posts,
             )
@@ -256,8 +263,18 @@ def check(soak: Soak) -> list[str]:
         problems.append(
             f"the backlog grew from {early_backlog:.0f} to {late_backlog:.0f} on average"
         )
-    if max(s.unsent for s in steady) > bound:
+    # Unsent rows are what the dispatcher has in hand: they follow the emulator's speed and the
+    # paced conversations, so their count must stay flat, and none may wait past the pacing gap
+    # (60 s here) by more than half a minute: a reply stuck in the outbox fails the soak.
+    early_unsent = statistics.mean(s.unsent for s in early)
+    late_unsent = statistics.mean(s.unsent for s in late)
+    if late_unsent > early_unsent * 1.5 + 25:
+        problems.append(f"unsent outbox rows grew from {early_unsent:.0f} to {late_unsent:.0f}")
+    if max(s.unsent for s in steady) > 2 * bound:
         problems.append(f"unsent outbox rows reached {max(s.unsent for s in steady)}")
+    oldest = max(s.oldest_unsent for s in steady)
+    if oldest > OUTBOX_GAP + 30:
+        problems.append(f"an outbox row waited {oldest} s unsent (gap {OUTBOX_GAP} s)")
     return problems
 
 
@@ -274,7 +291,9 @@ def hourly(soak: Soak) -> list[str]:
             f" MB, fds max {max(s.fds for s in part)}, threads max {max(s.threads for s in part)},"
             f" wal max {max(s.wal_mb for s in part):.1f} MB, db {part[-1].db_mb:.0f} MB,"
             f" backlog mean {statistics.mean(s.backlog for s in part):.0f}"
-            f" max {max(s.backlog for s in part)}, unsent max {max(s.unsent for s in part)},"
+            f" max {max(s.backlog for s in part)}, unsent mean"
+            f" {statistics.mean(s.unsent for s in part):.0f} max {max(s.unsent for s in part)}"
+            f" (oldest {max(s.oldest_unsent for s in part)} s),"
             f" messages {part[-1].sent}, posts {part[-1].replies}"
         )
     return lines
