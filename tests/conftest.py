@@ -19,13 +19,27 @@ BACKENDS = ["sqlite", "postgres"]
 MakeStore = Callable[..., Store]
 
 
-def _pg_store(settings: Settings) -> Store:
+def need_pg(what: str = "PostgreSQL store tests") -> str:
+    """The PostgreSQL DSN of the tests. The only skip: no server named, on a developer's
+    machine. Where WAKEFUL_TEST_REQUIRE_PG is set (`.ci/run` sets it), a missing DSN fails the
+    test instead, so a CI run can never pass with the PostgreSQL half skipped; with a DSN set,
+    a missing driver or an unreachable server is a failure too."""
     if not PG_DSN:
-        # The only skip: no server named. With a DSN set, a missing driver or an unreachable
-        # server is a failure, never a skip (CI always sets the DSN).
-        pytest.skip("WAKEFUL_TEST_PG_DSN is not set: PostgreSQL store tests skipped")
+        message = f"WAKEFUL_TEST_PG_DSN is not set: {what} skipped"
+        if os.environ.get("WAKEFUL_TEST_REQUIRE_PG"):
+            pytest.fail(message + ", but WAKEFUL_TEST_REQUIRE_PG asks for them")
+        pytest.skip(message)
+    return PG_DSN
 
-    return fresh_postgres(PG_DSN, settings)
+
+@pytest.fixture
+def pg_required() -> str:
+    """For a module whose every test needs PostgreSQL: `need_pg` as a fixture."""
+    return need_pg()
+
+
+def _pg_store(settings: Settings) -> Store:
+    return fresh_postgres(need_pg(), settings)
 
 
 @pytest.fixture(params=BACKENDS)

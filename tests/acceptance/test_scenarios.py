@@ -75,13 +75,12 @@ def test_wakeful_scenarios_prints_the_reference_transcript(tmp_path: Path) -> No
 
 
 def test_wakeful_scenarios_on_postgresql_prints_the_same_transcript(tmp_path: Path) -> None:
-    from tests.conftest import PG_DSN
+    from tests.conftest import need_pg
 
-    if not PG_DSN:
-        pytest.skip("WAKEFUL_TEST_PG_DSN is not set: PostgreSQL scenario run skipped")
+    dsn = need_pg("the PostgreSQL scenario run")
     exe = Path(sys.executable).parent / "wakeful"
     out = subprocess.run(
-        [str(exe), "scenarios", "--db", PG_DSN],
+        [str(exe), "scenarios", "--db", dsn],
         capture_output=True,
         text=True,
         timeout=120,

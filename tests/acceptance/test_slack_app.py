@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import need_pg
 from wakeful.bot.front import BODY_CAP
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.emulator import EventSender, SlackEmulator
@@ -51,7 +52,6 @@ LISTENING = re.compile(r"^wakeful: listening on http://127\.0\.0\.1:(\d+)/slack/
 START_TIMEOUT = 30.0
 QUIET = 1.5
 """How long to watch for something that must NOT happen, after a positive marker."""
-PG_DSN = os.environ.get("WAKEFUL_TEST_PG_DSN", "")
 APP_SETTINGS = {
     "WAKEFUL_OUTBOX_GAP": str(OUTBOX_GAP),
     "WAKEFUL_APPROVAL_TTL": str(APPROVAL_TTL),
@@ -218,19 +218,17 @@ def shut_down(app: Wakeful) -> None:
 @contextmanager
 def pg_schema_url() -> Iterator[str]:
     """A fresh schema, named in the DSN through libpq's `options=-csearch_path=<schema>`."""
-    if not PG_DSN:
-        # The only skip: no server named. With a DSN set, an unreachable server fails the test.
-        pytest.skip("WAKEFUL_TEST_PG_DSN is not set")
+    dsn = need_pg("the PostgreSQL app run")
     import psycopg
 
     schema = f"wakeful_acc_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_DSN, autocommit=True, connect_timeout=5) as conn:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    sep = "&" if "?" in PG_DSN else "?"
+    sep = "&" if "?" in dsn else "?"
     try:
-        yield f"{PG_DSN}{sep}options=-csearch_path%3D{schema}"
+        yield f"{dsn}{sep}options=-csearch_path%3D{schema}"
     finally:
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 

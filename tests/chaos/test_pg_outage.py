@@ -23,7 +23,7 @@ from tests.support.chaos import Figures, Fleet, Plan, run_chaos
 from tests.support.tcp_proxy import TcpProxy
 from wakeful.devtools.stores import fresh_postgres
 
-pytestmark = pytest.mark.skipif(not PG_DSN, reason="WAKEFUL_TEST_PG_DSN is not set")
+pytestmark = pytest.mark.usefixtures("pg_required")
 
 
 def outages(proxy: TcpProxy, application_name: str, outage: float) -> object:

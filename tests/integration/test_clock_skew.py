@@ -18,9 +18,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.conftest import PG_DSN
+from tests.conftest import need_pg
 from tests.support.procs import worker_cmd
 from wakeful.core.clock import ServerClock
 from wakeful.core.settings import Settings
@@ -49,9 +47,8 @@ def overlaps(runs_log: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
 def skewed_fleet(tmp_path: Path, clock: str) -> tuple[Path, int, int]:
     """Three workers with skewed host clocks against one PostgreSQL store under steady traffic;
     returns the runs log, the events sent and the events done."""
-    if not PG_DSN:
-        pytest.skip("WAKEFUL_TEST_PG_DSN is not set: clock skew only matters across hosts")
-    store = fresh_postgres(PG_DSN, Settings(lease_ttl=4))
+    dsn = need_pg("clock skew (it only matters across hosts)")
+    store = fresh_postgres(dsn, Settings(lease_ttl=4))
     schema = str(store.db.schema)  # type: ignore[attr-defined]
     runs_log = tmp_path / f"runs-{clock}.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -59,7 +56,7 @@ def skewed_fleet(tmp_path: Path, clock: str) -> tuple[Path, int, int]:
     procs = [
         subprocess.Popen(
             worker_cmd(
-                PG_DSN, schema, f"skew{skew:+.0f}", *options, "--clock", clock, "--skew", str(skew)
+                dsn, schema, f"skew{skew:+.0f}", *options, "--clock", clock, "--skew", str(skew)
             ),
             env=env,
             cwd=ROOT,
@@ -124,9 +121,7 @@ def test_the_same_fleet_on_its_own_skewed_clocks_does_overlap(tmp_path: Path) ->
 
 
 def test_the_server_clock_follows_the_database_not_the_host() -> None:
-    if not PG_DSN:
-        pytest.skip("WAKEFUL_TEST_PG_DSN is not set: PostgreSQL store tests skipped")
-    store = fresh_postgres(PG_DSN)
+    store = fresh_postgres(need_pg())
     try:
         ahead = ServerClock(store, host=lambda: time.time() + 3600)
         behind = ServerClock(store, host=lambda: time.time() - 3600)

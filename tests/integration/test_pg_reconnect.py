@@ -18,7 +18,7 @@ from wakeful.core.errors import StoreUnavailable
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.stores import fresh_postgres
 
-pytestmark = pytest.mark.skipif(not PG_DSN, reason="WAKEFUL_TEST_PG_DSN is not set")
+pytestmark = pytest.mark.usefixtures("pg_required")
 
 
 def terminate(application_name: str) -> int:
