@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from wakeful.bot.sender import SlackSender, make_client
 from wakeful.bot.web_client import KeepAliveWebClient
 from wakeful.core.agent import Agent, RunHook, with_hooks
 from wakeful.core.clock import Clock, ServerClock, wall_clock
+from wakeful.core.errors import StoreUnavailable
 from wakeful.core.loops import Bell, Dispatcher, Scheduler, Wakeup, Worker
 from wakeful.core.store import Store, open_store
 
@@ -197,10 +199,38 @@ class Runtime:
             self.client.close()
 
 
-def open_configured_store(config: Config) -> Store:
-    if config.sqlite_max_pages and "://" not in config.db:
-        return open_store(config.db, config.settings, max_pages=config.sqlite_max_pages)
-    return open_store(config.db, config.settings)
+STARTUP_PATIENCE = 60.0
+"""How long a process starting on PostgreSQL waits for the server to take it (seconds)."""
+
+
+def open_configured_store(
+    config: Config,
+    patience: float = STARTUP_PATIENCE,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Store:
+    """Open (and migrate) the configured store.
+
+    On PostgreSQL a server that refuses or ends connections while this process starts (hosts
+    booting before the database, a failover, a restart) is waited for, up to `patience`
+    seconds with a growing pause, as the running loops wait for it; after that the error
+    stands. A SQLite store is a local file: what fails to open it does not pass by itself."""
+    if "://" not in config.db:
+        if config.sqlite_max_pages:
+            return open_store(config.db, config.settings, max_pages=config.sqlite_max_pages)
+        return open_store(config.db, config.settings)
+    deadline = time.monotonic() + patience
+    pause = 0.5
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return open_store(config.db, config.settings, connect_timeout=min(10.0, max(left, 1)))
+        except StoreUnavailable as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            log.warning("store unavailable at start-up, retrying in %.1f s: %s", pause, exc)
+            sleep(min(pause, left))
+            pause = min(pause * 2, 5.0)
 
 
 def install_signal_handlers(on_stop: Callable[[], None]) -> None:

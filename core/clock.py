@@ -45,7 +45,10 @@ class ServerClock:
 
     The offset is measured at the first call and again every `refresh` seconds (one small
     read-only query); when a measurement fails the last offset stands, so an outage never
-    stops the clock. `host` is the host clock (a test gives it a skew)."""
+    stops the clock. Until a first measurement succeeds (a process started while the server
+    was unreachable) it is retried every second rather than every `refresh`, so the process
+    does not decide leases on its own clock for long. `host` is the host clock (a test gives it
+    a skew)."""
 
     def __init__(
         self,
@@ -59,7 +62,8 @@ class ServerClock:
         self._host = host
         self._monotonic = monotonic
         self._offset = 0.0
-        self._measured_at: float | None = None
+        self._next_at = 0.0  # monotonic time of the next measurement
+        self._measured = False
         self._lock = threading.Lock()
 
     @property
@@ -68,7 +72,7 @@ class ServerClock:
         return self._offset
 
     def __call__(self) -> int:
-        due = self._measured_at is None or self._monotonic() - self._measured_at >= self._refresh
+        due = self._monotonic() >= self._next_at
         if due and self._lock.acquire(blocking=False):
             try:
                 self._measure()
@@ -80,12 +84,13 @@ class ServerClock:
         before = self._host()
         try:
             server = self._source.server_time()
-        except Exception as exc:  # keep the last offset; look again after `refresh`
+        except Exception as exc:  # keep the last offset; look again later
             log.warning("server clock: cannot read the database's time: %s", exc)
-            self._measured_at = self._monotonic()
+            self._next_at = self._monotonic() + (self._refresh if self._measured else 1.0)
             return
         after = self._host()
-        self._measured_at = self._monotonic()
+        self._next_at = self._monotonic() + self._refresh
+        self._measured = True
         if server is None:
             self._offset = 0.0
             return

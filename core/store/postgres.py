@@ -108,7 +108,11 @@ class PostgresConnector(Connector):
         self._listeners: list[threading.Event] = []
         self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self._insert_batch)
         if migrate:
-            self._migrate()
+            try:
+                self._migrate()
+            except StoreError:
+                self.close()  # a caller that tries again opens a new pool; this one must go
+                raise
 
     @contextmanager
     def transaction(self, write: bool = True, urgent: bool = False) -> Iterator[_PgTx]:
@@ -172,7 +176,7 @@ class PostgresConnector(Connector):
                 tx.one("migration_lock")
                 tx.run("create_migrations_table")
             for version, name, script in load_migrations(self.dialect):
-                with self._pool.connection() as conn, conn.transaction():
+                with self._begun() as conn:
                     tx = _PgTx(conn)
                     tx.one("migration_lock")
                     if tx.one("migration_applied", {"version": version}):

@@ -1,19 +1,26 @@
 """PostgreSQL going away under a running process: connections terminated by the server are
 replaced without a failed request once it answers again, a refused server is a quick
-StoreUnavailable (the front answers 503 within Slack's three seconds), and LISTEN reconnects."""
+StoreUnavailable (the front answers 503 within Slack's three seconds), and LISTEN reconnects.
+A process that starts while the server refuses waits for it (for a bounded time)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from tests.conftest import PG_DSN, T0
 from tests.support.tcp_proxy import TcpProxy
+from wakeful.bot.config import Config
+from wakeful.bot.runtime import open_configured_store
 from wakeful.core.errors import StoreUnavailable
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.stores import fresh_postgres
@@ -104,3 +111,59 @@ def test_listen_reconnects_after_the_server_ends_its_connection(
         assert woken.wait(5), "LISTEN did not come back"
     finally:
         stop()
+
+
+def test_a_process_started_while_the_server_refuses_waits_for_it_and_migrates(
+    tmp_path: Path,
+) -> None:
+    schema = f"wakeful_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")  # empty: the process must migrate it
+    log = (tmp_path / "scheduler.log").open("w+")
+    try:
+        with TcpProxy(("127.0.0.1", 5432)) as proxy:
+            host, port = proxy.address
+            dsn = PG_DSN.replace("127.0.0.1:5432", f"{host}:{port}")
+            proxy.refuse()  # the server is down when the process starts
+            env = {**os.environ, "WAKEFUL_DB": f"{dsn}?options=-csearch_path%3D{schema}"}
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "wakeful.bot.cli", "scheduler", "--poll", "0.2"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=Path(__file__).resolve().parents[2],
+            )
+            try:
+                # Longer than one connection attempt (10 s), so the start-up must try again.
+                time.sleep(12.0)
+                assert proc.poll() is None, "exited while the server was down"
+                proxy.accept()
+                deadline = time.monotonic() + 30
+                while "scheduler running" not in Path(log.name).read_text():
+                    assert proc.poll() is None, Path(log.name).read_text()
+                    assert time.monotonic() < deadline, "never started once the server was back"
+                    time.sleep(0.2)
+            finally:
+                proc.terminate()
+                proc.wait(15)
+        text = Path(log.name).read_text()
+        assert "store unavailable at start-up, retrying" in text
+        with psycopg.connect(PG_DSN, autocommit=True) as admin:
+            applied = admin.execute(f"SELECT count(*) FROM {schema}.schema_migrations").fetchone()
+        assert applied is not None and applied[0] >= 8
+    finally:
+        log.close()
+        with psycopg.connect(PG_DSN, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_start_up_gives_up_after_its_patience_with_the_error() -> None:
+    with TcpProxy(("127.0.0.1", 5432)) as proxy:
+        host, port = proxy.address
+        proxy.refuse()
+        config = Config.from_env({"WAKEFUL_DB": PG_DSN.replace("127.0.0.1:5432", f"{host}:{port}")})
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="cannot connect to PostgreSQL"):
+            open_configured_store(config, patience=3.0)
+        took = time.monotonic() - started
+    assert 3.0 <= took < 8.0, f"gave up after {took:.1f} s, patience 3 s"

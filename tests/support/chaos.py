@@ -255,8 +255,14 @@ def run_chaos(
     # Spread the traffic over the kill period, so processes die while events are in flight.
     pause = plan.min_kills * 0.6 * 8 / max(1, len(messages))
 
+    # Once one message goes unacknowledged through two minutes of retries (the front is gone,
+    # say), the rest are not sent: the run ends in minutes with the reason, not in an hour.
+    given_up: list[str] = []
+
     def driver(todo: list[tuple[int, int, str]]) -> None:
         for index, u, text in todo:
+            if given_up:
+                return
             time.sleep(pause)
             event_id = f"Ev{index:06d}"
 
@@ -275,6 +281,8 @@ def run_chaos(
                     acknowledged.append(event_id)
                     if POISON in text:
                         poison_ids.add(event_id)
+            else:
+                given_up.append(event_id)
 
     answered: set[str] = set()
 
@@ -339,7 +347,12 @@ def run_chaos(
     for t in drivers:
         t.join()
     print(f"  delivered in {time.monotonic() - started:.1f}s, kills so far {figures.kills}")
-    while figures.kills < plan.min_kills:
+    if given_up:
+        figures.problems.append(
+            f"{given_up[0]} was refused for 120 s of retries; {len(given_up)} message(s) given"
+            " up, the rest not sent"
+        )
+    while figures.kills < plan.min_kills and not given_up:
         time.sleep(0.2)
     stop_kills.set()
     kill_thread.join()
@@ -478,7 +491,8 @@ class Webhooks:
 
                 key = ("ci", token)
             if not self._deliver(send, figures):
-                continue
+                figures.problems.append(f"webhook {token} was refused for 120 s of retries")
+                return  # the rest would wait as long: end the run with the reason
             self.acknowledged[token] = key
             figures.webhooks += 1
             if self.rng.random() < 0.3 and self._deliver(send, figures):

@@ -35,6 +35,24 @@ def test_the_offset_is_measured_then_refreshed_and_kept_through_an_outage() -> N
     assert clock() == 1100 and clock.offset == 0.0  # the host caught up; so does the clock
 
 
+def test_a_first_measurement_that_failed_is_retried_after_a_second_not_a_refresh() -> None:
+    host, mono = [1000.0], [0.0]
+    source = Source(now=1030.0)
+    source.down = True  # the process starts while the server is unreachable
+    clock = ServerClock(source, refresh=30, host=lambda: host[0], monotonic=lambda: mono[0])
+    assert clock() == 1000 and source.asked == 1  # no offset yet: the host clock
+    mono[0] = 0.5
+    assert clock() == 1000 and source.asked == 1  # not before a second
+    source.down = False
+    mono[0] = 1.0
+    assert clock() == 1030 and source.asked == 2  # measured a second later
+    source.down = True
+    mono[0] = 31.0
+    assert clock() == 1030 and source.asked == 3
+    mono[0] = 32.0
+    assert clock() == 1030 and source.asked == 3  # once measured, a failure waits a refresh
+
+
 def test_a_store_without_a_clock_of_its_own_leaves_the_host_clock_alone() -> None:
     clock = ServerClock(Source(now=None), host=lambda: 1234.9)
     assert clock() == 1234 and clock.offset == 0.0
