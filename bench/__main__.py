@@ -42,6 +42,10 @@ def main(argv: list[str]) -> int:
     unknown = parts - {"engine", "ops", "http", "e2e", "pg"}
     if unknown:
         p.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
+    named = argv is not None and any(a.startswith("--only") for a in argv)
+    if named and "pg" in parts and not os.environ.get("WAKEFUL_TEST_PG_DSN"):
+        # Asked for by name, the PostgreSQL part must not be skipped after the rest has run.
+        p.error("--only pg needs WAKEFUL_TEST_PG_DSN (a PostgreSQL DSN) in the environment")
     print(f"wakeful bench ({'quick' if args.quick else 'full'}) on {machine()}")
     print(HEADER)
     figures: list[Figure] = run_engine(args.quick) if "engine" in parts else []
