@@ -75,6 +75,9 @@ class Config:
     sqlite_max_pages: int = 0
     batch_window: float = 0.5
     """Seconds the worker waits after a new event, so quick messages share one run."""
+    startup_wait: float = 60.0
+    """Seconds a process starting on PostgreSQL waits for a server that refuses or ends its
+    connections before it exits (WAKEFUL_STARTUP_WAIT; 0: at once)."""
     anthropic_api_key: str = ""
     model: str = ""
     metrics_port: int | None = None
@@ -142,6 +145,16 @@ class Config:
             approvers=_approvers(env.get("WAKEFUL_APPROVERS", "")),
             agent=agent,
             batch_window=_seconds(env, "WAKEFUL_BATCH_WINDOW", cls.batch_window),
+            startup_wait=_number(
+                env,
+                "WAKEFUL_STARTUP_WAIT",
+                cls.startup_wait,
+                float,
+                "a number of seconds",
+                0,
+                3600,
+                " seconds",
+            ),
             sqlite_max_pages=_int(env, "WAKEFUL_SQLITE_MAX_PAGES", 0, 0),
             anthropic_api_key=api_key,
             model=env.get("WAKEFUL_MODEL", "").strip(),

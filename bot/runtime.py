@@ -199,31 +199,32 @@ class Runtime:
             self.client.close()
 
 
-STARTUP_PATIENCE = 60.0
-"""How long a process starting on PostgreSQL waits for the server to take it (seconds)."""
-
-
 def open_configured_store(
     config: Config,
-    patience: float = STARTUP_PATIENCE,
+    patience: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Store:
     """Open (and migrate) the configured store.
 
     On PostgreSQL a server that refuses or ends connections while this process starts (hosts
     booting before the database, a failover, a restart) is waited for, up to `patience`
-    seconds with a growing pause, as the running loops wait for it; after that the error
-    stands. A SQLite store is a local file: what fails to open it does not pass by itself."""
+    seconds (WAKEFUL_STARTUP_WAIT) with a growing pause, as the running loops wait for it;
+    after that the error stands. A SQLite store is a local file: what fails to open it does
+    not pass by itself."""
     if "://" not in config.db:
         if config.sqlite_max_pages:
             return open_store(config.db, config.settings, max_pages=config.sqlite_max_pages)
         return open_store(config.db, config.settings)
-    deadline = time.monotonic() + patience
+    deadline = time.monotonic() + (config.startup_wait if patience is None else patience)
     pause = 0.5
     while True:
         left = deadline - time.monotonic()
         try:
-            return open_store(config.db, config.settings, connect_timeout=min(10.0, max(left, 1)))
+            # Each try connects for at most half what is left (10 s at most), so a short
+            # patience still gets a second try.
+            return open_store(
+                config.db, config.settings, connect_timeout=min(10.0, max(left / 2, 1))
+            )
         except StoreUnavailable as exc:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -238,9 +238,15 @@ def test_no_secret_reaches_an_error_or_a_log_line(tmp_path: Path) -> None:
         assert "SLACK_BOT_TOKEN was rejected by Slack (invalid_auth)" in refused.stderr
         for fmt in ("json", "text"):
             unreachable = run(
-                "--log-level", "DEBUG", "worker", WAKEFUL_DB=dead_db, WAKEFUL_LOG_FORMAT=fmt
+                "--log-level",
+                "DEBUG",
+                "worker",
+                WAKEFUL_DB=dead_db,
+                WAKEFUL_LOG_FORMAT=fmt,
+                WAKEFUL_STARTUP_WAIT="3",
             )
             assert unreachable.returncode == 1
+            assert "store unavailable at start-up, retrying" in unreachable.stderr
             assert "store error" in unreachable.stderr
         odd_url = run("inspect", WAKEFUL_DB=f"mysql://wakeful:{DB_PASSWORD}@db/wakeful")
         assert odd_url.returncode == 2

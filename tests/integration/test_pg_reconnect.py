@@ -161,9 +161,10 @@ def test_start_up_gives_up_after_its_patience_with_the_error() -> None:
     with TcpProxy(("127.0.0.1", 5432)) as proxy:
         host, port = proxy.address
         proxy.refuse()
-        config = Config.from_env({"WAKEFUL_DB": PG_DSN.replace("127.0.0.1:5432", f"{host}:{port}")})
+        dsn = PG_DSN.replace("127.0.0.1:5432", f"{host}:{port}")
+        config = Config.from_env({"WAKEFUL_DB": dsn, "WAKEFUL_STARTUP_WAIT": "3"})
         started = time.monotonic()
         with pytest.raises(StoreUnavailable, match="cannot connect to PostgreSQL"):
-            open_configured_store(config, patience=3.0)
+            open_configured_store(config)
         took = time.monotonic() - started
     assert 3.0 <= took < 8.0, f"gave up after {took:.1f} s, patience 3 s"

@@ -84,6 +84,8 @@ def test_every_setting_is_read() -> None:
         ({**BASE, "WAKEFUL_APPROVERS": "U1,bob"}, (), "WAKEFUL_APPROVERS"),
         ({**BASE, "WAKEFUL_AGENT": "gpt"}, (), "WAKEFUL_AGENT"),
         ({**BASE, "WAKEFUL_BATCH_WINDOW": "soon"}, (), "WAKEFUL_BATCH_WINDOW"),
+        ({**BASE, "WAKEFUL_STARTUP_WAIT": "a minute"}, (), "WAKEFUL_STARTUP_WAIT"),
+        ({**BASE, "WAKEFUL_STARTUP_WAIT": "-1"}, (), "WAKEFUL_STARTUP_WAIT"),
     ],
 )
 def test_a_bad_setting_is_named_in_one_line(
@@ -134,3 +136,9 @@ def test_a_bad_log_setting_stops_the_command_with_one_line(
 def test_a_log_level_is_read_in_any_case() -> None:
     assert log_level(" warning ") == "WARNING"
     assert log_level("Debug") == "DEBUG"
+
+
+def test_the_start_up_wait_defaults_to_a_minute_and_zero_means_at_once() -> None:
+    assert Config.from_env(BASE).startup_wait == 60.0
+    assert Config.from_env({**BASE, "WAKEFUL_STARTUP_WAIT": "0"}).startup_wait == 0.0
+    assert Config.from_env({**BASE, "WAKEFUL_STARTUP_WAIT": "2.5"}).startup_wait == 2.5
