@@ -499,6 +499,26 @@ def test_a_pass_ends_only_after_every_send_it_started(store: Store) -> None:
     assert sent == {"fails": "sending", "slow": "sent"}
 
 
+def test_a_backlog_over_many_conversations_is_sent_to_32_of_them_at_once(store: Store) -> None:
+    # Each send waits at the pace of its own conversation (Slack: about one post a second per
+    # channel). A pass over a backlog must not queue 40 conversations behind 8 sleeping
+    # threads: 32 sends are in flight together, or the barrier breaks. (At 8, the crash chaos
+    # run's backlog drained at about 8 posts a second: 70 s after the traffic stopped.)
+    rig = Rig(store)
+    for n in range(40):
+        rig.post(f"reply {n}", T0, channel=f"D{n}", urgent=True)
+    together = threading.Barrier(32, timeout=10)
+
+    def during(part: Part) -> None:
+        if int(part.channel[1:]) < 32:
+            together.wait()
+
+    rig.sender.during = during
+    assert rig.tick(T0) == 40
+    assert not together.broken
+    assert sorted(rig.sender.texts) == sorted(f"reply {n}" for n in range(40))
+
+
 # -- nothing is ever lost ----------------------------------------------------------------------
 
 DESTS = [("C1", None), ("C1", "9.000"), ("C2", None)]
