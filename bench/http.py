@@ -187,7 +187,8 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
             (FRONT_BESIDE, front_only, beside),
         ):
             proc, url = _start(cmd, e)
-            loops = _start_loops(beside_loops if e is beside else e) if e in (split, beside) else []
+            loops_env = beside_loops if e is beside else e  # the file the loops work on
+            loops = _start_loops(loops_env) if e is split or e is beside else []
             try:
                 load(url, 100, 1.0)  # warm up
                 feeder = _feed(beside_loops, 200, seconds + 4) if e is beside else None
@@ -204,8 +205,8 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
             finally:
                 for p in [proc, *loops]:
                     _stop(p)
-            if e in (wenv, split, beside):
-                replies[name] = _replies(Path((beside_loops if e is beside else e)["WAKEFUL_DB"]))
+            if e is wenv or e is split or e is beside:
+                replies[name] = _replies(Path(loops_env["WAKEFUL_DB"]))
             r = results[name]
             say(
                 f"  {name}: 200/s for {seconds:.0f}s -> p50 {r['p50_ms']:.1f} ms, "
@@ -274,14 +275,14 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
                 "the loops in three other processes on the same SQLite file",
             )
         )
-        alone = results[FRONT_ALONE]
+        solo = results[FRONT_ALONE]
         sync = fsync_latency(tmp)
         figures.append(
             Figure(
                 "HTTP ack p99 at 200/s, the front alone (serve --no-loops, no loops at all)",
-                alone["p99_ms"],
+                solo["p99_ms"],
                 "ms",
-                alone["p99_ms"] / max(bare["p99_ms"], 0.001),
+                solo["p99_ms"] / max(bare["p99_ms"], 0.001),
                 "bare app p99",
                 note="the floor of a durable ack: it answers after a commit's fsync, which on "
                 f"this run's disk takes p50 {sync[0]:.2f} / p99 {sync[1]:.2f} ms (4 KiB appends); "

@@ -199,23 +199,19 @@ class Runtime:
             self.client.close()
 
 
-def open_configured_store(
-    config: Config,
-    patience: float | None = None,
-    sleep: Callable[[float], None] = time.sleep,
-) -> Store:
+def open_configured_store(config: Config) -> Store:
     """Open (and migrate) the configured store.
 
     On PostgreSQL a server that refuses or ends connections while this process starts (hosts
-    booting before the database, a failover, a restart) is waited for, up to `patience`
-    seconds (WAKEFUL_STARTUP_WAIT) with a growing pause, as the running loops wait for it;
+    booting before the database, a failover, a restart) is waited for, up to
+    WAKEFUL_STARTUP_WAIT seconds with a growing pause, as the running loops wait for it;
     after that the error stands. A SQLite store is a local file: what fails to open it does
     not pass by itself."""
     if "://" not in config.db:
         if config.sqlite_max_pages:
             return open_store(config.db, config.settings, max_pages=config.sqlite_max_pages)
         return open_store(config.db, config.settings)
-    deadline = time.monotonic() + (config.startup_wait if patience is None else patience)
+    deadline = time.monotonic() + config.startup_wait
     pause = 0.5
     while True:
         left = deadline - time.monotonic()
@@ -230,7 +226,7 @@ def open_configured_store(
             if left <= 0:
                 raise
             log.warning("store unavailable at start-up, retrying in %.1f s: %s", pause, exc)
-            sleep(min(pause, left))
+            time.sleep(min(pause, left))
             pause = min(pause * 2, 5.0)
 
 

@@ -287,9 +287,8 @@ def run_chaos(
     answered: set[str] = set()
 
     def clicker() -> None:
-        # Only the posts made since its last look: re-reading (and re-parsing the blocks of)
-        # every post each 0.3 s took the in-process emulator's lock and the test process's
-        # CPU in proportion to the run's length, and slowed the emulator's answers with it.
+        # Only the posts made since its last look: re-parsing the blocks of every post each
+        # 0.3 s cost the test process CPU in proportion to the run's length.
         seen = 0
         while not stop_clicks.is_set():
             posts = emu.calls("chat.postMessage")
