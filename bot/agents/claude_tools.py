@@ -19,7 +19,8 @@ from wakeful.bot.agents.common import (
     status_text,
     user_zone,
 )
-from wakeful.bot.agents.conversation import Block, mrkdwn, safe_id, tool_result
+from wakeful.bot.agents.conversation import Block, safe_id, tool_result
+from wakeful.bot.slack_text import inert
 from wakeful.core.agent import Policy, Run, Tool, Toolbox, ToolResult
 from wakeful.core.effects import ApprovalRequest, Effects, Priority, Timer
 from wakeful.core.errors import InvalidInput
@@ -166,7 +167,7 @@ class ClaudeTools:
         if ctx.channel is None:
             raise ToolInputError("There is no conversation to ask for approval in.")
         request_id = f"claude-{ctx.run.events[0].id}-{safe_id(tool_use_id)}"
-        summary = f"refund order {mrkdwn(order)}" + (f" ({mrkdwn(reason)})" if reason else "")
+        summary = f"refund order {inert(order)}" + (f" ({inert(reason)})" if reason else "")
         deadline = ctx.run.now + self.approval_ttl
         prompt = approval_prompt(
             ctx.channel, ctx.thread_ts, request_id, summary, ctx.user, deadline
@@ -203,7 +204,7 @@ class ClaudeTools:
             "args": p.get("args") if isinstance(p.get("args"), dict) else {},
             "channel": ctx.channel,
             "thread_ts": ctx.thread_ts,
-            "summary": f"{p.get('tool')} {json.dumps(p.get('args'))}",
+            "summary": inert(f"{p.get('tool')} {json.dumps(p.get('args'))}"),
         }
         tool, answer, who = str(note["tool"]), p.get("answer"), p.get("user")
         if answer == "yes":

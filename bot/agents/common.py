@@ -9,6 +9,7 @@ from typing import Any
 
 from wakeful.bot import blocks
 from wakeful.bot.config import OWN_SOURCES
+from wakeful.bot.slack_text import inert
 from wakeful.bot.webhooks import channel_inbox
 from wakeful.core.effects import Message
 from wakeful.core.errors import InvalidInput, SessionUnusable
@@ -73,7 +74,7 @@ def unusable_session(reason: str, events: Sequence[Event]) -> SessionUnusable:
     target = reply_target(events)
     notice = None
     if target is not None:
-        text = SESSION_RESET.format(reason=reason)
+        text = SESSION_RESET.format(reason=inert(reason))
         notice = Message(target[0], text, thread_ts=target[1], priority="urgent")
     return SessionUnusable(reason, notice)
 
@@ -209,7 +210,7 @@ def status_text(store: Store, inbox: str) -> str:
     open_approvals = [a for a in store.approvals(inbox) if a.answer is None]
     if open_approvals:
         described = "; ".join(
-            f"{a.id} ({a.tool} {a.args.get('order_id', '')}, expires {blocks.utc(a.deadline)})"
+            inert(f"{a.id} ({a.tool} {_order_id(a.args)}, expires {blocks.utc(a.deadline)})")
             for a in open_approvals
         )
         lines.append(f"Open approvals: {described}")
@@ -228,7 +229,13 @@ def dead_letters_text(store: Store, limit: int = 10) -> str:
     """Dead events and parked outbox rows with their errors, for an approver's eyes."""
     dead = store.dead_letters(limit=limit)
     lines = [f"Dead events: {len(dead.events)}"]
-    lines += [f"- event {e.id} ({e.inbox}): {(e.error or '')[:200]}" for e in dead.events]
+    lines += [inert(f"- event {e.id} ({e.inbox}): {(e.error or '')[:200]}") for e in dead.events]
     lines.append(f"Parked posts: {len(dead.outbox)}")
-    lines += [f"- outbox {r.id} to {r.channel}: {(r.error or '')[:200]}" for r in dead.outbox]
+    lines += [
+        inert(f"- outbox {r.id} to {r.channel}: {(r.error or '')[:200]}") for r in dead.outbox
+    ]
     return "\n".join(lines)
+
+
+def _order_id(args: Any) -> str:
+    return str(args.get("order_id", "")) if isinstance(args, dict) else ""

@@ -27,6 +27,7 @@ from wakeful.bot.agents.common import (
     user_zone,
 )
 from wakeful.bot.agents.webhook_report import is_webhook, report_line
+from wakeful.bot.slack_text import inert
 from wakeful.core.agent import Run, Tool, Toolbox
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
 from wakeful.core.records import Event
@@ -185,12 +186,15 @@ class RefundDesk:
         lines: list[str] = []
         for n, match in enumerate(REFUND.finditer(text)):
             order = match.group(1)
+            shown = inert(
+                order
+            )  # the pattern admits no <, > or &: shown through inert all the same
             request_id = f"refund-{e.id}-{n}"
             outcome = self.tools.call("refund_order", {"order_id": order}, request_id)
             if outcome.status == "refused":
-                lines.append(f"I am not allowed to refund order {order}.")
+                lines.append(f"I am not allowed to refund order {shown}.")
                 continue
-            summary = f"refund order {order}"
+            summary = f"refund order {shown}"
             deadline = run.now + self.approval_ttl
             prompt = approval_prompt(channel, thread, request_id, summary, user, deadline)
             fx.approvals.append(
@@ -211,13 +215,13 @@ class RefundDesk:
                 "thread_ts": thread,
                 "summary": summary,
             }
-            lines.append(f"Asked for approval to refund order {order}.")
+            lines.append(f"Asked for approval to refund order {shown}.")
         if m := REMIND.search(text):
             delay = _seconds(m.group(1), m.group(2))
             what = m.group(3).strip()
             payload = {"kind": "reminder", "text": what, "channel": channel, "thread_ts": thread}
             fx.timers.append(Timer.once(f"remind-{e.id}", run.now + delay, payload))
-            lines.append(f"I'll remind you in {m.group(1)} {m.group(2)}: {what}")
+            lines.append(f"I'll remind you in {m.group(1)} {m.group(2)}: {inert(what)}")
         if m := DIGEST_EVERY.search(text):
             every = _seconds(m.group(1), m.group(2))
             payload = {"kind": DIGEST, "channel": channel, "thread_ts": thread}
@@ -251,9 +255,9 @@ class RefundDesk:
             "args": p.get("args") or {},
             "channel": (state.get("home") or {}).get("channel"),
             "thread_ts": None,
-            "summary": f"{p.get('tool')} {p.get('args')}",
+            "summary": inert(f"{p.get('tool')} {p.get('args')}"),
         }
-        order = call["args"].get("order_id", "?")
+        order = inert(str(call["args"].get("order_id", "?")))
         channel, thread = call["channel"], call["thread_ts"]
         answer = p["answer"]
         if answer == "yes":
@@ -290,7 +294,12 @@ class RefundDesk:
             return
         if body.get("kind") == "reminder":
             fx.messages.append(
-                Message(channel, f"Reminder: {body.get('text', '')}", thread, priority="urgent")
+                Message(
+                    channel,
+                    f"Reminder: {inert(str(body.get('text', '')))}",
+                    thread,
+                    priority="urgent",
+                )
             )
         elif body.get("kind") == DIGEST:
             facts = self._digest(run, p, state)
