@@ -11,6 +11,7 @@ from wakeful.core.effects import check_json
 from wakeful.core.errors import InvalidInput
 from wakeful.core.records import AnswerOutcome, ApprovalState
 from wakeful.core.rules.approvals import decide
+from wakeful.core.storable import check_name
 from wakeful.core.store.base import StoreBase, insert_event
 from wakeful.core.store.outbox import queue
 from wakeful.core.store.rows import PreparedApproval, approval_record
@@ -63,11 +64,8 @@ class Approvals(StoreBase):
             raise InvalidInput("an answer needs a request id of 1 to 255 characters")
         if not isinstance(user, str) or not user:
             raise InvalidInput("an answer needs a user")
-        try:
-            request_id.encode("utf-8")
-            user.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidInput("request id or user is not valid Unicode") from exc
+        check_name("request id", request_id)
+        check_name("user", user)
         with self._tx(urgent=True) as tx:
             state = approval_record(tx.one("get_approval_for_update", {"id": request_id}))
             outcome, action = decide(state, answer, user, now)

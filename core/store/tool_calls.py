@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from wakeful.core.effects import check_json
+from wakeful.core.storable import check_name
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.rows import require
 from wakeful.core.store.sql import Row
@@ -16,6 +17,7 @@ class ToolCalls(StoreBase):
         """Record a side effect under an idempotency key; False if it was already recorded, in
         which case the tool must not act again."""
         require(key=key, tool=tool)
+        check_name("inbox", inbox)
         params = {
             "key": key,
             "tool": tool,
