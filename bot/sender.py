@@ -212,7 +212,9 @@ class SlackSender:
 
 
 def _content(part: Part, threaded: bool) -> dict[str, Any]:
-    """channel, text, and blocks / thread_ts when the part has them: what every call sends."""
+    """channel, text, and blocks / thread_ts when the part has them: what every call sends.
+    Never `link_names` or `parse`: they would turn the plain words of an escaped text back
+    into pings (bot/slack_text.py)."""
     kwargs: dict[str, Any] = {"channel": part.channel, "text": part.text}
     if part.blocks is not None:
         kwargs["blocks"] = part.blocks
