@@ -14,13 +14,17 @@ from typing import Any
 
 from wakeful.bot.agents.common import (
     DIGEST,
+    MIN_DIGEST_SECONDS,
     TzLookup,
     approval_prompt,
     dead_letters_text,
     digest_lines,
+    digest_too_often,
     fresh_stats,
     outcome_update,
     plural,
+    refund_already,
+    refund_once,
     reply_thread,
     status_text,
     unusable_session,
@@ -83,7 +87,9 @@ def _load(session: Any, now: int, events: tuple[Event, ...]) -> dict[str, Any]:
 
 
 class RefundDesk:
-    """The default agent. `tz_lookup` maps a Slack user id to an IANA zone (users.info)."""
+    """The default agent. `tz_lookup` maps a Slack user id to an IANA zone (users.info);
+    `min_digest` is the shortest digest period it sets (the demo lowers it to show digests
+    in seconds)."""
 
     def __init__(
         self,
@@ -92,9 +98,11 @@ class RefundDesk:
         approvers: tuple[str, ...] = (),
         tz_lookup: TzLookup | None = None,
         quiet_digests: bool = True,
+        min_digest: int = MIN_DIGEST_SECONDS,
     ) -> None:
         self.store = store
         self.quiet_digests = quiet_digests
+        self.min_digest = min_digest
         self.approval_ttl = approval_ttl or store.settings.approval_ttl
         self.approvers = approvers
         self.tz_lookup = tz_lookup or (lambda _user: "UTC")
@@ -106,10 +114,12 @@ class RefundDesk:
         self._inbox = ""
         self._now = 0
 
-    def _refund(self, args: Mapping[str, Any], key: str) -> bool:
+    def _refund(self, args: Mapping[str, Any], key: str) -> str | None:
         """The default refund tool: records the refund under the approval's request id, so a
-        retried run refunds once. Returns False when this key was already refunded."""
-        return self.store.record_tool_call(key, "refund_order", dict(args), self._inbox, self._now)
+        retried run refunds once, and once per order (bot/agents/common.py). Returns None
+        when this request refunded the order, else the line saying which one did."""
+        order = str(args.get("order_id", ""))
+        return refund_once(self.store, order, key, args, self._inbox, self._now)[1]
 
     # -- the run --------------------------------------------------------------------------
 
@@ -194,6 +204,10 @@ class RefundDesk:
             if outcome.status == "refused":
                 lines.append(f"I am not allowed to refund order {shown}.")
                 continue
+            asking = [(a.id, a.args) for a in fx.approvals]
+            if already := refund_already(self.store, order, asking, run.now):
+                lines.append(already)
+                continue
             summary = f"refund order {shown}"
             deadline = run.now + self.approval_ttl
             prompt = approval_prompt(channel, thread, request_id, summary, user, deadline)
@@ -224,10 +238,13 @@ class RefundDesk:
             lines.append(f"I'll remind you in {m.group(1)} {m.group(2)}: {inert(what)}")
         if m := DIGEST_EVERY.search(text):
             every = _seconds(m.group(1), m.group(2))
-            payload = {"kind": DIGEST, "channel": channel, "thread_ts": thread}
-            fx.timers.append(Timer.every(DIGEST, every, run.now + every, payload))
-            state["digest"] = {"every": every}
-            lines.append(f"Digest set: every {m.group(1)} {m.group(2)}.")
+            if too_often := digest_too_often(every, self.min_digest):
+                lines.append(too_often)
+            else:
+                payload = {"kind": DIGEST, "channel": channel, "thread_ts": thread}
+                fx.timers.append(Timer.every(DIGEST, every, run.now + every, payload))
+                state["digest"] = {"every": every}
+                lines.append(f"Digest set: every {m.group(1)} {m.group(2)}.")
         elif m := DIGEST_DAILY.search(text):
             hh, mm = int(m.group(1)), int(m.group(2))
             if hh > 23 or mm > 59:
@@ -261,10 +278,12 @@ class RefundDesk:
         channel, thread = call["channel"], call["thread_ts"]
         answer = p["answer"]
         if answer == "yes":
-            self.tools.run_approved("refund_order", call["args"], request_id)
+            already = self.tools.run_approved("refund_order", call["args"], request_id).value
             state["stats"]["approved"] += 1
-            state["stats"]["refunds"] += 1
-            text = f"Refunded order {order}."
+            state["stats"]["refunds"] += 1 if already is None else 0
+            text = (
+                f"Refunded order {order}." if already is None else f"{already} Not refunded again."
+            )
         elif answer == "no":
             state["stats"]["denied"] += 1
             text = f"Refund for order {order} denied; nothing was done."

@@ -81,6 +81,13 @@ class Approvals(StoreBase):
         with self._tx(write=False) as tx:
             return approval_record(tx.one("get_approval", {"id": request_id}))
 
+    def open_approvals(self, tool: str | None = None) -> list[ApprovalState]:
+        """Approvals of every inbox that no one has answered yet (expired ones too, until their
+        expiry is stored), of one tool or all, soonest deadline first."""
+        with self._tx(write=False) as tx:
+            rows = tx.all("open_approvals", {"tool": tool})
+        return [a for r in rows if (a := approval_record(r)) is not None]
+
     def approvals(self, inbox: str) -> list[ApprovalState]:
         with self._tx(write=False) as tx:
             rows = tx.all("inbox_approvals", {"inbox": inbox})
