@@ -27,6 +27,11 @@ from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.rules.outbox import Part
 
 log = logging.getLogger("wakeful.sender")
+_RESPONSE_URL_LOG = logging.getLogger("wakeful.sender.response_url")
+_RESPONSE_URL_LOG.setLevel(logging.INFO)
+"""slack_sdk's WebhookClient logs each request's URL at DEBUG; a slash command's response_url
+is a bearer credential for 30 minutes, so its client logs through this logger, which never
+writes DEBUG lines."""
 EVENT_TYPE = "wakeful_dispatch"
 PER_CHANNEL_INTERVAL = 1.0  # Slack: about one message per second per channel
 TRANSIENT_ERRORS = frozenset(
@@ -136,7 +141,7 @@ class SlackSender:
         works (Slack honours it 5 times within 30 minutes), else chat.postEphemeral."""
         if part.ref:
             try:
-                answer = WebhookClient(part.ref, timeout=10).send(
+                answer = WebhookClient(part.ref, timeout=10, logger=_RESPONSE_URL_LOG).send(
                     text=part.text, response_type="ephemeral"
                 )
                 if answer.status_code == 200:
