@@ -24,11 +24,13 @@ from wakeful.core.errors import InvalidInput
 
 REPLACEMENT = "\ufffd"
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def is_storable(text: str) -> bool:
-    """Whether both stores hold `text` as it is."""
-    return _UNSTORABLE.search(text) is None
+    """Whether both stores hold `text` as it is. Cheap on the ingest path: `isascii` is a
+    flag lookup, so only non-ASCII text is scanned for surrogates."""
+    return "\x00" not in text and (text.isascii() or _SURROGATE.search(text) is None)
 
 
 def storable(text: str) -> str:
@@ -54,7 +56,7 @@ def needs_cleaning(encoded: str) -> bool:
     """Whether JSON text (from an encoder with ensure_ascii=False) may hold a NUL or a lone
     surrogate: the encoder writes a NUL as the escape `\\u0000` and a surrogate as it is. A
     false alarm (a literal backslash before `u0000`) only costs a second encoding."""
-    return "\\u0000" in encoded or _UNSTORABLE.search(encoded) is not None
+    return "\\u0000" in encoded or not (encoded.isascii() or _SURROGATE.search(encoded) is None)
 
 
 def check_name(what: str, value: object) -> None:
