@@ -161,7 +161,7 @@ class SQLiteConnector(Connector):
             conn.row_factory = sqlite3.Row
             busy = 0 if urgent else int(self._busy_timeout_ms)
             conn.execute(f"PRAGMA busy_timeout = {busy}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            self._wal(conn)
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             # Checkpoints run as SQLite's own (at 1,000 pages); this truncates the -wal file
             # back to the limit whenever it restarts, so a burst does not leave it large.
@@ -171,11 +171,29 @@ class SQLiteConnector(Connector):
                 # A cap on the file's size: past it, writes fail as on a full disk.
                 conn.execute(f"PRAGMA max_page_count = {self._max_pages}")
         except sqlite3.Error as exc:
+            if conn is not None:
+                conn.close()
             raise translate(exc, self.path) from exc
         setattr(self._local, name, conn)
         with self._lock:
             self._all.append(conn)
         return conn
+
+    def _wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL. On a fresh file that another process or thread is
+        switching at the same moment, SQLite answers "locked" at once, without its busy
+        handler: look again until the busy timeout is over."""
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.005)
 
     @contextmanager
     def _gated(self, write: bool, urgent: bool) -> Iterator[None]:
@@ -281,27 +299,21 @@ class SQLiteConnector(Connector):
         return translate(exc, self.path)
 
     def _migrate(self) -> None:
-        """Apply each packaged migration not yet recorded, the migration and its record in one
-        transaction, so a crash half-way leaves neither."""
-        conn = self._connect()
-        try:
+        """Apply each packaged migration not yet recorded: the check, the migration and its
+        record in one write transaction, so a crash half-way leaves neither, and processes
+        opening a fresh file at once apply each migration once (the others wait for the write
+        lock, then find it recorded)."""
+        with self._open(write=True, urgent=False) as conn:
             conn.execute(_QUERIES["create_migrations_table"])
-            for version, name, script in load_migrations(self.dialect):
-                with self._open(write=True, urgent=False):
-                    done = conn.execute(_QUERIES["migration_applied"], {"version": version})
-                    if done.fetchone():
-                        continue
-                # executescript commits first; starting the script with BEGIN keeps the
-                # migration and its record in one transaction, committed below.
-                try:
-                    conn.executescript("BEGIN IMMEDIATE;\n" + script)
-                    conn.execute(_QUERIES["record_migration"], {"version": version, "name": name})
-                    conn.execute("COMMIT")
-                except sqlite3.Error:
-                    _rollback(conn)
-                    raise
-        except sqlite3.Error as exc:
-            raise translate(exc, self.path) from exc
+        for version, name, script in load_migrations(self.dialect):
+            with self._open(write=True, urgent=False) as conn:
+                if conn.execute(_QUERIES["migration_applied"], {"version": version}).fetchone():
+                    continue
+                # Statement by statement: executescript would commit the open transaction
+                # first, between the check and the migration.
+                for statement in _statements(script):
+                    conn.execute(statement)
+                conn.execute(_QUERIES["record_migration"], {"version": version, "name": name})
 
     def close(self) -> None:
         self._closed = True
@@ -357,6 +369,18 @@ def _rows_sql(name: str, rows: int) -> str:
     """`repeat_rows` built once per batch size: the ingest path runs it thousands of times a
     second."""
     return repeat_rows(_QUERIES, name, rows)
+
+
+def _statements(script: str) -> Iterator[str]:
+    """A migration script's statements one at a time (comments go with the next one)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending
+            pending = ""
+    if pending.strip():
+        yield pending  # trailing comments: nothing to run, but nothing is dropped unseen
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
