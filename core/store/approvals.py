@@ -6,6 +6,8 @@ the answer's transaction."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from wakeful.core import metrics
 from wakeful.core.effects import check_json
 from wakeful.core.errors import InvalidInput
@@ -48,12 +50,28 @@ def store_answer(tx: Tx, state: ApprovalState, outcome: str, user: str | None, n
 
 
 class Approvals(StoreBase):
-    def answer(self, request_id: str, answer: str, user: str, now: int) -> AnswerOutcome:
-        """Answer an approval; return the outcome that stands (see rules.approvals.decide)."""
-        return self.answer_detail(request_id, answer, user, now)[0]
+    def answer(
+        self,
+        request_id: str,
+        answer: str,
+        user: str,
+        now: int,
+        approvers: Sequence[str] | None = None,
+    ) -> AnswerOutcome:
+        """Answer an approval; return the outcome that stands (see rules.approvals.decide).
+
+        `approvers`: who may answer besides the requester, as configured when the answer
+        arrives (the Slack front passes WAKEFUL_APPROVERS); None keeps the list stored with
+        the request."""
+        return self.answer_detail(request_id, answer, user, now, approvers)[0]
 
     def answer_detail(
-        self, request_id: str, answer: str, user: str, now: int
+        self,
+        request_id: str,
+        answer: str,
+        user: str,
+        now: int,
+        approvers: Sequence[str] | None = None,
     ) -> tuple[AnswerOutcome, bool]:
         """`answer`, plus whether this call is the one that stored the outcome (False for a
         second tap, a forbidden user or an unknown request)."""
@@ -63,6 +81,8 @@ class Approvals(StoreBase):
             raise InvalidInput("an answer needs a request id of 1 to 255 characters")
         if not isinstance(user, str) or not user:
             raise InvalidInput("an answer needs a user")
+        if isinstance(approvers, str):
+            raise InvalidInput("approvers is a sequence of user ids, not one string")
         try:
             request_id.encode("utf-8")
             user.encode("utf-8")
@@ -70,7 +90,7 @@ class Approvals(StoreBase):
             raise InvalidInput("request id or user is not valid Unicode") from exc
         with self._tx(urgent=True) as tx:
             state = approval_record(tx.one("get_approval_for_update", {"id": request_id}))
-            outcome, action = decide(state, answer, user, now)
+            outcome, action = decide(state, answer, user, now, approvers)
             if action != "store" or state is None:
                 return outcome, False
             if store_answer(tx, state, outcome, user, now):

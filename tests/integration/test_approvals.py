@@ -132,6 +132,26 @@ def test_an_approver_listed_on_the_request_may_answer(store: Store) -> None:
     assert state is not None and (state.answer, state.answered_by) == ("yes", "U9")
 
 
+def test_the_approvers_that_count_are_the_ones_configured_when_the_answer_arrives(
+    store: Store,
+) -> None:
+    # U8 was an approver when the refund was asked for, then removed from WAKEFUL_APPROVERS:
+    # their click no longer counts. U9, added since, may answer.
+    request(store, "r1", approvers=("U8",))
+    assert store.answer("r1", "yes", "U8", T0 + 10, approvers=("U9",)) == "forbidden"
+    assert answer_events(store) == []
+    state = store.approval("r1")
+    assert state is not None and state.answer is None
+    assert store.answer("r1", "no", "U9", T0 + 20, approvers=("U9",)) == "no"
+    state = store.approval("r1")
+    assert state is not None and (state.answer, state.answered_by) == ("no", "U9")
+    # The requester keeps their say whatever the list is.
+    request(store, "r2", approvers=("U8",))
+    assert store.answer("r2", "yes", "U7", T0 + 30, approvers=()) == "yes"
+    with pytest.raises(InvalidInput, match="sequence of user ids"):
+        store.answer("r2", "yes", "U9", T0 + 40, approvers="U9")
+
+
 def test_never_requested_is_unknown_and_stores_nothing(store: Store) -> None:
     assert store.answer("nope", "yes", "U7", T0) == "unknown"
     assert store.approval("nope") is None

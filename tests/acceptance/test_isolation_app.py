@@ -1,0 +1,105 @@
+"""`wakeful serve` keeping one person's doings from reaching anyone else (issue 21): who may
+answer an approval, how many approvals one message may ask for, a store file replaced under
+the process, and a slow Slack look-up on the worker's path.
+
+Real processes, the Slack emulator, signed requests; assertions on what Slack and the people
+in it would see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.test_slack_app import (
+    APP_SETTINGS,
+    BOT_USER,
+    SECRET,
+    TEAM,
+    TOKEN,
+    Wakeful,
+    launch,
+    shut_down,
+    wait_prompt,
+)
+from wakeful.devtools.emulator import EventSender, SlackEmulator
+
+NOT_YOURS = "not yours to answer"
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wakeful]:
+    tmp = tmp_path_factory.mktemp("isolation")
+    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
+        running = launch(tmp, emu, str(tmp / "wakeful.db"), APP_SETTINGS)
+        try:
+            yield running
+        finally:
+            shut_down(running)
+
+
+def refused_to(app: Wakeful, channel: str, user: str) -> bool:
+    """The tapper alone was told the approval is not theirs."""
+    return app.emu.wait_for(
+        lambda e: any(NOT_YOURS in str(x["text"]) for x in e.ephemerals(channel, user)), 10
+    )
+
+
+# -- who may answer ----------------------------------------------------------------------------
+
+
+def test_a_click_from_another_team_is_refused(app: Wakeful) -> None:
+    # The approver's and the requester's own user ids, arriving from another workspace's
+    # install: neither counts; the approval stays open for the requester's team.
+    user, channel = "U9101", "D9101"
+    app.sender.message(user, "refund order 9101")
+    prompt_ts, rid = wait_prompt(app, channel, "9101")
+    stranger = EventSender(app.url, SECRET, team_id="T2OTHER", bot_user_id=BOT_USER)
+    approver = APP_SETTINGS["WAKEFUL_APPROVERS"]
+    for clicker in (approver, user):
+        click = stranger.block_action(
+            clicker, "approve", rid, channel=channel, message_ts=prompt_ts
+        )
+        assert click.status == 200, click.body
+        assert refused_to(app, channel, clicker), app.emu.ephemerals()
+    state = app.store.approval(rid)
+    assert state is not None and state.answer is None
+    assert app.store.event_by_key("approval", rid) is None
+    assert app.posts(channel, "Refunded") == []
+    app.sender.block_action(user, "deny", rid, channel=channel, message_ts=prompt_ts)
+    app.wait_post(channel, "Refund for order 9101 denied; nothing was done.")
+
+
+def test_an_approver_removed_from_the_list_loses_their_say_over_open_approvals(
+    tmp_path: Path,
+) -> None:
+    # The refund is asked for while U0OLD is an approver; the process restarts with U0NEW in
+    # their place before anyone answers. U0OLD's click is refused, U0NEW's counts.
+    old, new, user, channel = "U0OLD", "U0NEW", "U9102", "D9102"
+    db = str(tmp_path / "wakeful.db")
+    settings = {**APP_SETTINGS, "WAKEFUL_APPROVAL_TTL": "3600"}
+    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
+        first = launch(tmp_path, emu, db, {**settings, "WAKEFUL_APPROVERS": old})
+        try:
+            first.sender.message(user, "refund order 9102")
+            prompt_ts, rid = wait_prompt(first, channel, "9102")
+        finally:
+            shut_down(first)
+        second = launch(tmp_path, emu, db, {**settings, "WAKEFUL_APPROVERS": new})
+        try:
+            click = second.sender.block_action(
+                old, "approve", rid, channel=channel, message_ts=prompt_ts
+            )
+            assert click.status == 200, click.body
+            assert refused_to(second, channel, old), emu.ephemerals()
+            state = second.store.approval(rid)
+            assert state is not None and state.answer is None
+            assert second.store.event_by_key("approval", rid) is None
+            second.sender.block_action(new, "approve", rid, channel=channel, message_ts=prompt_ts)
+            second.wait_post(channel, "Refunded order 9102.")
+            state = second.store.approval(rid)
+            assert state is not None and (state.answer, state.answered_by) == ("yes", new)
+        finally:
+            shut_down(second)
