@@ -22,7 +22,7 @@ from wakeful.core.errors import StoreError, StoreUnavailable
 from wakeful.core.store.base import Connector, NewEvent
 from wakeful.core.store.group_commit import GroupCommit
 from wakeful.core.store.sql import AfterCommit, Row, load_migrations, load_queries, repeat_rows
-from wakeful.core.store.sqlite_files import Holder
+from wakeful.core.store.sqlite_files import FileWatch, Holder
 
 _QUERIES = load_queries("sqlite.sql")
 _T = TypeVar("_T")
@@ -137,6 +137,7 @@ class SQLiteConnector(Connector):
         self._closed = False
         self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self._insert_batch)
         self._holder = Holder(self.path)  # `wakeful restore` refuses while this is held
+        self._watch = FileWatch(self.path)  # and a file removed or swapped anyway is noticed
         try:
             if migrate:
                 self._migrate()
@@ -177,7 +178,16 @@ class SQLiteConnector(Connector):
         setattr(self._local, name, conn)
         with self._lock:
             self._all.append(conn)
+        self._watch.pin()
         return conn
+
+    def _idle_connection(self) -> sqlite3.Connection | None:
+        """A connection of this process outside any transaction (this thread's first): what
+        still reads the store's file after it was removed or replaced at its path."""
+        mine = [getattr(self._local, name, None) for name in ("conn", "urgent")]
+        with self._lock:
+            others = list(self._all)
+        return next((c for c in (*mine, *others) if c is not None and not c.in_transaction), None)
 
     def _wal(self, conn: sqlite3.Connection) -> None:
         """Switch the file to WAL. On a fresh file that another process or thread is
@@ -234,7 +244,9 @@ class SQLiteConnector(Connector):
     @contextmanager
     def _open(self, write: bool, urgent: bool) -> Iterator[sqlite3.Connection]:
         """BEGIN (IMMEDIATE for a write) ... COMMIT on this thread's connection; on any error
-        roll back and re-raise, driver errors translated."""
+        roll back and re-raise, driver errors translated. A write that committed into a file
+        no longer at the store's path fails too (StoreReplaced): it must not be acknowledged."""
+        self._watch.check(self._idle_connection)
         conn = self._connect(urgent and write)
         with self._gated(write, urgent):
             try:
@@ -254,6 +266,8 @@ class SQLiteConnector(Connector):
             except sqlite3.Error as exc:
                 _rollback(conn)
                 raise self._failed(exc, conn) from exc
+        if write:
+            self._watch.check(self._idle_connection)
 
     @contextmanager
     def transaction(self, write: bool = True, urgent: bool = False) -> Iterator[_SqliteTx]:
@@ -268,13 +282,16 @@ class SQLiteConnector(Connector):
         return self._group.submit(event)
 
     def _insert_batch(self, items: Sequence[NewEvent]) -> list[int | None]:
+        self._watch.check(self._idle_connection)
         conn = self._connect(urgent=True)
         with self._gated(write=True, urgent=True):
             try:
                 # The common case, no repeats: one autocommit statement is the whole fsync'd
                 # transaction, one step with the GIL released instead of four (BEGIN, check,
                 # insert, COMMIT) that each wait to get it back from the callers.
-                return list(self._locking(True, lambda: _insert_rows(conn, items)))
+                ids: list[int | None] = list(self._locking(True, lambda: _insert_rows(conn, items)))
+                self._watch.check(self._idle_connection)  # committed where it will be read?
+                return ids
             except sqlite3.IntegrityError:
                 pass  # a key exists (a retry): the statement stored nothing; sort it out below
             except sqlite3.Error as exc:

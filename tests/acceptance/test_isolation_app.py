@@ -8,6 +8,10 @@ in it would see.
 
 from __future__ import annotations
 
+import glob
+import json
+import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +24,8 @@ from tests.acceptance.test_slack_app import (
     TEAM,
     TOKEN,
     Wakeful,
+    eventually,
+    http_request,
     launch,
     shut_down,
     wait_prompt,
@@ -103,3 +109,65 @@ def test_an_approver_removed_from_the_list_loses_their_say_over_open_approvals(
             assert state is not None and (state.answer, state.answered_by) == ("yes", new)
         finally:
             shut_down(second)
+
+
+# -- the store file deleted or replaced under the process ----------------------------------------
+
+
+def stored_keys(path: str) -> set[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return {str(r[0]) for r in conn.execute("SELECT source_id FROM events")}
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("how", ["rm", "replace"])
+def test_a_store_file_deleted_or_replaced_under_serve_is_refused_never_acknowledged(
+    tmp_path: Path, how: str
+) -> None:
+    # `rm` of the file (and its -wal and -shm), or `os.replace` by an older copy, while
+    # `wakeful serve` runs. Every request after it is answered 503 (Slack keeps it and
+    # retries), never 500 and never 200 into a file nobody reads; /healthz fails; one log line
+    # says what happened and how to put the store back; and what was acknowledged before is
+    # copied out of the file the process still has open.
+    db = str(tmp_path / "wakeful.db")
+    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
+        app = launch(tmp_path, emu, db, APP_SETTINGS)
+        try:
+            acked = [app.sender.message("U9200", f"before {n}") for n in range(5)]
+            assert [r.status for r in acked] == [200] * 5
+            app.store.close()  # the test's own reader holds the file no longer
+            old = str(tmp_path / "old-copy.db")
+            if how == "replace":
+                source = sqlite3.connect(db)
+                copy = sqlite3.connect(old)
+                source.backup(copy)
+                copy.close()
+                source.close()
+                acked += [app.sender.message("U9200", f"after the copy {n}") for n in range(5)]
+                assert [r.status for r in acked] == [200] * 10
+                os.replace(old, db)
+            else:
+                for suffix in ("", "-wal", "-shm"):
+                    os.unlink(db + suffix)
+            replies = [app.sender.message("U9201", f"into the void {n}") for n in range(20)]
+            statuses = [r.status for r in replies]
+            health, body, _ = http_request(app, "GET", "/healthz")
+            assert statuses == [503] * 20, statuses
+            assert health == 503 and json.loads(body)["ok"] is False
+            log = app.proc.log.read_text().splitlines()
+            lines = [line for line in log if "wakeful restore" in line]
+            assert len(lines) == 1, app.tail()
+            what = "deleted" if how == "rm" else "replaced by another file"
+            assert f"the SQLite store file {db} was {what}" in lines[0], lines[0]
+            [rescued] = glob.glob(f"{db}.rescued-*")
+            assert f"`wakeful restore {rescued}`" in lines[0]
+            keys = stored_keys(rescued)
+            assert {str(r.event_id) for r in acked} <= keys  # nothing acknowledged is lost
+            assert not {str(r.event_id) for r in replies} & keys
+            if how == "replace":
+                assert not {str(r.event_id) for r in replies} & stored_keys(db)
+            assert eventually(lambda: app.proc.popen.poll() is None, 1)  # still up, refusing
+        finally:
+            shut_down(app)
