@@ -298,10 +298,10 @@ class ClaudeTools:
             at = str(args.get("daily_at") or "")
             if not _HHMM.match(at):
                 raise ToolInputError("daily_at must be HH:MM on a 24-hour clock.")
-            tz = user_zone(self.tz_lookup, ctx.user)
+            tz, shown = user_zone(self.tz_lookup, ctx.user, "ask again later to use it")
             ctx.fx.timers.append(Timer.daily(DIGEST, at, tz, payload))
             ctx.state["digest"] = {"daily": at, "tz": tz}
-            return f"Digest set: daily at {at} ({tz})."
+            return f"Digest set: daily at {at} ({shown})."
         raise ToolInputError("mode must be 'every', 'daily' or 'off'.")
 
     def _status(self, ctx: RunContext) -> str:

@@ -237,12 +237,13 @@ class RefundDesk:
             if hh > 23 or mm > 59:
                 lines.append(f"{m.group(1)}:{m.group(2)} is not a time of day; use HH:MM.")
             else:
-                tz = user_zone(self.tz_lookup, user)
                 at = f"{hh:02d}:{mm:02d}"
+                again = f"say `digest daily at {at}` again later"
+                tz, shown = user_zone(self.tz_lookup, user, again)
                 payload = {"kind": DIGEST, "channel": channel, "thread_ts": thread}
                 fx.timers.append(Timer.daily(DIGEST, at, tz, payload))
                 state["digest"] = {"daily": at, "tz": tz}
-                lines.append(f"Digest set: daily at {at} ({tz}).")
+                lines.append(f"Digest set: daily at {at} ({shown}).")
         elif DIGEST_OFF.search(text):
             fx.cancel_timers.append(DIGEST)
             state["digest"] = None

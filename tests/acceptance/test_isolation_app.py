@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from tests.acceptance.test_slack_app import (
     TEAM,
     TOKEN,
     Wakeful,
+    dm,
     eventually,
     http_request,
     launch,
@@ -171,3 +173,44 @@ def test_a_store_file_deleted_or_replaced_under_serve_is_refused_never_acknowled
             assert eventually(lambda: app.proc.popen.poll() is None, 1)  # still up, refusing
         finally:
             shut_down(app)
+
+
+# -- a slow Slack look-up on the worker's path -------------------------------------------------
+
+
+def reply_seconds(app: Wakeful, user: str, text: str) -> float:
+    started = time.monotonic()
+    assert app.sender.message(user, text).status == 200
+    app.wait_post(dm(user), "Handled 1 message.", timeout=30)
+    return time.monotonic() - started
+
+
+def test_a_9_s_users_info_does_not_delay_another_persons_reply(app: Wakeful) -> None:
+    # One person sets a daily digest (their zone comes from users.info) while Slack takes 9 s
+    # to answer it; another person's message arrives at the same moment. Before: the other
+    # reply waited for the look-up (8.7 s and 12.8 s in the issue).
+    usual = max(reply_seconds(app, f"U930{n}", "hi") for n in range(3))
+    slow, other = "U9310", "U9311"
+    app.emu.add_user(slow, tz="Europe/Paris")
+    app.emu.fault("users.info", delay=9)
+    started = time.monotonic()
+    assert app.sender.message(slow, "digest daily at 09:00").status == 200
+    took = reply_seconds(app, other, "hello")
+    assert took < usual + 1.0, f"another person's reply took {took:.2f} s (usual {usual:.2f} s)"
+    app.wait_post(dm(slow), "Digest set", timeout=5)
+    [reply] = app.posts(dm(slow), "Digest set")
+    assert reply["text"] == (
+        "Handled 1 message.\nDigest set: daily at 09:00 (UTC: your Slack time zone could not be "
+        "read; say `digest daily at 09:00` again later)."
+    )
+    assert time.monotonic() - started < 5  # their own reply did not wait for Slack either
+    # Once Slack's answer has come, saying it again uses the real zone: UTC was not saved as
+    # theirs.
+    paris = "Digest set: daily at 09:00 (Europe/Paris)."
+    for count in range(2, 12):
+        app.sender.message(slow, "digest daily at 09:00")
+        app.wait_post(dm(slow), "Digest set", timeout=10, count=count)
+        if app.posts(dm(slow), paris):
+            break
+        time.sleep(1)
+    assert app.posts(dm(slow), paris), [m["text"] for m in app.posts(dm(slow))]
