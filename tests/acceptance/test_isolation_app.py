@@ -21,6 +21,7 @@ import pytest
 from tests.acceptance.test_slack_app import (
     APP_SETTINGS,
     BOT_USER,
+    QUIET,
     SECRET,
     TEAM,
     TOKEN,
@@ -111,6 +112,38 @@ def test_an_approver_removed_from_the_list_loses_their_say_over_open_approvals(
             assert state is not None and (state.answer, state.answered_by) == ("yes", new)
         finally:
             shut_down(second)
+
+
+# -- how many approvals one message may ask for ----------------------------------------------
+
+
+def test_a_40000_character_dm_of_refunds_asks_for_5_and_says_how_many_were_not(
+    app: Wakeful,
+) -> None:
+    # Before: 2,222 prompts, each a post paced at one a second in this conversation.
+    user = "U9150"
+    text = " ".join(f"refund order {n:04d}" for n in range(2222))
+    assert len(text) <= 40_000  # Slack's own limit on a message
+    assert app.sender.message(user, text).status == 200
+    app.wait_post(dm(user), "Handled 1 message.", timeout=20)
+
+    def prompts() -> int:  # posted, whatever they were rewritten to since (they expire in 4 s)
+        calls = app.emu.calls("chat.postMessage")
+        return sum(
+            c.params.get("channel") == dm(user)
+            and str(c.params.get("text", "")).startswith("Approval needed")
+            for c in calls
+        )
+
+    assert eventually(lambda: prompts() >= 5, 20), prompts()
+    time.sleep(QUIET)
+    assert prompts() == 5
+    [reply] = app.posts(dm(user), "Handled 1 message.")
+    assert reply["text"].splitlines()[-1] == (
+        "I asked for 5 approvals; 2217 more were not asked: at most 5 per message and 20 open "
+        "at once (WAKEFUL_MAX_APPROVALS_PER_RUN, WAKEFUL_MAX_OPEN_APPROVALS)."
+    )
+    assert len(app.store.approvals(f"{TEAM}:{user}")) == 5
 
 
 # -- the store file deleted or replaced under the process ----------------------------------------
