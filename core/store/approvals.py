@@ -114,14 +114,12 @@ class Approvals(StoreBase):
         second tap, a forbidden user or an unknown request)."""
         if answer not in ("yes", "no"):
             raise InvalidInput(f"answer must be 'yes' or 'no', got {answer!r}")
-        if not isinstance(request_id, str) or not request_id or len(request_id) > 255:
-            raise InvalidInput("an answer needs a request id of 1 to 255 characters")
+        _check_id(request_id)
         if not isinstance(user, str) or not user:
             raise InvalidInput("an answer needs a user")
         if isinstance(approvers, str):
             raise InvalidInput("approvers is a sequence of user ids, not one string")
         try:
-            request_id.encode("utf-8")
             user.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise InvalidInput("request id or user is not valid Unicode") from exc
@@ -137,6 +135,12 @@ class Approvals(StoreBase):
             return stored.answer, False
 
     def approval(self, request_id: str) -> ApprovalState | None:
+        """The approval `request_id` names, or None (also for an id no approval can have:
+        empty, over 255 characters, not valid Unicode, as a tampered click may carry)."""
+        try:
+            _check_id(request_id)
+        except InvalidInput:
+            return None
         with self._tx(write=False) as tx:
             return approval_record(tx.one("get_approval", {"id": request_id}))
 
@@ -156,3 +160,12 @@ class Approvals(StoreBase):
         with self._tx(write=False) as tx:
             rows = tx.all("inbox_approvals", {"inbox": inbox})
         return [a for r in rows if (a := approval_record(r)) is not None]
+
+
+def _check_id(request_id: str) -> None:
+    if not isinstance(request_id, str) or not request_id or len(request_id) > 255:
+        raise InvalidInput("an answer needs a request id of 1 to 255 characters")
+    try:
+        request_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput("request id or user is not valid Unicode") from exc
