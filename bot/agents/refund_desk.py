@@ -31,6 +31,7 @@ from wakeful.core.agent import Run, Tool, Toolbox
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
 from wakeful.core.records import Event
 from wakeful.core.rules import digest
+from wakeful.core.rules.approvals import ApprovalBudget
 from wakeful.core.store import Store
 
 REFUND = re.compile(r"refund\s+order\s+#?([A-Za-z0-9][A-Za-z0-9_-]{0,63})", re.IGNORECASE)
@@ -104,6 +105,7 @@ class RefundDesk:
         )
         self._inbox = ""
         self._now = 0
+        self._budget = ApprovalBudget(0, 0, 0)
 
     def _refund(self, args: Mapping[str, Any], key: str) -> bool:
         """The default refund tool: records the refund under the approval's request id, so a
@@ -114,6 +116,7 @@ class RefundDesk:
 
     def run(self, run: Run) -> Effects:
         self._inbox, self._now = run.inbox, run.now
+        self._budget = self.store.approval_budget(run.inbox)
         state = _load(run.session, run.now, run.events)
         effects = Effects()
         chats = [e for e in run.events if e.source == "slack"]
@@ -183,6 +186,7 @@ class RefundDesk:
         text = MENTION.sub("", str(e.payload.get("text") or "")).strip()
         user = str(e.payload.get("user") or "")
         lines: list[str] = []
+        skipped = self._budget.skipped
         for n, match in enumerate(REFUND.finditer(text)):
             order = match.group(1)
             request_id = f"refund-{e.id}-{n}"
@@ -190,6 +194,8 @@ class RefundDesk:
             if outcome.status == "refused":
                 lines.append(f"I am not allowed to refund order {order}.")
                 continue
+            if not self._budget.take():
+                continue  # over a cap: counted, and said once below
             summary = f"refund order {order}"
             deadline = run.now + self.approval_ttl
             prompt = approval_prompt(channel, thread, request_id, summary, user, deadline)
@@ -212,6 +218,8 @@ class RefundDesk:
                 "summary": summary,
             }
             lines.append(f"Asked for approval to refund order {order}.")
+        if note := self._budget.note(self._budget.skipped - skipped):
+            lines.append(note)
         if m := REMIND.search(text):
             delay = _seconds(m.group(1), m.group(2))
             what = m.group(3).strip()
@@ -229,12 +237,13 @@ class RefundDesk:
             if hh > 23 or mm > 59:
                 lines.append(f"{m.group(1)}:{m.group(2)} is not a time of day; use HH:MM.")
             else:
-                tz = user_zone(self.tz_lookup, user)
                 at = f"{hh:02d}:{mm:02d}"
+                again = f"say `digest daily at {at}` again later"
+                tz, shown = user_zone(self.tz_lookup, user, again)
                 payload = {"kind": DIGEST, "channel": channel, "thread_ts": thread}
                 fx.timers.append(Timer.daily(DIGEST, at, tz, payload))
                 state["digest"] = {"daily": at, "tz": tz}
-                lines.append(f"Digest set: daily at {at} ({tz}).")
+                lines.append(f"Digest set: daily at {at} ({shown}).")
         elif DIGEST_OFF.search(text):
             fx.cancel_timers.append(DIGEST)
             state["digest"] = None
