@@ -54,6 +54,8 @@ ENGINE_SETTINGS: dict[str, tuple[str, int]] = {
     "WAKEFUL_LEASE_TTL": ("lease_ttl", 1),
     "WAKEFUL_MAX_ATTEMPTS": ("max_attempts", 1),
     "WAKEFUL_APPROVAL_TTL": ("approval_ttl", 1),
+    "WAKEFUL_MAX_APPROVALS_PER_RUN": ("max_approvals_per_run", 1),
+    "WAKEFUL_MAX_OPEN_APPROVALS": ("max_open_approvals", 1),
     "WAKEFUL_SEND_TIMEOUT": ("send_timeout", 1),
     "WAKEFUL_BACKOFF_BASE": ("backoff_base", 1),
     "WAKEFUL_BACKOFF_CAP": ("backoff_cap", 1),

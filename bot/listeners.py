@@ -19,6 +19,7 @@ from slack_bolt import Ack, App, BoltRequest, BoltResponse
 from slack_bolt.authorization import AuthorizeResult
 
 from wakeful.bot import blocks, payloads
+from wakeful.bot.webhooks import channel_inbox
 from wakeful.core.effects import Message
 from wakeful.core.errors import InvalidInput, StoreUnavailable
 from wakeful.core.loops import Kicker, Wakeup
@@ -56,7 +57,9 @@ class Listeners:
     """Kicked when a reply is queued."""
     clock: Callable[[], int] = field(default=lambda: int(time.time()))
     approvers: tuple[str, ...] = ()
-    """Who may see and press the Home tab's Requeue (WAKEFUL_APPROVERS)."""
+    """WAKEFUL_APPROVERS: who may answer any approval (checked when the click arrives, so a
+    removal takes effect on approvals already open) and see and press the Home tab's
+    Requeue."""
 
     def __post_init__(self) -> None:
         def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
@@ -260,7 +263,12 @@ class Listeners:
             raise InvalidInput("click has no user")
         now = self.clock()
         try:
-            outcome, stored = self.store.answer_detail(str(request_id or ""), answer, user, now)
+            if self._other_team(str(request_id or ""), team):
+                outcome, stored = "forbidden", False
+            else:
+                outcome, stored = self.store.answer_detail(
+                    str(request_id or ""), answer, user, now, self.approvers
+                )
         except InvalidInput:
             outcome, stored = "unknown", False  # tampered or malformed id: nothing answered
         if stored:
@@ -285,6 +293,16 @@ class Listeners:
                 now,
             )
             self.wake_dispatcher.kick()
+
+    def _other_team(self, request_id: str, team: object) -> bool:
+        """Whether a click comes from another team than the person who asked: a person's
+        inbox is `<team>:<user>`, and only that team's people may answer it (the approvers
+        the answer checks are user ids of this workspace). An approval of a conversation's
+        inbox (`channel:<id>`, webhook reports) names no team: the approvers decide alone."""
+        state = self.store.approval(request_id) if request_id else None
+        if state is None or state.inbox.startswith(channel_inbox("")):
+            return False
+        return not (isinstance(team, str) and team and state.inbox.startswith(f"{team}:"))
 
     def _click_note(
         self, request_id: str, outcome: str

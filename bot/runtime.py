@@ -16,6 +16,7 @@ from slack_sdk.errors import SlackApiError
 from wakeful.bot.config import Config, ConfigError
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.bot.web_client import KeepAliveWebClient
+from wakeful.bot.zones import ZoneLookup
 from wakeful.core.agent import Agent, RunHook, with_hooks
 from wakeful.core.clock import Clock, ServerClock, wall_clock
 from wakeful.core.errors import StoreUnavailable
@@ -26,25 +27,12 @@ log = logging.getLogger("wakeful")
 
 
 def timezone_lookup(client: WebClient | None) -> Callable[[str], str]:
-    """users.info -> the user's IANA zone, cached; UTC when unknown or Slack is unreachable.
+    """users.info -> the user's IANA zone, cached, read off the worker's path (bot/zones.py):
+    "" while it cannot be read (a later run reads it), never a wait of more than a moment.
 
     Handed to agents as a capability: they get a zone, never the token.
     """
-    cache: dict[str, str] = {}
-
-    def lookup(user: str) -> str:
-        if client is None or not user:
-            return "UTC"
-        if user not in cache:
-            try:
-                info = client.users_info(user=user)
-                cache[user] = str((info.get("user") or {}).get("tz") or "UTC")
-            except Exception as exc:  # any failure means: fall back, never fail the run
-                log.warning("users.info failed for %s: %s", user, exc)
-                return "UTC"
-        return cache[user]
-
-    return lookup
+    return ZoneLookup(client)
 
 
 def build_agent(config: Config, store: Store, client: WebClient | None) -> Agent:

@@ -27,6 +27,13 @@ class StoreUnavailable(StoreError):
     """
 
 
+class StoreReplaced(StoreUnavailable):
+    """The store's file was deleted or replaced under this process. Every transaction refuses
+    from then on (503 to Slack, /healthz fails) until an operator restores the store and
+    restarts the process: a write acknowledged now would land in a file no one will read, or
+    in one the process did not open."""
+
+
 class LeaseLost(WakefulError):
     """The caller no longer holds the inbox's lease in the generation it claimed under."""
 

@@ -29,6 +29,12 @@ class Settings:
     """A `catch_up` timer replays at most this many missed occurrences per pass."""
     approval_ttl: int = 14400
     """Seconds an approval stays open before its expiry answers it."""
+    max_approvals_per_run: int = 5
+    """Approvals one run may ask for (WAKEFUL_MAX_APPROVALS_PER_RUN); the finish asks for no
+    more, whatever the agent returned, and says how many were not asked."""
+    max_open_approvals: int = 20
+    """Approvals one inbox may have open at once (WAKEFUL_MAX_OPEN_APPROVALS), enforced the
+    same way: one person's message cannot flood a conversation with prompts."""
     retention: int = 30 * DAY
     """Seconds done events, sent outbox rows, run-log rows and answered approvals are kept
     before pruning; never less than REDELIVERY_WINDOW, so a late redelivery is still refused."""
@@ -43,6 +49,8 @@ class Settings:
             "send_timeout",
             "max_catch_up",
             "approval_ttl",
+            "max_approvals_per_run",
+            "max_open_approvals",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from wakeful.core.clock import Clock, wall_clock
-from wakeful.core.errors import StoreUnavailable
+from wakeful.core.errors import StoreReplaced, StoreUnavailable
 from wakeful.core.store import Store
 
 log = logging.getLogger("wakeful")
@@ -84,12 +84,16 @@ class Loop:
         return self.poll
 
     def run(self, stop: threading.Event) -> None:
-        """Tick until `stop` is set; a store outage is logged and retried, never fatal."""
+        """Tick until `stop` is set; a store outage is logged and retried, never fatal (a
+        store file replaced under the process is said once: it does not pass by itself)."""
+        replaced = False
         while not stop.is_set():
             try:
                 busy = self.tick(self.clock())
             except StoreUnavailable as exc:
-                log.warning("%s: store unavailable, retrying: %s", type(self).__name__, exc)
+                if not replaced:
+                    log.warning("%s: store unavailable, retrying: %s", type(self).__name__, exc)
+                replaced = isinstance(exc, StoreReplaced)
                 busy = 0
             except Exception:
                 log.exception("%s: tick failed", type(self).__name__)

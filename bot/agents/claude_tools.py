@@ -28,6 +28,7 @@ from wakeful.bot.slack_text import inert
 from wakeful.core.agent import Policy, Run, Tool, Toolbox, ToolResult
 from wakeful.core.effects import ApprovalRequest, Effects, Priority, Timer
 from wakeful.core.errors import InvalidInput
+from wakeful.core.rules.approvals import ApprovalBudget
 from wakeful.core.store import Store
 
 _ORDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -102,6 +103,8 @@ class RunContext:
     digest_fired: bool = False
     calls: int = 0
     usage: list[int] = field(default_factory=lambda: [0, 0])
+    budget: ApprovalBudget | None = None
+    """The approval caps (read at the first ask of the run)."""
 
 
 class ClaudeTools:
@@ -173,6 +176,10 @@ class ClaudeTools:
             raise ToolInputError(already)
         if ctx.channel is None:
             raise ToolInputError("There is no conversation to ask for approval in.")
+        if ctx.budget is None:
+            ctx.budget = self.store.approval_budget(ctx.run.inbox)
+        if not ctx.budget.take():
+            raise ToolInputError(f"{ctx.budget.note(1)} Nothing was done; tell the person.")
         request_id = f"claude-{ctx.run.events[0].id}-{safe_id(tool_use_id)}"
         summary = f"refund order {inert(order)}" + (f" ({inert(reason)})" if reason else "")
         deadline = ctx.run.now + self.approval_ttl
@@ -302,10 +309,10 @@ class ClaudeTools:
             at = str(args.get("daily_at") or "")
             if not _HHMM.match(at):
                 raise ToolInputError("daily_at must be HH:MM on a 24-hour clock.")
-            tz = user_zone(self.tz_lookup, ctx.user)
+            tz, shown = user_zone(self.tz_lookup, ctx.user, "ask again later to use it")
             ctx.fx.timers.append(Timer.daily(DIGEST, at, tz, payload))
             ctx.state["digest"] = {"daily": at, "tz": tz}
-            return f"Digest set: daily at {at} ({tz})."
+            return f"Digest set: daily at {at} ({shown})."
         raise ToolInputError("mode must be 'every', 'daily' or 'off'.")
 
     def _status(self, ctx: RunContext) -> str:

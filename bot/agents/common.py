@@ -93,14 +93,19 @@ def unusable_session(reason: str, events: Sequence[Event]) -> SessionUnusable:
     return SessionUnusable(reason, notice)
 
 
-def user_zone(lookup: TzLookup, user: str) -> str:
-    """The person's IANA zone from Slack, or UTC when unknown to Slack or to this machine."""
-    tz = lookup(user) or "UTC"
+def user_zone(lookup: TzLookup, user: str, again: str) -> tuple[str, str]:
+    """The person's IANA zone from Slack, and how a reply names it: the zone itself, or, when
+    UTC stands in, `UTC: <why>`. A zone that could not be read (Slack failed or is slow) is
+    read again on a later run, so `again` tells the person how to get theirs (say the command
+    again later); it is never saved as theirs."""
+    tz = lookup(user)
+    if not tz:
+        return "UTC", f"UTC: your Slack time zone could not be read; {again}"
     try:
         zone(tz)
-    except InvalidInput:
-        return "UTC"  # Slack named a zone this machine's tz database lacks
-    return tz
+    except InvalidInput:  # Slack named a zone this machine's tz database lacks
+        return "UTC", f"UTC: your Slack time zone {tz} is not known on this host"
+    return tz, tz
 
 
 def approval_prompt(

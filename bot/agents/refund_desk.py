@@ -36,6 +36,7 @@ from wakeful.core.agent import Run, Tool, Toolbox
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
 from wakeful.core.records import Event
 from wakeful.core.rules import digest
+from wakeful.core.rules.approvals import ApprovalBudget
 from wakeful.core.store import Store
 
 REFUND = re.compile(r"refund\s+order\s+#?([A-Za-z0-9][A-Za-z0-9_-]{0,63})", re.IGNORECASE)
@@ -113,6 +114,7 @@ class RefundDesk:
         )
         self._inbox = ""
         self._now = 0
+        self._budget = ApprovalBudget(0, 0, 0)
 
     def _refund(self, args: Mapping[str, Any], key: str) -> str | None:
         """The default refund tool: records the refund under the approval's request id, so a
@@ -125,6 +127,7 @@ class RefundDesk:
 
     def run(self, run: Run) -> Effects:
         self._inbox, self._now = run.inbox, run.now
+        self._budget = self.store.approval_budget(run.inbox)
         state = _load(run.session, run.now, run.events)
         effects = Effects()
         chats = [e for e in run.events if e.source == "slack"]
@@ -194,11 +197,11 @@ class RefundDesk:
         text = MENTION.sub("", str(e.payload.get("text") or "")).strip()
         user = str(e.payload.get("user") or "")
         lines: list[str] = []
+        skipped = self._budget.skipped
         for n, match in enumerate(REFUND.finditer(text)):
             order = match.group(1)
-            shown = inert(
-                order
-            )  # the pattern admits no <, > or &: shown through inert all the same
+            # The pattern admits no <, > or &: the id is shown through inert all the same.
+            shown = inert(order)
             request_id = f"refund-{e.id}-{n}"
             outcome = self.tools.call("refund_order", {"order_id": order}, request_id)
             if outcome.status == "refused":
@@ -208,6 +211,8 @@ class RefundDesk:
             if already := refund_already(self.store, order, asking, run.now):
                 lines.append(already)
                 continue
+            if not self._budget.take():
+                continue  # over a cap: counted, and said once below
             summary = f"refund order {shown}"
             deadline = run.now + self.approval_ttl
             prompt = approval_prompt(channel, thread, request_id, summary, user, deadline)
@@ -230,6 +235,8 @@ class RefundDesk:
                 "summary": summary,
             }
             lines.append(f"Asked for approval to refund order {shown}.")
+        if note := self._budget.note(self._budget.skipped - skipped):
+            lines.append(note)
         if m := REMIND.search(text):
             delay = _seconds(m.group(1), m.group(2))
             what = m.group(3).strip()
@@ -250,12 +257,13 @@ class RefundDesk:
             if hh > 23 or mm > 59:
                 lines.append(f"{m.group(1)}:{m.group(2)} is not a time of day; use HH:MM.")
             else:
-                tz = user_zone(self.tz_lookup, user)
                 at = f"{hh:02d}:{mm:02d}"
+                again = f"say `digest daily at {at}` again later"
+                tz, shown = user_zone(self.tz_lookup, user, again)
                 payload = {"kind": DIGEST, "channel": channel, "thread_ts": thread}
                 fx.timers.append(Timer.daily(DIGEST, at, tz, payload))
                 state["digest"] = {"daily": at, "tz": tz}
-                lines.append(f"Digest set: daily at {at} ({tz}).")
+                lines.append(f"Digest set: daily at {at} ({shown}).")
         elif DIGEST_OFF.search(text):
             fx.cancel_timers.append(DIGEST)
             state["digest"] = None

@@ -3,6 +3,8 @@ so the deadline and the first answer are read and written atomically."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from wakeful.core.records import AnswerOutcome, ApprovalState
@@ -10,16 +12,25 @@ from wakeful.core.records import AnswerOutcome, ApprovalState
 Decision = tuple[AnswerOutcome, Literal["store", "keep"]]
 
 
-def decide(state: ApprovalState | None, answer: str, user: str, now: int) -> Decision:
+def decide(
+    state: ApprovalState | None,
+    answer: str,
+    user: str,
+    now: int,
+    approvers: Sequence[str] | None = None,
+) -> Decision:
     """Return the outcome and whether it is a new answer to store.
 
-    Never requested: `unknown`. A user not on the request: `forbidden`, nothing stored. Already
-    answered (by a person or by the expiry): that first answer. Past the deadline: `expired`,
-    stored, even if the expiry timer has not run yet.
+    Never requested: `unknown`. A user who is neither the requester nor an approver:
+    `forbidden`, nothing stored. `approvers` is the list as configured now, so someone removed
+    from it loses their say over approvals already open (None: the list stored with the
+    request). Already answered (by a person or by the expiry): that first answer. Past the
+    deadline: `expired`, stored, even if the expiry timer has not run yet.
     """
     if state is None:
         return "unknown", "keep"
-    if user not in (state.requester, *state.approvers):
+    allowed = state.approvers if approvers is None else tuple(approvers)
+    if user not in (state.requester, *allowed):
         return "forbidden", "keep"
     if state.answer is not None:
         return state.answer, "keep"
@@ -30,3 +41,50 @@ def decide(state: ApprovalState | None, answer: str, user: str, now: int) -> Dec
 
 def expiry_timer_id(inbox: str, request_id: str) -> str:
     return f"{inbox}/approval:{request_id}"
+
+
+CAP_SETTINGS = "WAKEFUL_MAX_APPROVALS_PER_RUN, WAKEFUL_MAX_OPEN_APPROVALS"
+
+
+def not_asked(asked: int, skipped: int, per_run: int, max_open: int) -> str:
+    """What the person is told, once, when approvals went unasked because of the caps."""
+    were = "was" if skipped == 1 else "were"
+    if asked:
+        lead = f"I asked for {asked} approval{'' if asked == 1 else 's'}; {skipped} more {were}"
+    else:
+        lead = f"{skipped} approval{'' if skipped == 1 else 's'} {were}"
+    return (
+        f"{lead} not asked: at most {per_run} per message and {max_open} open at once "
+        f"({CAP_SETTINGS})."
+    )
+
+
+@dataclass(slots=True)
+class ApprovalBudget:
+    """How many approvals a run may still ask for: the per-run cap and what the inbox's open
+    approvals leave of the open cap. An agent takes one before each ask; the finish enforces
+    the same caps on whatever a run returns, so a budget only makes the refusal the agent's
+    own words instead of the engine's."""
+
+    per_run: int
+    max_open: int
+    open: int
+    """Approvals of the inbox open when the run started."""
+    asked: int = 0
+    skipped: int = 0
+
+    def take(self) -> bool:
+        """True: ask for one more. False: over a cap; it is counted as not asked."""
+        if self.asked < self.per_run and self.open + self.asked < self.max_open:
+            self.asked += 1
+            return True
+        self.skipped += 1
+        return False
+
+    def note(self, skipped: int | None = None) -> str | None:
+        """The line telling the person how many were not asked and why (None: all were);
+        `skipped` narrows it to the ones not asked since a count the caller kept."""
+        n = self.skipped if skipped is None else skipped
+        if not n:
+            return None
+        return not_asked(self.asked, n, self.per_run, self.max_open)

@@ -6,28 +6,67 @@ the answer's transaction."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
+
 from wakeful.core import metrics
-from wakeful.core.effects import check_json
+from wakeful.core.effects import Message, check_json
 from wakeful.core.errors import InvalidInput
 from wakeful.core.records import AnswerOutcome, ApprovalState
-from wakeful.core.rules.approvals import decide
+from wakeful.core.rules.approvals import ApprovalBudget, decide, not_asked
+from wakeful.core.settings import Settings
 from wakeful.core.storable import check_name
 from wakeful.core.store.base import StoreBase, insert_event
 from wakeful.core.store.outbox import queue
-from wakeful.core.store.rows import PreparedApproval, approval_record
+from wakeful.core.store.rows import PreparedApproval, approval_record, message_params, require
 from wakeful.core.store.sql import Tx
 
+log = logging.getLogger("wakeful")
 
-def request(tx: Tx, approval: PreparedApproval, now: int) -> None:
-    """Open an approval with its prompt and expiry timer, in the finish's transaction.
+
+def request(tx: Tx, approval: PreparedApproval, now: int) -> bool:
+    """Open an approval with its prompt and expiry timer, in the finish's transaction; False
+    when it exists already.
 
     A retried run re-requests the same id: one approval, one prompt, one expiry."""
     if not tx.run("insert_approval", {**approval.request, "now": now}):
-        return
+        return False
     tx.after_commit(metrics.APPROVALS.labels("requested").inc)
     if approval.prompt is not None:
         queue(tx, [approval.prompt], now)
     tx.run("upsert_timer", {**approval.expiry, "now": now})
+    return True
+
+
+def request_all(
+    tx: Tx, inbox: str, approvals: Sequence[PreparedApproval], now: int, settings: Settings
+) -> None:
+    """A run's approvals, within the caps whatever the agent returned: at most
+    `max_approvals_per_run` new ones, and no more once the inbox has `max_open_approvals`
+    open. The ones over a cap are not asked, and the person is told so in one line, where the
+    first of them would have been asked (a built-in agent keeps within the caps and says it
+    in its own reply, so this line is for an agent that does not)."""
+    if not approvals:
+        return
+    row = tx.one("count_open_approvals", {"inbox": inbox})
+    open_now = int(row["n"]) if row else 0
+    asked, skipped, where = 0, 0, None
+    for approval in approvals:
+        if asked < settings.max_approvals_per_run and open_now < settings.max_open_approvals:
+            if request(tx, approval, now):
+                asked, open_now = asked + 1, open_now + 1
+        elif tx.one("get_approval", {"id": approval.request["id"]}) is None:
+            skipped += 1  # a new one over a cap (a repeat of an open one asks nothing anyway)
+            where = where or approval.prompt
+    if not skipped:
+        return
+    text = not_asked(asked, skipped, settings.max_approvals_per_run, settings.max_open_approvals)
+    tx.after_commit(lambda: log.warning("%s: %s", inbox, text))
+    if where is None:
+        return  # no prompt says where the person is: the log line is all there is
+    thread = str(where["thread_ts"] or "") or None
+    notice = Message(str(where["channel"]), text, thread_ts=thread, priority="urgent")
+    queue(tx, [message_params(inbox, notice)], now)
 
 
 def store_answer(tx: Tx, state: ApprovalState, outcome: str, user: str | None, now: int) -> bool:
@@ -49,26 +88,42 @@ def store_answer(tx: Tx, state: ApprovalState, outcome: str, user: str | None, n
 
 
 class Approvals(StoreBase):
-    def answer(self, request_id: str, answer: str, user: str, now: int) -> AnswerOutcome:
-        """Answer an approval; return the outcome that stands (see rules.approvals.decide)."""
-        return self.answer_detail(request_id, answer, user, now)[0]
+    def answer(
+        self,
+        request_id: str,
+        answer: str,
+        user: str,
+        now: int,
+        approvers: Sequence[str] | None = None,
+    ) -> AnswerOutcome:
+        """Answer an approval; return the outcome that stands (see rules.approvals.decide).
+
+        `approvers`: who may answer besides the requester, as configured when the answer
+        arrives (the Slack front passes WAKEFUL_APPROVERS); None keeps the list stored with
+        the request."""
+        return self.answer_detail(request_id, answer, user, now, approvers)[0]
 
     def answer_detail(
-        self, request_id: str, answer: str, user: str, now: int
+        self,
+        request_id: str,
+        answer: str,
+        user: str,
+        now: int,
+        approvers: Sequence[str] | None = None,
     ) -> tuple[AnswerOutcome, bool]:
         """`answer`, plus whether this call is the one that stored the outcome (False for a
         second tap, a forbidden user or an unknown request)."""
         if answer not in ("yes", "no"):
             raise InvalidInput(f"answer must be 'yes' or 'no', got {answer!r}")
-        if not isinstance(request_id, str) or not request_id or len(request_id) > 255:
-            raise InvalidInput("an answer needs a request id of 1 to 255 characters")
+        _check_id(request_id)
         if not isinstance(user, str) or not user:
             raise InvalidInput("an answer needs a user")
-        check_name("request id", request_id)
+        if isinstance(approvers, str):
+            raise InvalidInput("approvers is a sequence of user ids, not one string")
         check_name("user", user)
         with self._tx(urgent=True) as tx:
             state = approval_record(tx.one("get_approval_for_update", {"id": request_id}))
-            outcome, action = decide(state, answer, user, now)
+            outcome, action = decide(state, answer, user, now, approvers)
             if action != "store" or state is None:
                 return outcome, False
             if store_answer(tx, state, outcome, user, now):
@@ -78,6 +133,12 @@ class Approvals(StoreBase):
             return stored.answer, False
 
     def approval(self, request_id: str) -> ApprovalState | None:
+        """The approval `request_id` names, or None (also for an id no approval can have:
+        empty, over 255 characters, not valid Unicode, as a tampered click may carry)."""
+        try:
+            _check_id(request_id)
+        except InvalidInput:
+            return None
         with self._tx(write=False) as tx:
             return approval_record(tx.one("get_approval", {"id": request_id}))
 
@@ -88,7 +149,25 @@ class Approvals(StoreBase):
             rows = tx.all("open_approvals", {"tool": tool})
         return [a for r in rows if (a := approval_record(r)) is not None]
 
+    def approval_budget(self, inbox: str) -> ApprovalBudget:
+        """What a run of `inbox` may still ask for under the approval caps (see
+        `ApprovalBudget`); read when the run starts: only the inbox's own runs, one at a
+        time, open its approvals, so the count can only fall before the finish."""
+        require(inbox=inbox)
+        with self._tx(write=False) as tx:
+            row = tx.one("count_open_approvals", {"inbox": inbox})
+        s = self.settings
+        return ApprovalBudget(
+            s.max_approvals_per_run, s.max_open_approvals, int(row["n"]) if row else 0
+        )
+
     def approvals(self, inbox: str) -> list[ApprovalState]:
         with self._tx(write=False) as tx:
             rows = tx.all("inbox_approvals", {"inbox": inbox})
         return [a for r in rows if (a := approval_record(r)) is not None]
+
+
+def _check_id(request_id: str) -> None:
+    if not isinstance(request_id, str) or not request_id or len(request_id) > 255:
+        raise InvalidInput("an answer needs a request id of 1 to 255 characters")
+    check_name("request id", request_id)

@@ -13,7 +13,8 @@ from wakeful.core.effects import Effects, check_json
 from wakeful.core.errors import LeaseLost, SessionUnusable
 from wakeful.core.records import Claim, Event, Lease, RunRecord
 from wakeful.core.rules.lease import decide, holds
-from wakeful.core.store.approvals import request
+from wakeful.core.settings import Settings
+from wakeful.core.store.approvals import request_all
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.outbox import queue
 from wakeful.core.store.rows import (
@@ -303,7 +304,7 @@ class Claims(StoreBase):
                 )
             if changed != 1:
                 raise _Fenced(ev.id)
-        _write_effects(tx, claim.inbox, prepared, now)
+        _write_effects(tx, claim.inbox, prepared, now, self.settings)
         if not claim.events:
             return 0
         finish_seq = self._next_seq(tx, claim.inbox)
@@ -329,7 +330,7 @@ class Claims(StoreBase):
         return [run_record(r) for r in rows]
 
 
-def _write_effects(tx: Tx, inbox: str, p: PreparedEffects, now: int) -> None:
+def _write_effects(tx: Tx, inbox: str, p: PreparedEffects, now: int, settings: Settings) -> None:
     """Everything a run asked for, inside its finish: replies, session, timers, approvals."""
     queue(tx, p.messages, now)
     if p.set_aside_session is not None:
@@ -346,5 +347,4 @@ def _write_effects(tx: Tx, inbox: str, p: PreparedEffects, now: int) -> None:
             tx.run("delete_timer", {"id": f"{inbox}/{name}"})
     for params in p.timers:
         tx.run("upsert_timer", {**params, "now": now})
-    for approval in p.approvals:
-        request(tx, approval, now)
+    request_all(tx, inbox, p.approvals, now, settings)

@@ -190,6 +190,10 @@ SELECT * FROM approvals WHERE id = %(id)s;
 UPDATE approvals SET answer = %(answer)s, answered_by = %(user)s, answered_at = %(now)s
 WHERE id = %(id)s AND answer IS NULL;
 
+-- name: count_open_approvals
+-- How many of an inbox's approvals await an answer: the open cap counts them.
+SELECT COUNT(*) AS n FROM approvals WHERE inbox = %(inbox)s AND answer IS NULL;
+
 -- name: inbox_approvals
 -- An inbox's approvals, oldest first.
 SELECT * FROM approvals WHERE inbox = %(inbox)s ORDER BY created_at, id;

@@ -22,7 +22,7 @@ from wakeful.core.errors import StoreError, StoreUnavailable
 from wakeful.core.store.base import Connector, NewEvent
 from wakeful.core.store.group_commit import GroupCommit
 from wakeful.core.store.sql import AfterCommit, Row, load_migrations, load_queries, repeat_rows
-from wakeful.core.store.sqlite_files import Holder
+from wakeful.core.store.sqlite_files import FileWatch, Holder
 
 _QUERIES = load_queries("sqlite.sql")
 _T = TypeVar("_T")
@@ -137,6 +137,7 @@ class SQLiteConnector(Connector):
         self._closed = False
         self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self._insert_batch)
         self._holder = Holder(self.path)  # `wakeful restore` refuses while this is held
+        self._watch = FileWatch(self.path)  # and a file removed or swapped anyway is noticed
         try:
             if migrate:
                 self._migrate()
@@ -161,7 +162,7 @@ class SQLiteConnector(Connector):
             conn.row_factory = sqlite3.Row
             busy = 0 if urgent else int(self._busy_timeout_ms)
             conn.execute(f"PRAGMA busy_timeout = {busy}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            self._wal(conn)
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             # Checkpoints run as SQLite's own (at 1,000 pages); this truncates the -wal file
             # back to the limit whenever it restarts, so a burst does not leave it large.
@@ -171,11 +172,38 @@ class SQLiteConnector(Connector):
                 # A cap on the file's size: past it, writes fail as on a full disk.
                 conn.execute(f"PRAGMA max_page_count = {self._max_pages}")
         except sqlite3.Error as exc:
+            if conn is not None:
+                conn.close()
             raise translate(exc, self.path) from exc
         setattr(self._local, name, conn)
         with self._lock:
             self._all.append(conn)
+        self._watch.pin()
         return conn
+
+    def _idle_connection(self) -> sqlite3.Connection | None:
+        """A connection of this process outside any transaction (this thread's first): what
+        still reads the store's file after it was removed or replaced at its path."""
+        mine = [getattr(self._local, name, None) for name in ("conn", "urgent")]
+        with self._lock:
+            others = list(self._all)
+        return next((c for c in (*mine, *others) if c is not None and not c.in_transaction), None)
+
+    def _wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL. On a fresh file that another process or thread is
+        switching at the same moment, SQLite answers "locked" at once, without its busy
+        handler: look again until the busy timeout is over."""
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.005)
 
     @contextmanager
     def _gated(self, write: bool, urgent: bool) -> Iterator[None]:
@@ -216,7 +244,9 @@ class SQLiteConnector(Connector):
     @contextmanager
     def _open(self, write: bool, urgent: bool) -> Iterator[sqlite3.Connection]:
         """BEGIN (IMMEDIATE for a write) ... COMMIT on this thread's connection; on any error
-        roll back and re-raise, driver errors translated."""
+        roll back and re-raise, driver errors translated. A write that committed into a file
+        no longer at the store's path fails too (StoreReplaced): it must not be acknowledged."""
+        self._watch.check(self._idle_connection)
         conn = self._connect(urgent and write)
         with self._gated(write, urgent):
             try:
@@ -236,6 +266,8 @@ class SQLiteConnector(Connector):
             except sqlite3.Error as exc:
                 _rollback(conn)
                 raise self._failed(exc, conn) from exc
+        if write:
+            self._watch.check(self._idle_connection)
 
     @contextmanager
     def transaction(self, write: bool = True, urgent: bool = False) -> Iterator[_SqliteTx]:
@@ -250,13 +282,16 @@ class SQLiteConnector(Connector):
         return self._group.submit(event)
 
     def _insert_batch(self, items: Sequence[NewEvent]) -> list[int | None]:
+        self._watch.check(self._idle_connection)
         conn = self._connect(urgent=True)
         with self._gated(write=True, urgent=True):
             try:
                 # The common case, no repeats: one autocommit statement is the whole fsync'd
                 # transaction, one step with the GIL released instead of four (BEGIN, check,
                 # insert, COMMIT) that each wait to get it back from the callers.
-                return list(self._locking(True, lambda: _insert_rows(conn, items)))
+                ids: list[int | None] = list(self._locking(True, lambda: _insert_rows(conn, items)))
+                self._watch.check(self._idle_connection)  # committed where it will be read?
+                return ids
             except sqlite3.IntegrityError:
                 pass  # a key exists (a retry): the statement stored nothing; sort it out below
             except sqlite3.Error as exc:
@@ -281,27 +316,21 @@ class SQLiteConnector(Connector):
         return translate(exc, self.path)
 
     def _migrate(self) -> None:
-        """Apply each packaged migration not yet recorded, the migration and its record in one
-        transaction, so a crash half-way leaves neither."""
-        conn = self._connect()
-        try:
+        """Apply each packaged migration not yet recorded: the check, the migration and its
+        record in one write transaction, so a crash half-way leaves neither, and processes
+        opening a fresh file at once apply each migration once (the others wait for the write
+        lock, then find it recorded)."""
+        with self._open(write=True, urgent=False) as conn:
             conn.execute(_QUERIES["create_migrations_table"])
-            for version, name, script in load_migrations(self.dialect):
-                with self._open(write=True, urgent=False):
-                    done = conn.execute(_QUERIES["migration_applied"], {"version": version})
-                    if done.fetchone():
-                        continue
-                # executescript commits first; starting the script with BEGIN keeps the
-                # migration and its record in one transaction, committed below.
-                try:
-                    conn.executescript("BEGIN IMMEDIATE;\n" + script)
-                    conn.execute(_QUERIES["record_migration"], {"version": version, "name": name})
-                    conn.execute("COMMIT")
-                except sqlite3.Error:
-                    _rollback(conn)
-                    raise
-        except sqlite3.Error as exc:
-            raise translate(exc, self.path) from exc
+        for version, name, script in load_migrations(self.dialect):
+            with self._open(write=True, urgent=False) as conn:
+                if conn.execute(_QUERIES["migration_applied"], {"version": version}).fetchone():
+                    continue
+                # Statement by statement: executescript would commit the open transaction
+                # first, between the check and the migration.
+                for statement in _statements(script):
+                    conn.execute(statement)
+                conn.execute(_QUERIES["record_migration"], {"version": version, "name": name})
 
     def close(self) -> None:
         self._closed = True
@@ -357,6 +386,18 @@ def _rows_sql(name: str, rows: int) -> str:
     """`repeat_rows` built once per batch size: the ingest path runs it thousands of times a
     second."""
     return repeat_rows(_QUERIES, name, rows)
+
+
+def _statements(script: str) -> Iterator[str]:
+    """A migration script's statements one at a time (comments go with the next one)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending
+            pending = ""
+    if pending.strip():
+        yield pending  # trailing comments: nothing to run, but nothing is dropped unseen
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -182,6 +182,10 @@ SELECT * FROM approvals WHERE id = :id;
 UPDATE approvals SET answer = :answer, answered_by = :user, answered_at = :now
 WHERE id = :id AND answer IS NULL;
 
+-- name: count_open_approvals
+-- How many of an inbox's approvals await an answer: the open cap counts them.
+SELECT COUNT(*) AS n FROM approvals WHERE inbox = :inbox AND answer IS NULL;
+
 -- name: inbox_approvals
 -- An inbox's approvals, oldest first.
 SELECT * FROM approvals WHERE inbox = :inbox ORDER BY created_at, id;

@@ -6,6 +6,12 @@ kernel drops it when the process exits, however it exits. A restore needs that l
 and does not wait for it: while any wakeful process holds the store, the restore is refused
 before anything is touched. A process starting while a restore runs waits for it to end.
 
+Should the file be removed or replaced anyway while a process has it open, every transaction
+of that process notices (`FileWatch`: the file's device and inode, checked at each start and
+after each write's commit): from then on it refuses (503, /healthz fails) instead of answering
+500 or acknowledging writes into a file no one will read, copies the store it still has open
+beside it, and says in one log line how to put it back.
+
 The backup uses SQLite's backup API in one step, inside one read transaction: the copy is the
 store as of one commit, taken while writers go on (WAL lets them), never a torn file copy.
 """
@@ -15,15 +21,19 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import logging
 import os
 import sqlite3
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from wakeful.core.errors import InvalidInput, StoreError, StoreUnavailable
+from wakeful.core.errors import InvalidInput, StoreError, StoreReplaced, StoreUnavailable
 from wakeful.core.store.sql import load_migrations
 
+log = logging.getLogger("wakeful")
 LOCK_SUFFIX = "-lock"
 HOLD_WAIT = 30.0
 """Seconds a process opening a store waits for a running restore before giving up."""
@@ -53,7 +63,7 @@ class Holder:
 
     def __init__(self, db: str, wait: float = HOLD_WAIT) -> None:
         self._fd: int | None = None
-        if db == ":memory:" or db.startswith("file:"):
+        if _in_memory(db):
             return  # not a file an operator restores
         path = lock_path(db)
         try:
@@ -82,6 +92,83 @@ class Holder:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)  # closing the descriptor drops the flock
+
+
+class FileWatch:
+    """The store file's identity (device and inode) as this process opened it, checked by
+    every transaction (one `stat`, a few microseconds), so a file removed (`rm`) or swapped
+    (`os.replace` by an old copy) under a running process is noticed before the next write is
+    acknowledged, not after requests fail with `no such table` or land in the wrong file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._opened: tuple[int, int] | None = None
+        self._lost: str | None = None
+        self._lock = threading.Lock()
+
+    def pin(self) -> None:
+        """Remember the file as it is now: called once the store has it open."""
+        if self._opened is None and not _in_memory(self.path):
+            with contextlib.suppress(FileNotFoundError):  # not written yet: the next one
+                st = os.stat(self.path)
+                self._opened = (st.st_dev, st.st_ino)
+
+    def check(self, source: Callable[[], sqlite3.Connection | None]) -> None:
+        """Raise StoreReplaced unless the path still names the file opened. The first time,
+        the store this process still has open (through `source`, an idle connection of its
+        own) is copied to a new file beside it, and one log line says what happened and how
+        to put the store back."""
+        if self._lost is None:
+            if self._opened is None:
+                return
+            try:
+                st = os.stat(self.path)
+                now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            except FileNotFoundError:
+                now = None
+            if now == self._opened:
+                return
+            with self._lock:  # the others wait, so the report is the first line they follow
+                if self._lost is None:
+                    what = "deleted" if now is None else "replaced by another file"
+                    self._report(source, what)
+                    self._lost = what
+        raise StoreReplaced(
+            f"the SQLite store {self.path} was {self._lost} under this process; "
+            "nothing is acknowledged until it is restored and the process restarted"
+        )
+
+    def _report(self, source: Callable[[], sqlite3.Connection | None], what: str) -> None:
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+        saved = f"{self.path}.rescued-{stamp}"
+        kept = False
+        try:
+            conn = source()
+            if conn is not None and not os.path.lexists(saved):
+                _copy(conn, saved)  # the deleted or displaced file is still open here
+                kept = True
+        except Exception as exc:  # the report must go out whatever the copy met
+            log.warning("could not copy the store this process had open: %s", exc)
+        put_back = (
+            f"the store it had open (every event it acknowledged) was copied to {saved}: stop "
+            f"every wakeful process on it, then `wakeful restore {saved}`"
+            if kept
+            else "stop every wakeful process on it and put the right file back with "
+            "`wakeful restore <backup>`"
+        )
+        log.error(
+            "the SQLite store file %s was %s while this process had it open (device %d, inode "
+            "%d): every request is answered 503 and /healthz fails from now on; %s, then start "
+            "wakeful again",
+            self.path,
+            what,
+            *(self._opened or (0, 0)),
+            put_back,
+        )
+
+
+def _in_memory(db: str) -> bool:
+    return db == ":memory:" or db.startswith("file:")
 
 
 @dataclass(frozen=True, slots=True)

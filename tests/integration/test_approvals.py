@@ -132,6 +132,26 @@ def test_an_approver_listed_on_the_request_may_answer(store: Store) -> None:
     assert state is not None and (state.answer, state.answered_by) == ("yes", "U9")
 
 
+def test_the_approvers_that_count_are_the_ones_configured_when_the_answer_arrives(
+    store: Store,
+) -> None:
+    # U8 was an approver when the refund was asked for, then removed from WAKEFUL_APPROVERS:
+    # their click no longer counts. U9, added since, may answer.
+    request(store, "r1", approvers=("U8",))
+    assert store.answer("r1", "yes", "U8", T0 + 10, approvers=("U9",)) == "forbidden"
+    assert answer_events(store) == []
+    state = store.approval("r1")
+    assert state is not None and state.answer is None
+    assert store.answer("r1", "no", "U9", T0 + 20, approvers=("U9",)) == "no"
+    state = store.approval("r1")
+    assert state is not None and (state.answer, state.answered_by) == ("no", "U9")
+    # The requester keeps their say whatever the list is.
+    request(store, "r2", approvers=("U8",))
+    assert store.answer("r2", "yes", "U7", T0 + 30, approvers=()) == "yes"
+    with pytest.raises(InvalidInput, match="sequence of user ids"):
+        store.answer("r2", "yes", "U9", T0 + 40, approvers="U9")
+
+
 def test_never_requested_is_unknown_and_stores_nothing(store: Store) -> None:
     assert store.answer("nope", "yes", "U7", T0) == "unknown"
     assert store.approval("nope") is None
@@ -325,3 +345,74 @@ def expected_outcome(
         if what == "answer" and r == rid and user != "U666":
             return value if now < deadline else "expired"
     return "expired"
+
+
+# -- the caps: asked per run, open per inbox ---------------------------------------------------
+
+CAPS_NOTE = "(WAKEFUL_MAX_APPROVALS_PER_RUN, WAKEFUL_MAX_OPEN_APPROVALS)"
+
+
+def ask_many(store: Store, run: int, orders: int, now: int = T0) -> None:
+    """A run whose agent ignores the caps: it returns `orders` approvals, each with a prompt
+    in C7 (what a custom agent given a 40,000-character message might do)."""
+    approvals = [
+        ApprovalRequest(
+            id=f"cap-{run}-{n}",
+            tool="refund_order",
+            args={"order_id": f"{run}-{n}"},
+            requester="U7",
+            deadline=now + WINDOW,
+            prompt=Message("C7", f"Approval needed: refund order {run}-{n}"),
+        )
+        for n in range(orders)
+    ]
+    store.ingest(INBOX, "slack", f"many-{run}", {"text": "refund order …"}, now)
+    claim = store.acquire_and_claim(INBOX, "W", now)
+    assert claim is not None and claim.events
+    assert store.finish(claim, Effects(approvals=approvals), now, release=True)
+
+
+def prompts_and_notes(store: Store) -> tuple[int, list[str]]:
+    rows = store.outbox(inbox=INBOX)
+    prompts = sum(r.text.startswith("Approval needed") for r in rows)
+    return prompts, [r.text for r in rows if CAPS_NOTE in r.text]
+
+
+def test_the_finish_asks_at_most_the_per_run_cap_and_says_how_many_were_not_asked(
+    store: Store,
+) -> None:
+    ask_many(store, 1, 2222)
+    assert len(store.approvals(INBOX)) == 5
+    prompts, notes = prompts_and_notes(store)
+    assert prompts == 5
+    assert notes == [
+        "I asked for 5 approvals; 2217 more were not asked: at most 5 per message and 20 open "
+        f"at once {CAPS_NOTE}."
+    ]
+    [note] = [r for r in store.outbox(inbox=INBOX) if CAPS_NOTE in r.text]
+    assert (note.channel, note.priority) == ("C7", "urgent")
+
+
+def test_no_more_than_the_open_cap_is_open_in_one_inbox(make_store: MakeStore) -> None:
+    store = make_store(max_approvals_per_run=5, max_open_approvals=12)
+    for run in range(3):
+        ask_many(store, run, 5, T0 + run)
+    open_ids = [a.id for a in store.approvals(INBOX) if a.answer is None]
+    assert len(open_ids) == 12
+    ask_many(store, 3, 2, T0 + 10)  # the inbox is full: nothing is asked
+    assert len(store.approvals(INBOX)) == 12
+    assert store.answer(open_ids[0], "no", "U7", T0 + 20) == "no"  # one place frees up
+    ask_many(store, 4, 3, T0 + 30)
+    assert len([a for a in store.approvals(INBOX) if a.answer is None]) == 12
+    prompts, notes = prompts_and_notes(store)
+    assert prompts == 13
+    caps = f"at most 5 per message and 12 open at once {CAPS_NOTE}."
+    assert notes == [
+        f"I asked for 2 approvals; 3 more were not asked: {caps}",
+        f"2 approvals were not asked: {caps}",
+        f"I asked for 1 approval; 2 more were not asked: {caps}",
+    ]
+    # The budget an agent reads says the same before it asks.
+    budget = store.approval_budget(INBOX)
+    assert (budget.per_run, budget.max_open, budget.open) == (5, 12, 12)
+    assert not budget.take() and budget.note() == f"1 approval was not asked: {caps}"

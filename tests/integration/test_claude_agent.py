@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import T0
+from tests.conftest import T0, MakeStore
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.bot.agents.claude import (
@@ -623,6 +623,28 @@ def test_only_one_approval_is_asked_per_turn_and_allowed_tools_beside_it_run(
     )
     assert "Refunded order 1." in results["toolu_1"]["content"]
     assert_valid_history(world.fake.requests[1]["messages"])
+
+
+def test_past_the_open_approvals_cap_the_model_is_told_and_nothing_is_asked(
+    make_store: MakeStore, fake: FakeAnthropic
+) -> None:
+    world = World(make_store(max_open_approvals=2), fake)
+    for n, order in enumerate(("41", "42", "43")):
+        world.say(f"please refund order {order}")
+        args = {"order_id": order, "reason": "broken"}
+        world.fake.script(api.tool_use("refund_order", args, f"toolu_{n}"))
+        if n == 2:  # the third ask is refused: the model hears why and tells the person
+            world.fake.script(api.text("I can't ask for more approvals until one is answered."))
+        world.tick(T0 + n)
+    assert [a.args["order_id"] for a in world.store.approvals(INBOX)] == ["41", "42"]
+    [refused] = [r for r in tool_results(world.fake.requests[-1]) if r["tool_use_id"] == "toolu_2"]
+    assert refused["is_error"] is True
+    assert refused["content"] == (
+        "1 approval was not asked: at most 5 per message and 2 open at once "
+        "(WAKEFUL_MAX_APPROVALS_PER_RUN, WAKEFUL_MAX_OPEN_APPROVALS). Nothing was done; "
+        "tell the person."
+    )
+    assert world.replies()[-1].text == "I can't ask for more approvals until one is answered."
 
 
 # -- failures --------------------------------------------------------------------------------

@@ -247,8 +247,8 @@ def test_finish_is_all_or_nothing_when_a_write_fails_midway(
     assert claim is not None
     original = claims._write_effects
 
-    def failing(tx, inbox, prepared, now):  # type: ignore[no-untyped-def]
-        original(tx, inbox, prepared, now)
+    def failing(*args):  # type: ignore[no-untyped-def]
+        original(*args)
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(claims, "_write_effects", failing)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.conftest import T0, MakeStore
+from tests.conftest import T0, MakeStore, need_pg
 from wakeful.core.errors import InvalidInput
-from wakeful.core.store import open_store
+from wakeful.core.store import Store, open_store
 from wakeful.core.store.sql import load_migrations
 from wakeful.core.store.sqlite import _QUERIES, SQLiteConnector
 
@@ -77,3 +83,97 @@ def test_upgrading_to_thread_activity_dates_a_thread_by_its_latest_post(tmp_path
     dated = dict(conn.execute("SELECT thread_ts, last_at FROM threads").fetchall())
     conn.close()
     assert dated == {"1.1": T0 + 90, "2.2": T0}
+
+
+# -- opening a fresh store from several processes at once ---------------------------------------
+
+OPENERS = 4
+ROUNDS = 12
+
+
+def _open_each(target: str, schemas: list[str], paths: list[str], barrier: Any, out: Any) -> None:
+    """One opener: for each round, wait for the others, then open (and migrate) that round's
+    fresh store; report every failure."""
+    for i in range(ROUNDS):
+        barrier.wait(timeout=60)
+        try:
+            _open_round(target, schemas, paths, i).close()
+        except Exception as exc:
+            out.put(f"round {i}: {type(exc).__name__}: {exc}")
+    out.put("done")
+
+
+def _open_round(dsn: str, schemas: list[str], paths: list[str], i: int) -> Store:
+    if dsn:
+        return open_store(dsn, schema=schemas[i], pool_size=1)
+    return open_store(paths[i])
+
+
+@contextmanager
+def _fresh_schemas(dsn: str, n: int) -> Iterator[list[str]]:
+    import psycopg
+
+    names = [f"wakeful_mig_{uuid.uuid4().hex[:10]}" for _ in range(n)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name in names:
+            conn.execute(f"CREATE SCHEMA {name}")
+    try:
+        yield names
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for name in names:
+                conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
+def test_processes_opening_a_fresh_store_at_once_never_fail(backend: str, tmp_path: Path) -> None:
+    # Four real processes open the same fresh store at the same moment, twelve times over:
+    # each migration is applied once, and no opener sees "table ... already exists" or a lock
+    # it was not given time to wait for.
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(OPENERS), ctx.Queue()
+    paths = [str(tmp_path / f"fresh-{i}.db") for i in range(ROUNDS)]
+    dsn = need_pg() if backend == "postgres" else ""
+    with _fresh_schemas(dsn, ROUNDS) if dsn else nullcontext([]) as schemas:
+        procs = [
+            ctx.Process(target=_open_each, args=(dsn, schemas, paths, barrier, out))
+            for _ in range(OPENERS)
+        ]
+        for proc in procs:
+            proc.start()
+        reports: list[str] = []
+        while reports.count("done") < OPENERS:
+            reports.append(out.get(timeout=120))
+        for proc in procs:
+            proc.join(30)
+        assert [r for r in reports if r != "done"] == []
+        assert [proc.exitcode for proc in procs] == [0] * OPENERS
+        latest = load_migrations(backend)[-1][0]
+        for i in range(ROUNDS):
+            store = _open_round(dsn, schemas, paths, i)
+            try:
+                assert store.schema_version() == latest
+            finally:
+                store.close()
+
+
+def test_threads_opening_a_fresh_store_at_once_never_fail(tmp_path: Path) -> None:
+    # The same race inside one process (a front and its loops opening one file together).
+    failures: list[str] = []
+    for i in range(ROUNDS):
+        path = tmp_path / f"threads-{i}.db"
+        barrier = threading.Barrier(OPENERS)
+
+        def open_it(path: Path = path, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait(timeout=30)
+            try:
+                open_store(path).close()
+            except Exception as exc:
+                failures.append(f"{type(exc).__name__}: {exc}")
+
+        threads = [threading.Thread(target=open_it) for _ in range(OPENERS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert failures == []

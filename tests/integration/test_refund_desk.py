@@ -723,3 +723,48 @@ def test_digests_held_by_the_gap_go_out_as_one_digest_covering_the_span(
     assert "messages handled: 5" in merged  # summed, not the last period's 0 or 1
     assert len(sent[1].row_ids) == 6
     assert all(r.status == "sent" for r in desk.with_prefix("Digest since"))
+
+
+# -- the approval caps ---------------------------------------------------------------------
+
+CAPS = "(WAKEFUL_MAX_APPROVALS_PER_RUN, WAKEFUL_MAX_OPEN_APPROVALS)"
+
+
+def test_a_message_naming_2222_orders_asks_for_5_and_says_once_how_many_were_not(
+    desk: Desk,
+) -> None:
+    text = " ".join(f"refund order {n:04d}" for n in range(2222))
+    assert len(text) > 39_000
+    desk.say(text)
+    desk.tick()
+    assert [a.args["order_id"] for a in desk.store.approvals(INBOX)] == [
+        "0000",
+        "0001",
+        "0002",
+        "0003",
+        "0004",
+    ]
+    assert sum(r.text.startswith("Approval needed") for r in desk.rows()) == 5
+    [reply] = desk.with_prefix("Handled 1 message.")
+    assert reply.text.splitlines()[1:] == [
+        *(f"Asked for approval to refund order {n:04d}." for n in range(5)),
+        "I asked for 5 approvals; 2217 more were not asked: at most 5 per message and 20 open "
+        f"at once {CAPS}.",
+    ]
+    assert sum(CAPS in r.text for r in desk.rows()) == 1  # told once: the engine had nothing to add
+
+
+def test_past_20_open_approvals_a_refund_is_not_asked_and_the_person_is_told(
+    desk: Desk,
+) -> None:
+    for n in range(4):
+        desk.say(" ".join(f"refund order {n}{k}" for k in range(5)))
+        desk.tick(T0 + n)
+    assert len([a for a in desk.store.approvals(INBOX) if a.answer is None]) == 20
+    desk.say("refund order 77")
+    desk.tick(T0 + 10)
+    assert len(desk.store.approvals(INBOX)) == 20
+    assert desk.texts()[-1] == (
+        "Handled 1 message.\n1 approval was not asked: at most 5 per message and 20 open at "
+        f"once {CAPS}."
+    )

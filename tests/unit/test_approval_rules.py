@@ -33,6 +33,12 @@ def test_requester_and_approver_may_answer() -> None:
     assert decide(state(), "no", "U9", 10) == ("no", "store")
 
 
+def test_the_current_approvers_replace_the_stored_ones() -> None:
+    assert decide(state(), "yes", "U9", 10, approvers=("U5",)) == ("forbidden", "keep")
+    assert decide(state(), "yes", "U5", 10, approvers=("U5",)) == ("yes", "store")
+    assert decide(state(), "no", "U1", 10, approvers=()) == ("no", "store")
+
+
 def test_first_answer_stands() -> None:
     assert decide(state("yes"), "no", "U1", 10) == ("yes", "keep")
     assert decide(state("expired"), "yes", "U1", 10) == ("expired", "keep")

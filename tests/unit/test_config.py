@@ -42,6 +42,8 @@ def test_every_setting_is_read() -> None:
         "WAKEFUL_LEASE_TTL": "30",
         "WAKEFUL_MAX_ATTEMPTS": "5",
         "WAKEFUL_APPROVAL_TTL": "600",
+        "WAKEFUL_MAX_APPROVALS_PER_RUN": "3",
+        "WAKEFUL_MAX_OPEN_APPROVALS": "9",
         "WAKEFUL_APPROVERS": "U01ABC, W02DEF",
         "WAKEFUL_AGENT": "refund-desk",
     }
@@ -65,6 +67,12 @@ def test_every_setting_is_read() -> None:
     assert c.approvers == ("U01ABC", "W02DEF")
     s = c.settings
     assert (s.lease_ttl, s.max_attempts, s.outbox_gap) == (30, 5, 60)
+    assert (s.max_approvals_per_run, s.max_open_approvals) == (3, 9)
+
+
+def test_the_approval_caps_default_to_5_per_run_and_20_open() -> None:
+    s = Config.from_env(BASE).settings
+    assert (s.max_approvals_per_run, s.max_open_approvals) == (5, 20)
 
 
 @pytest.mark.parametrize(
@@ -81,6 +89,8 @@ def test_every_setting_is_read() -> None:
         ({**BASE, "WAKEFUL_LEASE_TTL": "0"}, (), "WAKEFUL_LEASE_TTL"),
         ({**BASE, "WAKEFUL_MAX_ATTEMPTS": "1.5"}, (), "WAKEFUL_MAX_ATTEMPTS"),
         ({**BASE, "WAKEFUL_APPROVAL_TTL": ""}, (), None),
+        ({**BASE, "WAKEFUL_MAX_APPROVALS_PER_RUN": "0"}, (), "WAKEFUL_MAX_APPROVALS_PER_RUN"),
+        ({**BASE, "WAKEFUL_MAX_OPEN_APPROVALS": "many"}, (), "WAKEFUL_MAX_OPEN_APPROVALS"),
         ({**BASE, "WAKEFUL_APPROVERS": "U1,bob"}, (), "WAKEFUL_APPROVERS"),
         ({**BASE, "WAKEFUL_AGENT": "gpt"}, (), "WAKEFUL_AGENT"),
         ({**BASE, "WAKEFUL_BATCH_WINDOW": "soon"}, (), "WAKEFUL_BATCH_WINDOW"),
