@@ -308,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"wakeful: {exc}", file=sys.stderr)
         return 2
-    logs.configure(level, fmt, secret_values(os.environ))
+    logs.configure(level, fmt, secret_values(_env(args)))  # --db's password too
     try:
         code: int = args.func(args)
     except ConfigError as exc:

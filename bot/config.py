@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from wakeful.core.errors import InvalidInput
 from wakeful.core.settings import DAY, DEFAULTS, REDELIVERY_WINDOW, Settings
@@ -28,6 +28,8 @@ SECRET_VARIABLES = (
     "SLACK_APP_TOKEN",
     "SLACK_SIGNING_SECRET",
     "ANTHROPIC_API_KEY",
+    "WAKEFUL_GITHUB_WEBHOOK_SECRET",
+    "WAKEFUL_STRIPE_WEBHOOK_SECRET",
 )
 
 
@@ -208,11 +210,21 @@ def log_level(value: str, where: str = "WAKEFUL_LOG_LEVEL") -> str:
 
 
 def secret_values(env: Mapping[str, str]) -> list[str]:
-    """Every secret a process may hold, so no log line or error can show one."""
+    """Every secret a process may hold, so no log line or error can show one: the secret
+    settings, the database password (`user:password@` or `?password=`) and each secret of
+    WAKEFUL_WEBHOOKS (read leniently: a malformed entry is a secret all the same)."""
     values = [env.get(name, "").strip() for name in SECRET_VARIABLES]
     db = env.get("WAKEFUL_DB", "").strip()
     if "://" in db:
-        values.append(urlparse(db).password or "")
+        try:
+            url = urlparse(db)
+            passwords = [url.password or "", *parse_qs(url.query).get("password", [])]
+        except ValueError:  # not a URL after all (a broken IPv6 host): all of it is the secret
+            passwords = [db]
+        values += [p for raw in passwords for p in (raw, unquote(raw))]
+    for entry in env.get("WAKEFUL_WEBHOOKS", "").split(","):
+        name, eq, secret = entry.strip().partition("=")
+        values.append(secret.strip() if eq else name)
     return [v for v in values if v]
 
 
@@ -335,7 +347,9 @@ def _named_secrets(env: Mapping[str, str]) -> list[tuple[str, str]]:
         if not entry:
             continue
         name, eq, secret = (part.strip() for part in entry.partition("="))
-        if not eq or not secret:
+        if not eq:  # the entry may be a secret pasted without its name: it is not shown
+            raise ConfigError("WAKEFUL_WEBHOOKS entries must be name=secret; one has no '='")
+        if not secret:
             raise ConfigError(
                 f"WAKEFUL_WEBHOOKS entries must be name=secret, got {name!r} without a secret"
             )

@@ -17,6 +17,7 @@ from wakeful.bot import blocks
 from wakeful.bot.agents.common import DIGEST
 from wakeful.bot.blocks import Block
 from wakeful.bot.payloads import REQUEUE
+from wakeful.bot.slack_text import inert
 from wakeful.core.agent import Run
 from wakeful.core.effects import Effects, Message
 from wakeful.core.records import TimerState
@@ -61,7 +62,7 @@ def home_blocks(
     pending += [(a.id, a.tool, a.args, a.requester, a.deadline) for a in effects.approvals]
     for rid, tool, args, requester, deadline in pending[-SHOWN:]:
         summary = f"{tool} {args.get('order_id', '') if isinstance(args, dict) else ''}"
-        out.extend(blocks.approval_prompt(rid, summary.strip(), requester, deadline))
+        out.extend(blocks.approval_prompt(rid, inert(summary.strip()), requester, deadline))
     if not pending:
         out.append(_text("Nothing waits for an answer."))
     timers = store.timers(inbox)
@@ -79,7 +80,9 @@ def home_blocks(
     out.append(_text(_digest_line(store, inbox, timers, effects, now)))
     refunds = store.tool_calls(tool="refund_order", inbox=inbox)[-SHOWN:]
     out.append(_header("Recent refunds"))
-    shown = [f"order {_order(r['args'])} at {blocks.utc(int(r['created_at']))}" for r in refunds]
+    shown = [
+        f"order {inert(_order(r['args']))} at {blocks.utc(int(r['created_at']))}" for r in refunds
+    ]
     out.append(_text("\n".join(reversed(shown)) or "None."))
     if user in approvers:
         out.extend(operator_blocks(store))
@@ -92,10 +95,10 @@ def operator_blocks(store: Store) -> list[Block]:
     out: list[Block] = [_header("Dead letters (approvers only)")]
     for e in dead.events:
         error = (e.error or "")[:200]
-        out.append(_requeue(f"event {e.id} in {e.inbox}: {error}", f"event:{e.id}"))
+        out.append(_requeue(inert(f"event {e.id} in {e.inbox}: {error}"), f"event:{e.id}"))
     for r in dead.outbox:
         error = (r.error or "")[:200]
-        out.append(_requeue(f"outbox row {r.id} to {r.channel}: {error}", f"outbox:{r.id}"))
+        out.append(_requeue(inert(f"outbox row {r.id} to {r.channel}: {error}"), f"outbox:{r.id}"))
     if not dead.events and not dead.outbox:
         out.append(_text("No dead events, no parked posts."))
     return out
@@ -183,7 +186,7 @@ def _digest_setting(session: Any) -> str:
 
 
 def _payload_text(payload: Any) -> str:
-    return str(payload.get("text", "")) if isinstance(payload, dict) else ""
+    return inert(str(payload.get("text", ""))) if isinstance(payload, dict) else ""
 
 
 def _order(args: Any) -> str:

@@ -169,7 +169,7 @@ class Listeners:
         )[0]
         if not all(isinstance(v, str) and v for v in (team, user, channel, stamp)):
             raise InvalidInput("slash command lacks team_id, user_id, channel_id or timestamp")
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         key = f"command:{team}:{user}:{stamp}:{digest}"
         payload = {
             "kind": "command",

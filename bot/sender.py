@@ -27,6 +27,11 @@ from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.rules.outbox import Part
 
 log = logging.getLogger("wakeful.sender")
+_RESPONSE_URL_LOG = logging.getLogger("wakeful.sender.response_url")
+_RESPONSE_URL_LOG.setLevel(logging.INFO)
+"""slack_sdk's WebhookClient logs each request's URL at DEBUG; a slash command's response_url
+is a bearer credential for 30 minutes, so its client logs through this logger, which never
+writes DEBUG lines."""
 EVENT_TYPE = "wakeful_dispatch"
 PER_CHANNEL_INTERVAL = 1.0  # Slack: about one message per second per channel
 TRANSIENT_ERRORS = frozenset(
@@ -136,7 +141,7 @@ class SlackSender:
         works (Slack honours it 5 times within 30 minutes), else chat.postEphemeral."""
         if part.ref:
             try:
-                answer = WebhookClient(part.ref, timeout=10).send(
+                answer = WebhookClient(part.ref, timeout=10, logger=_RESPONSE_URL_LOG).send(
                     text=part.text, response_type="ephemeral"
                 )
                 if answer.status_code == 200:
@@ -212,7 +217,9 @@ class SlackSender:
 
 
 def _content(part: Part, threaded: bool) -> dict[str, Any]:
-    """channel, text, and blocks / thread_ts when the part has them: what every call sends."""
+    """channel, text, and blocks / thread_ts when the part has them: what every call sends.
+    Never `link_names` or `parse`: they would turn the plain words of an escaped text back
+    into pings (bot/slack_text.py)."""
     kwargs: dict[str, Any] = {"channel": part.channel, "text": part.text}
     if part.blocks is not None:
         kwargs["blocks"] = part.blocks

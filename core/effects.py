@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from wakeful.core.errors import InvalidInput
+from wakeful.core.storable import check_name, needs_cleaning, storable_value
 
 Priority = Literal["normal", "urgent"]
 MessageKind = Literal[
@@ -70,6 +71,9 @@ class Message:
         check_json(self.facts, "message facts")
         if self.blocks is not None and len(self.blocks) > SLACK_BLOCK_LIMIT:
             raise InvalidInput(f"a message may carry at most {SLACK_BLOCK_LIMIT} blocks")
+        names = {"channel": self.channel, "thread_ts": self.thread_ts, "ref": self.ref}
+        for what, name in {**names, "user": self.user}.items():
+            check_name(f"message {what}", name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,7 @@ class Timer:
             zone(self.tz)
         if self.kind not in ("once", "every", "daily"):
             raise InvalidInput(f"unknown timer kind {self.kind!r}")
+        check_name("timer name", self.name)
         check_json(self.payload, "timer payload")
 
     @classmethod
@@ -164,6 +169,10 @@ class ApprovalRequest:
             raise InvalidInput("an approval request needs an id, a tool and a requester")
         if not isinstance(self.deadline, int):
             raise InvalidInput("an approval deadline is integer seconds")
+        for what, name in (("id", self.id), ("tool", self.tool), ("requester", self.requester)):
+            check_name(f"approval {what}", name)
+        for approver in self.approvers:
+            check_name("approver", approver)
         check_json(self.args, "approval args")
 
     @property
@@ -202,8 +211,11 @@ _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", "
 
 
 def check_json(value: Any, what: str) -> str:
-    """Serialise `value` or raise InvalidInput; payloads must round-trip through JSON."""
+    """Serialise `value` or raise InvalidInput; payloads must round-trip through JSON. A NUL
+    or a lone surrogate in any of its strings is stored as U+FFFD (core/storable.py), so what
+    one store holds the other holds too."""
     try:
-        return _JSON.encode(value)
+        encoded = _JSON.encode(value)
+        return _JSON.encode(storable_value(value)) if needs_cleaning(encoded) else encoded
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{what} is not JSON-serialisable: {exc}") from exc

@@ -5,7 +5,8 @@ by the worker in a context variable, so a line logged anywhere inside the run (t
 store, the SDKs) carries it without being passed along. `WAKEFUL_LOG_FORMAT=json` writes one
 JSON object per line; the default is a human line with the context appended. Every line, and
 every error the command line prints, goes through `redact` last: known secret values and
-anything shaped like a Slack or Anthropic token or a password in a URL becomes `[redacted]`.
+anything shaped like a Slack or Anthropic token, a Slack response_url or a password in a URL
+(`user:password@` or `?password=`) becomes `[redacted]`.
 """
 
 from __future__ import annotations
@@ -29,8 +30,13 @@ _SHAPES = re.compile(
     r"xox[abeoprs]-[A-Za-z0-9-]+"  # Slack bot / user / config tokens
     r"|xapp-[A-Za-z0-9-]+"  # Slack app-level tokens
     r"|sk-ant-[A-Za-z0-9_-]+"  # Anthropic keys
+    r"|https?://hooks\.slack\.com/[^\s'\"<>,]+"  # response_urls and incoming webhooks
+    r"|https?%3A%2F%2Fhooks\.slack\.com%2F[^\s&'\"<>,]+",  # the same, form-encoded
+    re.IGNORECASE,
 )
-_URL_PASSWORD = re.compile(r"(://[^:/@\s]+):[^@\s]*@")
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*):[^@\s]*@")
+_PARAM_PASSWORD = re.compile(r"([?&;\s](?:ssl)?password=)[^&;\s'\"]*", re.IGNORECASE)
+"""`?password=...` in a PostgreSQL URL (and `password=...` in a libpq keyword string)."""
 _secrets: list[str] = []
 _secrets_lock = threading.Lock()
 MASK = "[redacted]"
@@ -66,6 +72,7 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, MASK)
     text = _SHAPES.sub(MASK, text)
+    text = _PARAM_PASSWORD.sub(rf"\1{MASK}", text)
     return _URL_PASSWORD.sub(rf"\1:{MASK}@", text)
 
 

@@ -17,12 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from wakeful.bot.agents.common import TzLookup
+from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.bot.config import Config, WebhookSource
 from wakeful.bot.front import EVENTS_PATH, SlackFront
 from wakeful.bot.home import as_text
 from wakeful.bot.runtime import Runtime, http_server, serve_in_thread
 from wakeful.core.settings import Settings
-from wakeful.core.store import open_store
+from wakeful.core.store import Store, open_store
 from wakeful.devtools.emulator import Call, EventSender, SlackEmulator
 from wakeful.devtools.webhooks import WebhookSender, stripe_event
 
@@ -34,6 +36,20 @@ ROOM = "C0REFUNDS"
 OPS = "C0OPS"
 GITHUB_SECRET, STRIPE_SECRET = "demo-github-secret", "whsec_demo"
 GAP, APPROVAL_TTL = 6, 4
+QUICK_DESK = "wakeful.devtools.demo:quick_desk"
+"""WAKEFUL_AGENT for the refund desk with digests every second (the demo, fast tests)."""
+
+
+def quick_desk(config: Config, store: Store, tz_lookup: TzLookup) -> RefundDesk:
+    """The refund desk allowing a digest every second, so a session of a minute can show
+    digests; in production the desk sets none more often than every MIN_DIGEST_SECONDS."""
+    return RefundDesk(
+        store,
+        approvers=config.approvers,
+        tz_lookup=tz_lookup,
+        quiet_digests=config.quiet_digests,
+        min_digest=1,
+    )
 
 
 class DemoFailed(Exception):
@@ -172,6 +188,7 @@ class Demo:
                 signing_secret=SECRET,
                 api_url=self.emu.api_url,
                 db=str(Path(tmp) / "demo.db"),
+                agent=QUICK_DESK,
                 batch_window=0.4,
                 settings=Settings(outbox_gap=GAP, lease_ttl=30, approval_ttl=APPROVAL_TTL),
                 webhooks=(

@@ -13,13 +13,18 @@ from typing import Any
 from wakeful.bot import blocks
 from wakeful.bot.agents.common import (
     DIGEST,
+    MIN_DIGEST_SECONDS,
     TzLookup,
     approval_prompt,
+    digest_too_often,
     outcome_update,
+    refund_already,
+    refund_once,
     status_text,
     user_zone,
 )
-from wakeful.bot.agents.conversation import Block, mrkdwn, safe_id, tool_result
+from wakeful.bot.agents.conversation import Block, safe_id, tool_result
+from wakeful.bot.slack_text import inert
 from wakeful.core.agent import Policy, Run, Tool, Toolbox, ToolResult
 from wakeful.core.effects import ApprovalRequest, Effects, Priority, Timer
 from wakeful.core.errors import InvalidInput
@@ -61,7 +66,7 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
             "type": "object",
             "properties": {
                 "mode": {"type": "string", "enum": ["every", "daily", "off"]},
-                "every_seconds": {"type": "integer", "minimum": 60},
+                "every_seconds": {"type": "integer", "minimum": MIN_DIGEST_SECONDS},
                 "daily_at": {"type": "string", "description": "HH:MM, 24-hour clock."},
             },
             "required": ["mode"],
@@ -166,6 +171,9 @@ class ClaudeTools:
         The id comes from the batch's first event and the tool_use id, so a retried run asks
         under the same id and the store keeps one approval, one prompt, one expiry."""
         order, reason = refund_args(args)
+        asking = [(a.id, a.args) for a in ctx.fx.approvals]
+        if already := refund_already(self.store, order, asking, ctx.run.now):
+            raise ToolInputError(already)
         if ctx.channel is None:
             raise ToolInputError("There is no conversation to ask for approval in.")
         if ctx.budget is None:
@@ -173,7 +181,7 @@ class ClaudeTools:
         if not ctx.budget.take():
             raise ToolInputError(f"{ctx.budget.note(1)} Nothing was done; tell the person.")
         request_id = f"claude-{ctx.run.events[0].id}-{safe_id(tool_use_id)}"
-        summary = f"refund order {mrkdwn(order)}" + (f" ({mrkdwn(reason)})" if reason else "")
+        summary = f"refund order {inert(order)}" + (f" ({inert(reason)})" if reason else "")
         deadline = ctx.run.now + self.approval_ttl
         prompt = approval_prompt(
             ctx.channel, ctx.thread_ts, request_id, summary, ctx.user, deadline
@@ -210,7 +218,7 @@ class ClaudeTools:
             "args": p.get("args") if isinstance(p.get("args"), dict) else {},
             "channel": ctx.channel,
             "thread_ts": ctx.thread_ts,
-            "summary": f"{p.get('tool')} {json.dumps(p.get('args'))}",
+            "summary": inert(f"{p.get('tool')} {json.dumps(p.get('args'))}"),
         }
         tool, answer, who = str(note["tool"]), p.get("answer"), p.get("user")
         if answer == "yes":
@@ -250,9 +258,10 @@ class ClaudeTools:
         """Runs only after a yes, with the request id as `key`: recorded once, so a retried
         run never refunds twice."""
         order, reason = refund_args(args)
-        first = self.store.record_tool_call(
-            key, "refund_order", {"order_id": order, "reason": reason}, ctx.run.inbox, ctx.run.now
-        )
+        call_args = {"order_id": order, "reason": reason}
+        first, already = refund_once(self.store, order, key, call_args, ctx.run.inbox, ctx.run.now)
+        if already is not None:
+            raise ToolInputError(already)
         if first:
             return f"Refunded order {order}."
         return f"Refunded order {order} (already recorded under request {key}; not repeated)."
@@ -289,8 +298,10 @@ class ClaudeTools:
         payload = {"kind": DIGEST, "channel": ctx.channel, "thread_ts": ctx.thread_ts}
         if mode == "every":
             every = args.get("every_seconds")
-            if not isinstance(every, int) or isinstance(every, bool) or every < 60:
-                raise ToolInputError("every_seconds must be a whole number of at least 60.")
+            if not isinstance(every, int) or isinstance(every, bool):
+                raise ToolInputError("every_seconds must be a whole number.")
+            if too_often := digest_too_often(every):
+                raise ToolInputError(too_often)
             ctx.fx.timers.append(Timer.every(DIGEST, every, ctx.run.now + every, payload))
             ctx.state["digest"] = {"every": every}
             return f"Digest set: every {every} seconds, first at {blocks.utc(ctx.run.now + every)}."

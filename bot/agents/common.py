@@ -4,11 +4,13 @@ zone. One place, so the two agents cannot drift apart."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from wakeful.bot import blocks
 from wakeful.bot.config import OWN_SOURCES
+from wakeful.bot.slack_text import inert
 from wakeful.bot.webhooks import channel_inbox
 from wakeful.core.effects import Message
 from wakeful.core.errors import InvalidInput, SessionUnusable
@@ -19,7 +21,20 @@ from wakeful.core.store import Store
 
 DIGEST = "digest"
 """The timer name of an inbox's digest."""
+MIN_DIGEST_SECONDS = 60
+"""The shortest digest period either built-in agent sets: a digest every second would be a
+post every second in someone's conversation."""
 TzLookup = Callable[[str], str]
+
+
+def digest_too_often(every: int, minimum: int = MIN_DIGEST_SECONDS) -> str | None:
+    """Why a digest every `every` seconds is not set, or None when it may be."""
+    if every >= minimum:
+        return None
+    return (
+        f"Digest not set: every {plural(every, 'second')} is too often; the shortest period "
+        f"is {plural(minimum, 'second')} (e.g. `digest every 1 hour`)."
+    )
 
 
 def plural(n: int, word: str) -> str:
@@ -73,7 +88,7 @@ def unusable_session(reason: str, events: Sequence[Event]) -> SessionUnusable:
     target = reply_target(events)
     notice = None
     if target is not None:
-        text = SESSION_RESET.format(reason=reason)
+        text = SESSION_RESET.format(reason=inert(reason))
         notice = Message(target[0], text, thread_ts=target[1], priority="urgent")
     return SessionUnusable(reason, notice)
 
@@ -214,7 +229,7 @@ def status_text(store: Store, inbox: str) -> str:
     open_approvals = [a for a in store.approvals(inbox) if a.answer is None]
     if open_approvals:
         described = "; ".join(
-            f"{a.id} ({a.tool} {a.args.get('order_id', '')}, expires {blocks.utc(a.deadline)})"
+            inert(f"{a.id} ({a.tool} {_order_id(a.args)}, expires {blocks.utc(a.deadline)})")
             for a in open_approvals
         )
         lines.append(f"Open approvals: {described}")
@@ -229,11 +244,77 @@ def status_text(store: Store, inbox: str) -> str:
     return "\n".join(lines)
 
 
+REFUND_TOOL = "refund_order"
+ORDER_REFUNDED = "refund_order:once"
+"""The tool name of the one record per refunded order (key `refund_order:<order id>`), written
+before the refund itself: whichever request writes it first is the one that refunds."""
+ALREADY_REFUNDED = "Order {order} was already refunded on {when} (request {request})."
+ALREADY_WAITING = (
+    "Order {order} is already waiting for approval (request {request}); I did not ask again."
+)
+
+
+def refunded_key(order: str) -> str:
+    return f"{REFUND_TOOL}:{order}"
+
+
+def refund_already(
+    store: Store, order: str, asking: Collection[tuple[str, Any]] = (), now: int = 0
+) -> str | None:
+    """The answer to a request to refund `order` when it must not be asked for again: the
+    order was refunded, or an approval for it is open (in the store, or among `asking`, the
+    (request id, args) this run is about to ask for); None when it may be asked."""
+    first = store.tool_call(refunded_key(order))
+    if first is not None:
+        return _already_refunded(order, first)
+    open_ = [(a.id, a.args) for a in store.open_approvals(REFUND_TOOL) if a.deadline > now]
+    for request_id, args in [*open_, *asking]:
+        if isinstance(args, dict) and str(args.get("order_id")) == order:
+            return ALREADY_WAITING.format(order=inert(order), request=inert(request_id))
+    return None
+
+
+def refund_once(
+    store: Store, order: str, request_id: str, args: Mapping[str, Any], inbox: str, now: int
+) -> tuple[bool, str | None]:
+    """Refund `order` under `request_id` (the approval's id, so a retried run refunds once).
+    Returns (refunded by this call, the line saying which other request refunded the order
+    first, or None): two approvals for one order refund it once."""
+    store.record_tool_call(
+        refunded_key(order), ORDER_REFUNDED, {"order_id": order, "request": request_id}, inbox, now
+    )
+    first = store.tool_call(refunded_key(order))
+    if first is not None and _request_of(first) != request_id:
+        return False, _already_refunded(order, first)
+    return store.record_tool_call(request_id, REFUND_TOOL, dict(args), inbox, now), None
+
+
+def _request_of(record: Mapping[str, Any]) -> str:
+    try:
+        args = json.loads(record["args"])
+    except (TypeError, ValueError):
+        return ""
+    return str(args.get("request", "")) if isinstance(args, dict) else ""
+
+
+def _already_refunded(order: str, record: Mapping[str, Any]) -> str:
+    when = blocks.utc(int(record["created_at"]))
+    return ALREADY_REFUNDED.format(
+        order=inert(order), when=when, request=inert(_request_of(record) or "?")
+    )
+
+
 def dead_letters_text(store: Store, limit: int = 10) -> str:
     """Dead events and parked outbox rows with their errors, for an approver's eyes."""
     dead = store.dead_letters(limit=limit)
     lines = [f"Dead events: {len(dead.events)}"]
-    lines += [f"- event {e.id} ({e.inbox}): {(e.error or '')[:200]}" for e in dead.events]
+    lines += [inert(f"- event {e.id} ({e.inbox}): {(e.error or '')[:200]}") for e in dead.events]
     lines.append(f"Parked posts: {len(dead.outbox)}")
-    lines += [f"- outbox {r.id} to {r.channel}: {(r.error or '')[:200]}" for r in dead.outbox]
+    lines += [
+        inert(f"- outbox {r.id} to {r.channel}: {(r.error or '')[:200]}") for r in dead.outbox
+    ]
     return "\n".join(lines)
+
+
+def _order_id(args: Any) -> str:
+    return str(args.get("order_id", "")) if isinstance(args, dict) else ""

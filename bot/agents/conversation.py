@@ -15,7 +15,6 @@ NO_REPLY = "NO_REPLY"
 TEXT_CAP = 4000
 """Characters of one incoming message or payload given to the model; the rest is cut."""
 _OUR_TAGS = re.compile(r"<(\s*/?\s*(?:untrusted|wakeful)_)", re.IGNORECASE)
-_BROADCAST = re.compile(r"<!(channel|here|everyone|subteam\^[A-Z0-9]+)(\|[^>]*)?>")
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
 _THINKING = ("thinking", "redacted_thinking")
 
@@ -149,15 +148,6 @@ def label_attrs(**values: Any) -> str:
         for k, v in values.items()
         if v not in (None, "")
     )
-
-
-def defuse(text: str) -> str:
-    """A reply must not page a whole channel because a message talked the model into it."""
-    return _BROADCAST.sub(lambda m: "@" + m.group(1).split("^")[0], text)
-
-
-def mrkdwn(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def safe_id(raw: str) -> str:

@@ -14,19 +14,24 @@ from typing import Any
 
 from wakeful.bot.agents.common import (
     DIGEST,
+    MIN_DIGEST_SECONDS,
     TzLookup,
     approval_prompt,
     dead_letters_text,
     digest_lines,
+    digest_too_often,
     fresh_stats,
     outcome_update,
     plural,
+    refund_already,
+    refund_once,
     reply_thread,
     status_text,
     unusable_session,
     user_zone,
 )
 from wakeful.bot.agents.webhook_report import is_webhook, report_line
+from wakeful.bot.slack_text import inert
 from wakeful.core.agent import Run, Tool, Toolbox
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
 from wakeful.core.records import Event
@@ -83,7 +88,9 @@ def _load(session: Any, now: int, events: tuple[Event, ...]) -> dict[str, Any]:
 
 
 class RefundDesk:
-    """The default agent. `tz_lookup` maps a Slack user id to an IANA zone (users.info)."""
+    """The default agent. `tz_lookup` maps a Slack user id to an IANA zone (users.info);
+    `min_digest` is the shortest digest period it sets (the demo lowers it to show digests
+    in seconds)."""
 
     def __init__(
         self,
@@ -92,9 +99,11 @@ class RefundDesk:
         approvers: tuple[str, ...] = (),
         tz_lookup: TzLookup | None = None,
         quiet_digests: bool = True,
+        min_digest: int = MIN_DIGEST_SECONDS,
     ) -> None:
         self.store = store
         self.quiet_digests = quiet_digests
+        self.min_digest = min_digest
         self.approval_ttl = approval_ttl or store.settings.approval_ttl
         self.approvers = approvers
         self.tz_lookup = tz_lookup or (lambda _user: "UTC")
@@ -107,10 +116,12 @@ class RefundDesk:
         self._now = 0
         self._budget = ApprovalBudget(0, 0, 0)
 
-    def _refund(self, args: Mapping[str, Any], key: str) -> bool:
+    def _refund(self, args: Mapping[str, Any], key: str) -> str | None:
         """The default refund tool: records the refund under the approval's request id, so a
-        retried run refunds once. Returns False when this key was already refunded."""
-        return self.store.record_tool_call(key, "refund_order", dict(args), self._inbox, self._now)
+        retried run refunds once, and once per order (bot/agents/common.py). Returns None
+        when this request refunded the order, else the line saying which one did."""
+        order = str(args.get("order_id", ""))
+        return refund_once(self.store, order, key, args, self._inbox, self._now)[1]
 
     # -- the run --------------------------------------------------------------------------
 
@@ -189,14 +200,20 @@ class RefundDesk:
         skipped = self._budget.skipped
         for n, match in enumerate(REFUND.finditer(text)):
             order = match.group(1)
+            # The pattern admits no <, > or &: the id is shown through inert all the same.
+            shown = inert(order)
             request_id = f"refund-{e.id}-{n}"
             outcome = self.tools.call("refund_order", {"order_id": order}, request_id)
             if outcome.status == "refused":
-                lines.append(f"I am not allowed to refund order {order}.")
+                lines.append(f"I am not allowed to refund order {shown}.")
+                continue
+            asking = [(a.id, a.args) for a in fx.approvals]
+            if already := refund_already(self.store, order, asking, run.now):
+                lines.append(already)
                 continue
             if not self._budget.take():
                 continue  # over a cap: counted, and said once below
-            summary = f"refund order {order}"
+            summary = f"refund order {shown}"
             deadline = run.now + self.approval_ttl
             prompt = approval_prompt(channel, thread, request_id, summary, user, deadline)
             fx.approvals.append(
@@ -217,7 +234,7 @@ class RefundDesk:
                 "thread_ts": thread,
                 "summary": summary,
             }
-            lines.append(f"Asked for approval to refund order {order}.")
+            lines.append(f"Asked for approval to refund order {shown}.")
         if note := self._budget.note(self._budget.skipped - skipped):
             lines.append(note)
         if m := REMIND.search(text):
@@ -225,13 +242,16 @@ class RefundDesk:
             what = m.group(3).strip()
             payload = {"kind": "reminder", "text": what, "channel": channel, "thread_ts": thread}
             fx.timers.append(Timer.once(f"remind-{e.id}", run.now + delay, payload))
-            lines.append(f"I'll remind you in {m.group(1)} {m.group(2)}: {what}")
+            lines.append(f"I'll remind you in {m.group(1)} {m.group(2)}: {inert(what)}")
         if m := DIGEST_EVERY.search(text):
             every = _seconds(m.group(1), m.group(2))
-            payload = {"kind": DIGEST, "channel": channel, "thread_ts": thread}
-            fx.timers.append(Timer.every(DIGEST, every, run.now + every, payload))
-            state["digest"] = {"every": every}
-            lines.append(f"Digest set: every {m.group(1)} {m.group(2)}.")
+            if too_often := digest_too_often(every, self.min_digest):
+                lines.append(too_often)
+            else:
+                payload = {"kind": DIGEST, "channel": channel, "thread_ts": thread}
+                fx.timers.append(Timer.every(DIGEST, every, run.now + every, payload))
+                state["digest"] = {"every": every}
+                lines.append(f"Digest set: every {m.group(1)} {m.group(2)}.")
         elif m := DIGEST_DAILY.search(text):
             hh, mm = int(m.group(1)), int(m.group(2))
             if hh > 23 or mm > 59:
@@ -260,16 +280,18 @@ class RefundDesk:
             "args": p.get("args") or {},
             "channel": (state.get("home") or {}).get("channel"),
             "thread_ts": None,
-            "summary": f"{p.get('tool')} {p.get('args')}",
+            "summary": inert(f"{p.get('tool')} {p.get('args')}"),
         }
-        order = call["args"].get("order_id", "?")
+        order = inert(str(call["args"].get("order_id", "?")))
         channel, thread = call["channel"], call["thread_ts"]
         answer = p["answer"]
         if answer == "yes":
-            self.tools.run_approved("refund_order", call["args"], request_id)
+            already = self.tools.run_approved("refund_order", call["args"], request_id).value
             state["stats"]["approved"] += 1
-            state["stats"]["refunds"] += 1
-            text = f"Refunded order {order}."
+            state["stats"]["refunds"] += 1 if already is None else 0
+            text = (
+                f"Refunded order {order}." if already is None else f"{already} Not refunded again."
+            )
         elif answer == "no":
             state["stats"]["denied"] += 1
             text = f"Refund for order {order} denied; nothing was done."
@@ -299,7 +321,12 @@ class RefundDesk:
             return
         if body.get("kind") == "reminder":
             fx.messages.append(
-                Message(channel, f"Reminder: {body.get('text', '')}", thread, priority="urgent")
+                Message(
+                    channel,
+                    f"Reminder: {inert(str(body.get('text', '')))}",
+                    thread,
+                    priority="urgent",
+                )
             )
         elif body.get("kind") == DIGEST:
             facts = self._digest(run, p, state)

@@ -5,8 +5,8 @@ them): what happened, where, and a link, in the words of the contract:
 - Stripe: `Stripe <type> <object id>` plus the amount and currency where the object has them
 - any other source: `<name> delivery <id>`
 
-Every value comes from outside, so each is cut to one short line and escaped for Slack's mrkdwn:
-an issue titled `<!channel>` is shown, never obeyed.
+Every value comes from outside, so each is cut to one short line and made inert for Slack
+(bot/slack_text.py): an issue titled `<!channel>` is shown, never obeyed.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from wakeful.bot.agents.conversation import mrkdwn
+from wakeful.bot.slack_text import inert
 from wakeful.core.records import Event
 
 TITLE_CAP = 150
@@ -119,8 +119,8 @@ def _text(parent: Mapping[str, Any], key: str) -> str:
 
 
 def _clean(text: str) -> str:
-    """One line, at most TITLE_CAP characters, escaped for mrkdwn."""
+    """One line, at most TITLE_CAP characters, inert in Slack."""
     text = " ".join(text.split())
     if len(text) > TITLE_CAP:
         text = text[: TITLE_CAP - 1] + "…"
-    return mrkdwn(text)
+    return inert(text)

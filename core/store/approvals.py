@@ -15,6 +15,7 @@ from wakeful.core.errors import InvalidInput
 from wakeful.core.records import AnswerOutcome, ApprovalState
 from wakeful.core.rules.approvals import ApprovalBudget, decide, not_asked
 from wakeful.core.settings import Settings
+from wakeful.core.storable import check_name
 from wakeful.core.store.base import StoreBase, insert_event
 from wakeful.core.store.outbox import queue
 from wakeful.core.store.rows import PreparedApproval, approval_record, message_params, require
@@ -119,10 +120,7 @@ class Approvals(StoreBase):
             raise InvalidInput("an answer needs a user")
         if isinstance(approvers, str):
             raise InvalidInput("approvers is a sequence of user ids, not one string")
-        try:
-            user.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidInput("request id or user is not valid Unicode") from exc
+        check_name("user", user)
         with self._tx(urgent=True) as tx:
             state = approval_record(tx.one("get_approval_for_update", {"id": request_id}))
             outcome, action = decide(state, answer, user, now, approvers)
@@ -143,6 +141,13 @@ class Approvals(StoreBase):
             return None
         with self._tx(write=False) as tx:
             return approval_record(tx.one("get_approval", {"id": request_id}))
+
+    def open_approvals(self, tool: str | None = None) -> list[ApprovalState]:
+        """Approvals of every inbox that no one has answered yet (expired ones too, until their
+        expiry is stored), of one tool or all, soonest deadline first."""
+        with self._tx(write=False) as tx:
+            rows = tx.all("open_approvals", {"tool": tool})
+        return [a for r in rows if (a := approval_record(r)) is not None]
 
     def approval_budget(self, inbox: str) -> ApprovalBudget:
         """What a run of `inbox` may still ask for under the approval caps (see
@@ -165,7 +170,4 @@ class Approvals(StoreBase):
 def _check_id(request_id: str) -> None:
     if not isinstance(request_id, str) or not request_id or len(request_id) > 255:
         raise InvalidInput("an answer needs a request id of 1 to 255 characters")
-    try:
-        request_id.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInput("request id or user is not valid Unicode") from exc
+    check_name("request id", request_id)

@@ -292,6 +292,16 @@ WHERE (%(tool)s::text IS NULL OR tool = %(tool)s::text)
   AND (%(inbox)s::text IS NULL OR inbox = %(inbox)s::text)
 ORDER BY created_at, key;
 
+-- name: get_tool_call
+-- One recorded side effect, by its idempotency key.
+SELECT * FROM tool_calls WHERE key = %(key)s;
+
+-- name: open_approvals
+-- Approvals no one has answered yet, of one tool or all, soonest deadline first.
+SELECT * FROM approvals
+WHERE answer IS NULL AND (%(tool)s::text IS NULL OR tool = %(tool)s::text)
+ORDER BY deadline, id;
+
 -- name: listen_work
 -- Wake on every event any host stores (insert_event notifies this channel).
 LISTEN wakeful_work;

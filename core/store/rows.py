@@ -21,6 +21,7 @@ from wakeful.core.records import (
 from wakeful.core.rules.approvals import expiry_timer_id
 from wakeful.core.rules.schedule import first_occurrence
 from wakeful.core.settings import MAX_PAYLOAD_BYTES
+from wakeful.core.storable import check_name, storable
 from wakeful.core.store.sql import Row
 
 Params = dict[str, Any]
@@ -29,25 +30,23 @@ Params = dict[str, Any]
 
 
 def require(**fields: str) -> None:
-    """Each field must be a non-empty string, or InvalidInput names it."""
+    """Each field must be a non-empty string both stores can hold, or InvalidInput names it."""
     for name, value in fields.items():
         if not isinstance(value, str) or not value:
             raise InvalidInput(f"{name} must be a non-empty string, got {value!r}")
+        check_name(name, value)
 
 
 def event_body(inbox: str, source: str, source_id: str, payload: Any) -> str:
-    """The payload's JSON, after checking the key and the size; InvalidInput otherwise."""
+    """The payload's JSON, after checking the key and the size; InvalidInput otherwise. A NUL
+    or lone surrogate in the key is refused; in the payload it becomes U+FFFD, so no agent
+    ever reads one (core/storable.py)."""
     require(inbox=inbox, source=source, source_id=source_id)
     for name, value in (("inbox", inbox), ("source", source), ("source_id", source_id)):
         if len(value) > 512:
             raise InvalidInput(f"{name} is longer than 512 characters")
     body = check_json(payload, "payload")
-    try:
-        size = len(body.encode("utf-8"))
-        for value in (inbox, source, source_id):
-            value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInput(f"text is not valid Unicode (lone surrogate?): {exc.reason}") from exc
+    size = len(body.encode("utf-8"))
     if size > MAX_PAYLOAD_BYTES:
         raise InvalidInput(f"payload is {size} bytes of JSON; the cap is {MAX_PAYLOAD_BYTES}")
     return body
@@ -62,7 +61,7 @@ def message_params(inbox: str, m: Message, ref: str | None = None) -> Params:
         "kind": m.kind,
         "channel": m.channel,
         "thread_ts": m.thread_ts or "",
-        "text": m.text,
+        "text": storable(m.text),
         "blocks": None if m.blocks is None else check_json(m.blocks, "blocks"),
         "priority": m.priority,
         "ref": m.ref or ref,
@@ -125,7 +124,11 @@ class PreparedEffects:
 
 def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
     """Validate and serialise everything before the transaction opens, so it stays short and a
-    malformed effect fails the run without touching the store."""
+    malformed effect fails the run without touching the store. Text a store cannot hold
+    becomes U+FFFD here (error texts in place: the finish writes them from `effects`)."""
+    for errors in (effects.failed, effects.dead):
+        for event_id, error in errors.items():
+            errors[event_id] = storable(str(error))
     approvals = [
         PreparedApproval(
             request={
@@ -145,9 +148,11 @@ def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
     return PreparedEffects(
         messages=[message_params(inbox, m) for m in effects.messages],
         session=check_json(effects.session, "session") if effects.save_session else None,
-        set_aside_session=effects.set_aside_session,
+        set_aside_session=None
+        if effects.set_aside_session is None
+        else storable(effects.set_aside_session),
         timers=[timer_params(inbox, t, now) for t in effects.timers],
-        cancel=list(effects.cancel_timers),
+        cancel=[storable(name) for name in effects.cancel_timers],  # such a name matches none
         approvals=approvals,
     )
 

@@ -283,6 +283,16 @@ SELECT * FROM tool_calls
 WHERE (:tool IS NULL OR tool = :tool) AND (:inbox IS NULL OR inbox = :inbox)
 ORDER BY created_at, key;
 
+-- name: get_tool_call
+-- One recorded side effect, by its idempotency key.
+SELECT * FROM tool_calls WHERE key = :key;
+
+-- name: open_approvals
+-- Approvals no one has answered yet, of one tool or all, soonest deadline first.
+SELECT * FROM approvals
+WHERE answer IS NULL AND (:tool IS NULL OR tool = :tool)
+ORDER BY deadline, id;
+
 -- name: listen_work
 -- Wake on every event another process stores: SQLite cannot, so workers elsewhere poll.
 SELECT 1 AS ok;

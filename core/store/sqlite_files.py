@@ -37,6 +37,17 @@ log = logging.getLogger("wakeful")
 LOCK_SUFFIX = "-lock"
 HOLD_WAIT = 30.0
 """Seconds a process opening a store waits for a running restore before giving up."""
+PRIVATE = 0o600
+"""The mode of every file wakeful creates for a store: the store holds people's messages and
+a slash command's response_url, so only its owner reads it. SQLite gives the -wal, -shm and
+-journal files the database file's own mode."""
+
+
+def create_private(path: str) -> None:
+    """Create `path` empty and readable by its owner only, unless it exists (an existing
+    file keeps the mode its operator gave it). SQLite then opens it as a new database."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE))
 
 
 class StoreHeld(StoreError):
@@ -56,7 +67,11 @@ class Holder:
             return  # not a file an operator restores
         path = lock_path(db)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            create_private(db)  # the first process to open a store creates it: owner only
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create the SQLite store {db}: {exc}") from exc
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE)
         except OSError as exc:
             raise StoreUnavailable(f"cannot open the store's lock file {path}: {exc}") from exc
         deadline = time.monotonic() + wait
@@ -269,7 +284,12 @@ def _integrity(conn: sqlite3.Connection, path: str) -> None:
 
 
 def _copy(src: sqlite3.Connection, path: str) -> None:
-    """Every page of `src` into a new file, in one step: one read transaction, one snapshot."""
+    """Every page of `src` into a new file (owner only), in one step: one read transaction, one
+    snapshot."""
+    try:
+        create_private(path)
+    except OSError as exc:
+        raise StoreError(f"cannot create {path}: {exc}") from exc
     dst = sqlite3.connect(path, isolation_level=None)
     try:
         src.backup(dst, pages=-1)
@@ -296,7 +316,7 @@ def _check(path: str, shown: str) -> int:
 def _exclusive(target: str) -> int:
     """The sidecar lock, exclusively, at once: StoreHeld when any process holds the store."""
     path = lock_path(target)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from wakeful.core.effects import Message
+from wakeful.core.storable import is_storable
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.rows import message_params, require
 from wakeful.core.store.sql import Tx
@@ -47,7 +48,10 @@ class Threads(StoreBase):
 
     def takes_part(self, channel: str, thread_ts: str) -> bool:
         """Whether the bot posted in or was mentioned in this thread: one read by primary key,
-        no write lock, so the listener can drop the channel's other messages for free."""
+        no write lock, so the listener can drop the channel's other messages for free. A name
+        no store can hold names no thread the bot is in (and is not sent to the store)."""
+        if not (is_storable(channel) and is_storable(thread_ts)):
+            return False
         with self._tx(write=False) as tx:
             return tx.one("known_thread", {"channel": channel, "thread_ts": thread_ts}) is not None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from wakeful.core.effects import check_json
+from wakeful.core.storable import check_name, is_storable
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.rows import require
 from wakeful.core.store.sql import Row
@@ -16,6 +17,7 @@ class ToolCalls(StoreBase):
         """Record a side effect under an idempotency key; False if it was already recorded, in
         which case the tool must not act again."""
         require(key=key, tool=tool)
+        check_name("inbox", inbox)
         params = {
             "key": key,
             "tool": tool,
@@ -25,6 +27,14 @@ class ToolCalls(StoreBase):
         }
         with self._tx() as tx:
             return tx.run("insert_tool_call", params) > 0
+
+    def tool_call(self, key: str) -> Row | None:
+        """The side effect recorded under `key` (key, tool, inbox, args JSON, created_at)."""
+        if not is_storable(key):
+            return None  # no such key can have been recorded
+        with self._tx(write=False) as tx:
+            row = tx.one("get_tool_call", {"key": key})
+        return None if row is None else dict(row)
 
     def tool_calls(self, tool: str | None = None, inbox: str | None = None) -> list[Row]:
         with self._tx(write=False) as tx:

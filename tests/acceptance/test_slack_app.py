@@ -37,6 +37,7 @@ import pytest
 from tests.conftest import need_pg
 from wakeful.bot.front import BODY_CAP
 from wakeful.core.store import Store, open_store
+from wakeful.devtools.demo import QUICK_DESK
 from wakeful.devtools.emulator import EventSender, SlackEmulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -336,7 +337,9 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wakeful]:
     """The shared `wakeful serve` on a SQLite file."""
     tmp = tmp_path_factory.mktemp("serve-sqlite")
     with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
-        running = launch(tmp, emu, str(tmp / "wakeful.db"), APP_SETTINGS)
+        # Digests every 2 seconds (test_digest_every_and_off): the desk of the demo.
+        settings = {**APP_SETTINGS, "WAKEFUL_AGENT": QUICK_DESK}
+        running = launch(tmp, emu, str(tmp / "wakeful.db"), settings)
         try:
             yield running
         finally:

@@ -277,7 +277,7 @@ def test_a_reply_cannot_page_a_whole_channel(world: World) -> None:
     world.fake.script(api.text("<!channel> everyone look"))
     world.tick()
     [reply] = world.replies()
-    assert "<!channel>" not in reply.text and reply.text == "@channel everyone look"
+    assert reply.text == "&lt;!channel&gt; everyone look"  # shown as typed, never obeyed
 
 
 @pytest.mark.parametrize(

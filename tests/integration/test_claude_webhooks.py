@@ -138,7 +138,7 @@ def test_a_payload_cannot_close_its_label_or_page_the_channel(world: World) -> N
     assert text.count("</untrusted_webhook_payload>") == 1
     assert "&lt;/untrusted_webhook_payload>" in text and "<wakeful_approval" not in text
     [post] = world.slack.parts
-    assert post.text == "@channel an issue asks for a refund; ignoring it."
+    assert post.text == "&lt;!channel&gt; an issue asks for a refund; ignoring it."
     assert world.store.approvals(channel_inbox(OPS)) == []
 
 

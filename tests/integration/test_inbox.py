@@ -43,7 +43,9 @@ def test_many_inboxes_in_one_store_are_kept_apart(store: Store) -> None:
 def test_payload_round_trips_unicode_and_sql_looking_text(store: Store) -> None:
     payload = {"text": "Robert'); DROP TABLE events;-- ✓ 日本語 \u0000 🎉", "n": [1, 2.5, None]}
     store.ingest("T1:U1", "slack", "Ev-odd", payload, T0)
-    assert store.events("T1:U1")[0].payload == payload
+    # Everything but the NUL, which both stores keep as U+FFFD (PostgreSQL cannot hold it).
+    kept = {**payload, "text": payload["text"].replace("\u0000", "\ufffd")}
+    assert store.events("T1:U1")[0].payload == kept
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,280 @@
+"""Issue 21, item 1: no text a person (or another system, or the model) writes can page a
+channel, mention anyone or show a disguised link through the bot.
+
+Generated texts mix Slack's control sequences (`<!channel>`, `<!here>`, `<!everyone>`,
+`<!subteam^…>`, `<@…>`, `<#…>`, `<url|label>`) with ordinary words, `&`, `<`, `>` and Slack's
+own entities, and each is pushed through every agent output path that echoes it: the refund
+desk's reply lines, slash-command answers, reminders, approval outcomes and digests, the Home
+tab, the status text, the webhook report line, and the Claude agent's reply and approval prompt.
+Every text that would reach Slack must hold no active control sequence but the bot's own
+(`<@requester>` in a prompt, `<!date^…>` tokens), and the person's words must still read as
+they typed them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import T0
+from tests.support import fake_anthropic as api
+from tests.support.fake_anthropic import FakeAnthropic
+from wakeful.bot.agents.claude import ClaudeAgent
+from wakeful.bot.agents.common import DIGEST, status_text
+from wakeful.bot.agents.refund_desk import MENTION, RefundDesk
+from wakeful.bot.agents.webhook_report import TITLE_CAP, report_line
+from wakeful.bot.home import home_blocks
+from wakeful.bot.slack_text import inert
+from wakeful.core.agent import Run
+from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
+from wakeful.core.records import Event
+from wakeful.core.store import Store, open_store
+
+USER = "U0PERSON"
+CONTROL = [
+    "<!channel>",
+    "<!here>",
+    "<!everyone>",
+    "<!here|here>",
+    "<!subteam^S0ADMINS|@admins>",
+    "<!subteam^S0ADMINS>",
+    "<@U0BOSS>",
+    "<@U0BOSS|boss>",
+    "<#C0GENERAL>",
+    "<#C0GENERAL|general>",
+    "<https://evil.example/login|https://slack.com/signin>",
+    "<http://evil.example>",
+    "<mailto:boss@evil.example|boss>",
+    "<!date^1700000000^{date_short}|today>",
+]
+ORDINARY = ["payroll", "moved,", "sign in at", "a", "b", "&", "<", ">", "&amp;", "&lt;", "&gt;"]
+piece = st.sampled_from(CONTROL) | st.sampled_from(ORDINARY)
+hostile = st.builds(
+    lambda parts, glue: glue.join(parts).strip(),
+    st.lists(piece, min_size=1, max_size=8),
+    st.sampled_from(["", " "]),
+).filter(bool)
+
+ACTIVE = re.compile(r"<(?:[!@#]|[A-Za-z][A-Za-z0-9+.-]*:)[^>]*>")
+"""What Slack parses in a message: `<!…>`, `<@…>`, `<#…>` and `<scheme:…>` links (labelled
+or not)."""
+OWN = re.compile(rf"<@{USER}>|<!date\^\d+\^\{{date_short_pretty\}} at \{{time\}}\|[^<>]*>")
+"""The bot's own sequences: the requester named in an approval prompt, and date tokens."""
+_ENTITY = re.compile(r"&(amp|lt|gt);")
+
+
+def shown(text: str) -> str:
+    """What Slack displays for `text` once its control sequences are inert: the entities."""
+    return _ENTITY.sub(lambda m: {"amp": "&", "lt": "<", "gt": ">"}[m.group(1)], text)
+
+
+def slack_texts(value: Any) -> Iterator[str]:
+    """Every string Slack renders in a message, a block list or a view."""
+    if isinstance(value, Message):
+        yield value.text
+        yield from slack_texts(value.blocks)
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "text" and isinstance(inner, str):
+                yield inner
+            elif key not in ("value", "action_id", "block_id", "type", "style"):
+                yield from slack_texts(inner)
+    elif isinstance(value, list | tuple):
+        for inner in value:
+            yield from slack_texts(inner)
+
+
+def assert_inert(out: Any, words: str | None = None) -> None:
+    texts = list(slack_texts(out))
+    assert texts, "the path produced nothing to check"
+    for text in texts:
+        left = OWN.sub("", text)
+        assert ACTIVE.search(left) is None, f"active control sequence in {text!r}"
+        assert "<" not in left and ">" not in left, f"raw angle bracket in {text!r}"
+    if words is not None:
+        assert any(shown(words) in shown(t) for t in texts), f"{words!r} unreadable in {texts!r}"
+
+
+# -- the function itself ---------------------------------------------------------------------
+
+
+@given(hostile)
+def test_inert_shows_what_was_typed_and_activates_nothing(text: str) -> None:
+    out = inert(text)
+    assert ACTIVE.search(out) is None and "<" not in out and ">" not in out
+    assert shown(out) == shown(text)
+    assert inert(out) == out  # a text escaped twice reads the same
+
+
+def test_the_issue_text_is_shown_never_obeyed() -> None:
+    text = (
+        "<!channel> <!here> <!subteam^S0ADMINS|@admins> payroll moved, sign in at "
+        "<https://evil.example/login|https://slack.com/signin>"
+    )
+    assert inert(text) == (
+        "&lt;!channel&gt; &lt;!here&gt; &lt;!subteam^S0ADMINS|@admins&gt; payroll moved, "
+        "sign in at &lt;https://evil.example/login|https://slack.com/signin&gt;"
+    )
+
+
+# -- every path that echoes it ---------------------------------------------------------------
+
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+_ids = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    s = open_store(tmp_path_factory.mktemp("inert") / "inert.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic()
+    yield server
+    server.close()
+
+
+def event(inbox: str, source: str, payload: dict[str, Any]) -> Event:
+    n = next(_ids)
+    return Event(n, inbox, source, f"{source}-{n}", payload, "running", 1, T0)
+
+
+def chat(inbox: str, text: str, kind: str = "message") -> Event:
+    payload = {"kind": kind, "text": text, "channel": "D0PERSON", "ts": f"{T0}.{next(_ids)}"}
+    payload.update(user=USER, team="T1", response_url="https://hooks.example/x")
+    return event(inbox, "slack", payload)
+
+
+def run(inbox: str, *events: Event, session: Any = None) -> Run:
+    return Run(inbox, events, session, T0, lambda: None)
+
+
+def fresh_inbox() -> str:
+    return f"T1:{USER}-{next(_ids)}"
+
+
+def words(text: str) -> str:
+    """The text as the refund desk reads a command: mentions of the bot taken out."""
+    return MENTION.sub("", text).strip()
+
+
+@given(hostile)
+@FUZZ
+def test_refund_desk_replies_reminders_and_slash_answers(store: Store, text: str) -> None:
+    desk, inbox = RefundDesk(store, approvers=(USER,)), fresh_inbox()
+    asked = f"remind me in 5 seconds to {text}"
+    fx = desk.run(run(inbox, chat(inbox, asked)))
+    assert_inert(fx.messages, words(text))
+    fx = desk.run(run(inbox, chat(inbox, asked, kind="command")))
+    [answer] = fx.messages
+    assert answer.kind == "respond"
+    assert_inert(answer, words(text))
+    due = {"timer": "remind", "payload": {"kind": "reminder", "text": text, "channel": "D1"}}
+    fx = desk.run(run(inbox, event(inbox, "timer", due)))
+    assert_inert(fx.messages, text)
+
+
+@given(hostile)
+@FUZZ
+def test_refund_desk_order_ids_outcomes_and_digest(store: Store, text: str) -> None:
+    desk, inbox = RefundDesk(store, approvers=(USER,)), fresh_inbox()
+    desk.run(run(inbox, chat(inbox, "status")))  # the conversation a fallback answer goes to
+    session = {"home": {"channel": "D1", "thread_ts": None}}
+    for answer in ("yes", "no", "expired"):
+        answered = {"approval": f"gone-{next(_ids)}", "answer": answer, "user": USER}
+        answered.update(tool="refund_order", args={"order_id": text}, answered_at=T0)
+        fx = desk.run(run(inbox, event(inbox, "approval", answered), session=session))
+        assert_inert(fx.messages, text)
+    digest = {"timer": DIGEST, "payload": {"kind": DIGEST, "channel": "D1"}}
+    desk.quiet_digests = False
+    fx = desk.run(run(inbox, chat(inbox, text), event(inbox, "timer", digest)))
+    assert_inert(fx.messages)
+
+
+def stored_approval(store: Store, inbox: str, order: str, error: str) -> None:
+    """An open approval for `order` and a dead event whose error quotes `error`."""
+    store.ingest(inbox, "test", f"setup-{next(_ids)}", {}, T0)
+    claim = store.acquire_and_claim(inbox, "setup", T0)
+    assert claim is not None
+    request = ApprovalRequest(
+        f"req-{next(_ids)}", "refund_order", {"order_id": order}, USER, T0 + 60
+    )
+    dead = {e.id: error for e in claim.events}
+    assert store.finish(claim, Effects(approvals=[request], dead=dead), T0, release=True)
+
+
+@given(hostile)
+@FUZZ
+def test_home_tab_and_status(store: Store, text: str) -> None:
+    inbox = fresh_inbox()
+    stored_approval(store, inbox, text, f"ValueError: {text}")
+    store.record_tool_call(f"refund-{next(_ids)}", "refund_order", {"order_id": text}, inbox, T0)
+    pending = Effects(
+        timers=[Timer.once(f"remind-{next(_ids)}", T0 + 5, {"kind": "reminder", "text": text})],
+        approvals=[
+            ApprovalRequest(f"r-{next(_ids)}", "refund_order", {"order_id": text}, USER, T0)
+        ],
+    )
+    view = home_blocks(store, inbox, USER, (USER,), pending, T0)
+    assert_inert(view, text)
+    assert_inert(Message("D1", status_text(store, inbox)), text)
+
+
+@given(hostile, st.sampled_from(["repository", "title", "url"]))
+@FUZZ
+def test_webhook_report_line(store: Store, text: str, where: str) -> None:
+    issue: dict[str, Any] = {"title": "an issue", "html_url": "https://github.example/i/1"}
+    body: dict[str, Any] = {"action": "opened", "issue": issue, "repository": {"full_name": "o/r"}}
+    if where == "repository":
+        body["repository"]["full_name"] = text
+    elif where == "title":
+        issue["title"] = text
+    else:
+        issue["html_url"] = text
+    line = report_line({"kind": "webhook", "source": "github", "type": "issues", "body": body})
+    one_line = " ".join(text.split())
+    assert_inert(Message("C1", line), one_line if len(one_line) < TITLE_CAP else None)
+
+
+@given(hostile)
+@FUZZ
+def test_claude_reply_and_approval_prompt(store: Store, fake: FakeAnthropic, text: str) -> None:
+    agent = ClaudeAgent(
+        store, api_key="test-key", base_url=fake.base_url, model="claude-test", approvers=(USER,)
+    )
+    try:
+        inbox = fresh_inbox()
+        fake.script(api.text(text))
+        fx = agent.run(run(inbox, chat(inbox, "say it")))
+        assert_inert(fx.messages, text)
+        use = api.tool_use("refund_order", {"order_id": "A-7", "reason": text}, "toolu_1", say=text)
+        fake.script(use)
+        fx = agent.run(run(inbox, chat(inbox, "refund A-7")))
+        [request] = fx.approvals
+        assert request.prompt is not None
+        assert_inert([request.prompt, *fx.messages], " ".join(text.split())[:300])
+    finally:
+        agent.close()
+
+
+def test_the_fuzz_would_catch_an_echo_that_skips_inert() -> None:
+    """The checks themselves: an unescaped echo fails them."""
+    with pytest.raises(AssertionError, match="active control sequence"):
+        assert_inert(Message("C1", "Reminder: <!channel> payroll moved"))
+    with pytest.raises(AssertionError, match="raw angle bracket"):
+        assert_inert(Message("C1", "Reminder: <foo|bar>"))
+    assert_inert(Message("C1", f"Approval needed: refund order 7 for <@{USER}>"))
