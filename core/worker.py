@@ -82,6 +82,7 @@ class Worker(Loop):
         except StoreUnavailable:
             self._give_back += self._followers  # not run: their attempts go back
             self._followers = []
+            self._keep_leases()
             self._refusals += 1
             backoff = min(self.store_retry, 0.1 * 2 ** min(self._refusals - 1, 10))
             self._retry_at = self.monotonic() + backoff
@@ -117,6 +118,24 @@ class Worker(Loop):
                     given,
                 )
         return runs
+
+    def _keep_leases(self) -> None:
+        """Renew the lease of each held run at half its term, so a store that still takes
+        small writes but not the finish (a disk that is nearly full) does not let it lapse:
+        the finish can still land, and the agent is not run again."""
+        now = self.clock()
+        for ran in self._held:
+            if now - ran.renewed_at < self.store.settings.lease_ttl / 2:
+                continue
+            claim = ran.claim
+            try:
+                if self.store.renew(claim.inbox, self.holder, claim.gen, now):
+                    ran.renewed_at = now
+            except StoreUnavailable:
+                return  # the store takes nothing now; the finish's retry will tell
+            except Exception:
+                log.exception("%s: could not renew %s", self.holder, claim.inbox)
+                return
 
     def _round(self, now: int) -> int:
         previous, self._followers = self._followers, []
@@ -452,6 +471,11 @@ class _Ran:
     effects: Effects
     started: float
     run_id: str
+    renewed_at: int = 0
+    """When its lease was last known renewed (store clock); 0: at its claim."""
+
+    def __post_init__(self) -> None:
+        self.renewed_at = self.renewed_at or self.claim.claimed_at
 
 
 def _outcome(effects: Effects) -> str:

@@ -111,8 +111,11 @@ def test_a_finish_refused_while_the_lease_holds_is_retried_without_running_again
         unfinished = {e.source_id for u in USERS for e in store.events(u) if e.status != "done"}
         refused = [run for run in agent.runs if set(run) <= unfinished]
         assert refused, "the disk never refused a finish"
-        filler.execute("DROP TABLE ballast")  # freed well within the leases (120 s)
-        for _ in range(10):
+        for _ in range(30):  # half an hour, the worker retrying every minute: its leases hold
+            ticks.tick(60)
+        assert store.count_events("dead") == 0
+        filler.execute("DROP TABLE ballast")  # space returns
+        for _ in range(3):
             ticks.tick(1)
         _assert_all_answered(store)
         # The runs the full disk caught were committed as they ran, not run a second time.
