@@ -1,4 +1,11 @@
-"""The worker loop: takes each ready inbox's lease, claims, runs the agent, finishes fenced."""
+"""The worker loop: takes each ready inbox's lease, claims, runs the agent, finishes fenced.
+
+Two kinds of failure stay apart. A finish the store refuses for a run's own content fails that
+run alone (a group is finished again one run at a time) and is retried like an agent failure.
+A store that cannot take writes at all (a full disk, a server refusing connections) is nobody's
+fault: the runs it caught are held and their finish retried, or their attempt given back, and
+nothing new is claimed until it accepts writes again, so no outage turns events dead.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +22,7 @@ from dataclasses import dataclass, field
 from wakeful.core import logs, metrics
 from wakeful.core.agent import Agent, Run
 from wakeful.core.effects import Effects
-from wakeful.core.errors import LeaseLost, SessionUnusable
+from wakeful.core.errors import LeaseLost, SessionUnusable, StoreUnavailable
 from wakeful.core.records import Claim
 from wakeful.core.wakeups import Kicker, Loop, Wakeup
 
@@ -44,6 +51,8 @@ class Worker(Loop):
     """Seconds finished runs may wait for the next ones to share their commit. A run slower
     than this (a model call) is committed right after it, and its inbox is claimed alone, so a
     slow agent never holds one inbox's reply, or lease, behind another's run."""
+    store_retry: float = 2.0
+    """Most seconds between tries while the store refuses writes (0.1 s at first, doubling)."""
     monotonic: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
@@ -52,13 +61,120 @@ class Worker(Loop):
         self._seen: dict[str, float] = {}
         self._cuts: list[tuple[int, float]] = []  # looks that cut the ready list: (top id, kick)
         self._run_time: float | None = None  # seconds a run takes, smoothed; None: not known
+        self._followers: list[Claim] = []  # next batches finishes claimed: the next round's
+        self._holding: float | None = None  # since when followers wait for a batch window
+        self._looked_at = float("-inf")  # when the ready list was last read (monotonic)
+        self._held: list[_Ran] = []  # runs whose finish the store refused as unavailable
+        self._give_back: list[Claim] = []  # claims whose run the store ended: attempt goes back
+        self._refusals = 0  # store refusals in a row
+        self._retry_at = 0.0  # no store work before this (monotonic)
 
     def tick(self, now: int) -> int:
+        """One round: what the store refused last time first, then each newly ready inbox,
+        then the next batch of an inbox this worker ran before (the one that waited longest;
+        every one when runs are fast), so busy inboxes take turns and a newly ready one never
+        waits behind a backlog, only behind the run in progress."""
+        if self.monotonic() < self._retry_at:
+            return 0  # the store refused writes a moment ago: let it be
+        try:
+            runs = self._resume()
+            runs += self._round(now)
+        except StoreUnavailable:
+            self._give_back += self._followers  # not run: their attempts go back
+            self._followers = []
+            self._keep_leases()
+            self._refusals += 1
+            backoff = min(self.store_retry, 0.1 * 2 ** min(self._refusals - 1, 10))
+            self._retry_at = self.monotonic() + backoff
+            raise
+        if self._refusals:
+            log.warning("%s: the store is available again", self.holder)
+        self._refusals = 0
+        return runs
+
+    def _resume(self) -> int:
+        """Finish the runs the store refused, with the effects they had (no run is repeated
+        while its lease holds), then give back the attempts of those that cannot finish."""
+        runs = 0
+        if self._held:
+            held, self._held = self._held, []
+            runs = self._finish(held, None, resumed=True)
+        while self._give_back:
+            claim = self._give_back[0]
+            try:
+                given = self.store.give_back(claim, self.clock())
+            except StoreUnavailable:
+                raise
+            except Exception:
+                log.exception("%s: could not give back %s %s", self.holder, claim.inbox, claim.ids)
+                given = 0
+            self._give_back.pop(0)
+            if given:
+                log.info(
+                    "%s: %s: %d event(s) back to pending with their attempt given back (the "
+                    "store, not the run, failed)",
+                    self.holder,
+                    claim.inbox,
+                    given,
+                )
+        return runs
+
+    def _keep_leases(self) -> None:
+        """Renew the lease of each held run at half its term, so a store that still takes
+        small writes but not the finish (a disk that is nearly full) does not let it lapse:
+        the finish can still land, and the agent is not run again."""
+        now = self.clock()
+        for ran in self._held:
+            if now - ran.renewed_at < self.store.settings.lease_ttl / 2:
+                continue
+            claim = ran.claim
+            try:
+                if self.store.renew(claim.inbox, self.holder, claim.gen, now):
+                    ran.renewed_at = now
+            except StoreUnavailable:
+                return  # the store takes nothing now; the finish's retry will tell
+            except Exception:
+                log.exception("%s: could not renew %s", self.holder, claim.inbox)
+                return
+
+    def _round(self, now: int) -> int:
+        previous, self._followers = self._followers, []
+        try:
+            runs = self._run_ready(now)
+        except BaseException:
+            self._followers = previous + self._followers  # still claimed: kept, or given back
+            raise
+        if previous and self._window_ends_within(self._run_time or 0.0):
+            # An inbox's batch window ends before a busy inbox's next run would: it goes
+            # first, and the busy ones wait for it (a window at most, then they run).
+            t = self.monotonic()
+            self._holding = t if self._holding is None else self._holding
+            if t - self._holding < self.settle:
+                self._followers = previous + self._followers
+                return runs
+        self._holding = None
+        if not previous:
+            return runs
+        # Slow runs go one busy inbox at a time, each after a fresh look at the ready list;
+        # fast ones all together, so their finishes still share commits.
+        fast = self._run_time is not None and self._run_time < self.flush_after
+        now_runs = previous if fast else previous[:1]
+        self._followers = previous[len(now_runs) :] + self._followers
+        return runs + self._run_claims(now_runs)
+
+    def _window_ends_within(self, seconds: float) -> bool:
+        """Whether some ready inbox not yet run will have waited out its batch window within
+        `seconds` from now."""
+        if self.settle <= 0 or not self._seen:
+            return False
+        return min(self._seen.values()) + self.settle - self.monotonic() < seconds
+
+    def _run_ready(self, now: int) -> int:
         kicked = self.wakeup.first_kick()
         limit = self.batch_inboxes * 50
         listed = self.store.ready_list(now, limit)
         ready = [inbox for inbox, _ in listed.inboxes]
-        t = self.monotonic()
+        t = self._looked_at = self.monotonic()
         # An inbox's batch window starts when its first event was stored (the kick that said
         # so), not when this tick got round to seeing it.
         arrived = t if kicked is None else t - max(0.0, time.monotonic() - kicked)
@@ -107,6 +223,8 @@ class Worker(Loop):
             self._cuts = [expired[-1], *(c for c in self._cuts if c[1] > t - self.settle)]
 
     def idle_wait(self) -> float:
+        if self._held or self._give_back:
+            return max(0.01, min(self.poll, self._retry_at - self.monotonic()))
         if not self._seen or self.settle <= 0:
             return self.poll
         due = min(self._seen.values()) + self.settle - self.monotonic()
@@ -123,41 +241,62 @@ class Worker(Loop):
 
     def run_inbox(self, inbox: str) -> int:
         """Run one inbox until it has nothing claimable; return how many runs finished."""
-        return self._run_claims(self.store.claim_inboxes([inbox], self.holder, self.clock()))
+        runs = self._run_claims(self.store.claim_inboxes([inbox], self.holder, self.clock()))
+        while self._followers:
+            followers, self._followers = self._followers, []
+            runs += self._run_claims(followers)
+        return runs
 
     def _run_claims(self, claims: list[Claim]) -> int:
         """Run each claim's agent; commit finished runs together (each fenced on its own) once
-        `flush_after` has passed or nothing is left; a finish that claims the inbox's next
-        batch puts it back in line. Returns how many runs finished."""
+        `flush_after` has passed or nothing is left. Returns how many runs finished.
+
+        Should the store become unavailable, the runs not yet committed are held for a later
+        finish, the claims not yet run are given back, and StoreUnavailable is raised."""
         queue, pending, runs = deque(claims), list[_Ran](), 0
         since = 0.0
-        while queue:
-            claim = queue.popleft()
-            if not self._still_holds(claim):
-                continue
-            started, run_id = self.monotonic(), uuid.uuid4().hex[:12]
-            try:
-                with logs.context(
-                    inbox=claim.inbox,
-                    events=claim.ids,
-                    gen=claim.gen,
-                    run_id=run_id,
-                    holder=self.holder,
-                ):
-                    effects: Effects | None = self._run_agent(claim)
-            except LeaseLost as exc:
-                log.warning("%s: %s; its finish is dropped", self.holder, exc)
-                _count_run("fenced", self.monotonic() - started, 0)
-                effects = None
-            took = self.monotonic() - started
-            smoothed = self._run_time
-            self._run_time = took if smoothed is None else 0.8 * smoothed + 0.2 * took
-            if effects is not None:
-                since = since if pending else started
-                pending.append(_Ran(claim, effects, started, run_id))
-            if pending and (not queue or self.monotonic() - since >= self.flush_after):
-                runs += self._finish(pending, queue)
-                pending = []
+        claim: Claim | None = None
+        try:
+            while queue:
+                claim = queue.popleft()
+                if not self._still_holds(claim):
+                    continue
+                started, run_id = self.monotonic(), uuid.uuid4().hex[:12]
+                try:
+                    with logs.context(
+                        inbox=claim.inbox,
+                        events=claim.ids,
+                        gen=claim.gen,
+                        run_id=run_id,
+                        holder=self.holder,
+                    ):
+                        effects: Effects | None = self._run_agent(claim)
+                except LeaseLost as exc:
+                    log.warning("%s: %s; its finish is dropped", self.holder, exc)
+                    _count_run("fenced", self.monotonic() - started, 0)
+                    effects = None
+                took = self.monotonic() - started
+                smoothed = self._run_time
+                self._run_time = took if smoothed is None else 0.8 * smoothed + 0.2 * took
+                if effects is not None:
+                    since = since if pending else started
+                    pending.append(_Ran(claim, effects, started, run_id))
+                claim = None
+                if pending and (not queue or self.monotonic() - since >= self.flush_after):
+                    ready, pending = pending, []
+                    runs += self._finish(ready, queue)
+        except StoreUnavailable as exc:
+            self._held += pending
+            self._give_back += ([] if claim is None else [claim]) + list(queue)
+            log.warning(
+                "%s: store unavailable (%s); %d run(s) held for their finish, %d claim(s) to "
+                "give back: no attempt is spent on the store's failure",
+                self.holder,
+                exc,
+                len(self._held),
+                len(self._give_back),
+            )
+            raise
         return runs
 
     def _still_holds(self, claim: Claim) -> bool:
@@ -171,16 +310,21 @@ class Worker(Loop):
         log.warning("%s: lost %s before its run started; skipped", self.holder, claim.inbox)
         return False
 
-    def _finish(self, pending: list[_Ran], queue: deque[Claim]) -> int:
-        if len(pending) == 1:
-            ran = pending[0]
-            outcomes = [self.store.finish_and_claim(ran.claim, ran.effects, self.clock())]
-        else:
-            runs = [(ran.claim, ran.effects) for ran in pending]
-            outcomes = self.store.finish_and_claim_many(runs, self.clock())
+    def _finish(
+        self, pending: list[_Ran], queue: deque[Claim] | None, resumed: bool = False
+    ) -> int:
+        """Commit finished runs and act on each outcome; `resumed` for runs held from an
+        earlier refusal, whose lapsed lease means their attempt goes back. Raises
+        StoreUnavailable, after the outcomes that did commit, when the store refuses."""
+        results, refused = self._commit(pending)
         done = 0
-        for ran, (finished, following) in zip(pending, outcomes, strict=True):
+        for ran, finished, following in results:
+            if finished is None:
+                continue  # neither the run nor its failure could be written: logged
             claim, effects = ran.claim, ran.effects
+            if not finished and resumed:
+                self._give_back.append(claim)  # the lease lapsed while the store refused
+                continue
             outcome = _outcome(effects) if finished else "fenced"
             _count_run(outcome, self.monotonic() - ran.started, len(effects.dead))
             with logs.context(
@@ -200,8 +344,78 @@ class Worker(Loop):
             if effects.timers or effects.approvals:
                 self.wake_scheduler.kick()
             if following is not None:
-                queue.append(following)
+                self._follow(following, queue)
+        if refused is not None:
+            raise refused
         return done
+
+    def _commit(
+        self, pending: list[_Ran]
+    ) -> tuple[list[tuple[_Ran, bool | None, Claim | None]], StoreUnavailable | None]:
+        """Several runs share one transaction (each fenced on its own); a group the store
+        refuses for any reason but being unavailable (one run's effects it cannot hold) is
+        finished again one run at a time, so only the run at fault fails. When the store is
+        unavailable, the runs not committed are held and the error is returned with what did
+        commit."""
+        now = self.clock()
+        if len(pending) > 1:
+            try:
+                many = [(ran.claim, ran.effects) for ran in pending]
+                outcomes = self.store.finish_and_claim_many(many, now)
+                return [(r, *o) for r, o in zip(pending, outcomes, strict=True)], None
+            except StoreUnavailable as exc:
+                self._held += pending
+                return [], exc
+            except Exception as exc:
+                log.warning(
+                    "%s: the finish of %d runs failed (%s); finishing each alone",
+                    self.holder,
+                    len(pending),
+                    exc,
+                )
+        results: list[tuple[_Ran, bool | None, Claim | None]] = []
+        for i, ran in enumerate(pending):
+            try:
+                results.append((ran, *self._finish_alone(ran, now)))
+            except StoreUnavailable as exc:
+                self._held += pending[i:]
+                return results, exc
+        return results, None
+
+    def _finish_alone(self, ran: _Ran, now: int) -> tuple[bool | None, Claim | None]:
+        """Finish one run. One the store refuses (not as unavailable) becomes the run's own
+        failure, with the store's error: retried like an agent's failure, dead after the last
+        attempt. (finished None: not even that could be written; the lease lapses.)"""
+        try:
+            return self.store.finish_and_claim(ran.claim, ran.effects, now)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"[:2000]
+            with logs.context(inbox=ran.claim.inbox, events=ran.claim.ids, run_id=ran.run_id):
+                log.warning("the store refused the run's finish; the run failed: %s", error)
+            last = self.store.settings.max_attempts
+            events = ran.claim.events
+            ran.effects = Effects(
+                failed={e.id: error for e in events if e.attempts < last},
+                dead={e.id: error for e in events if e.attempts >= last},
+            )
+        try:
+            return self.store.finish_and_claim(ran.claim, ran.effects, now)
+        except StoreUnavailable:
+            raise
+        except Exception:
+            log.exception("%s: could not record the failure of %s", self.holder, ran.claim.ids)
+            return None, None
+
+    def _follow(self, following: Claim, queue: deque[Claim] | None) -> None:
+        """Put an inbox's next batch in line: behind every inbox that became ready since the
+        ready list was read (the next round), unless that was under `flush_after` ago, when
+        fast runs go on in this one without reading it again for each."""
+        if queue is not None and self.monotonic() - self._looked_at < self.flush_after:
+            queue.append(following)
+        else:
+            self._followers.append(following)
 
     def _run_agent(self, claim: Claim) -> Effects:
         def heartbeat() -> None:
@@ -217,8 +431,8 @@ class Worker(Loop):
                 heartbeat=heartbeat,
             )
             return self.agent.run(run)
-        except LeaseLost:
-            raise
+        except (LeaseLost, StoreUnavailable):
+            raise  # not the run's failure: the lease passed on; the store cannot be written
         except SessionUnusable as exc:
             return self._unusable_session(claim, exc)
         except Exception as exc:
@@ -248,14 +462,20 @@ class Worker(Loop):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Ran:
-    """A run whose agent has returned, waiting for its finish to be committed."""
+    """A run whose agent has returned, waiting for its finish to be committed (its effects
+    become its failure if the store refuses them)."""
 
     claim: Claim
     effects: Effects
     started: float
     run_id: str
+    renewed_at: int = 0
+    """When its lease was last known renewed (store clock); 0: at its claim."""
+
+    def __post_init__(self) -> None:
+        self.renewed_at = self.renewed_at or self.claim.claimed_at
 
 
 def _outcome(effects: Effects) -> str:

@@ -272,9 +272,37 @@ class Claims(StoreBase):
             tx, claim.inbox, claim.holder, claim.gen, now, seq=finish_seq or None
         )
         if following.events:
+            # A new claim, a full lease: the next run may wait its turn behind other inboxes.
+            ttl = self.settings.lease_ttl
+            self._set_expiry(tx, claim.inbox, claim.holder, claim.gen, now + ttl)
             return True, following
         self._set_expiry(tx, claim.inbox, claim.holder, claim.gen, now)
         return True, None
+
+    def give_back(self, claim: Claim, now: int) -> int:
+        """Undo a claim whose run the store, not its events, ended (a finish it refused as
+        unavailable, a claim never run): the claim's events go back to pending with the attempt
+        it counted given back, and the lease, if still held, lapses now. Returns how many.
+
+        Fenced by the claim's generation: an event some newer claim took is left alone. One a
+        takeover's settle put back while the run waited is given back too, dead for too many
+        attempts included, unless the claim's finish committed after all (its run is logged:
+        a commit whose answer was lost). Then only what that finish claimed next, still
+        running under the generation, goes back."""
+        if not claim.events:
+            return 0
+        base = {"inbox": claim.inbox, "gen": claim.gen, "now": now}
+        given = 0
+        with self._tx() as tx:
+            logged = tx.one("run_logged", {**base, "claim_seq": claim.seq}) is not None
+            if not logged:  # before the running rows: those it turns pending are not settled
+                for ev in claim.events:
+                    params = {**base, "id": ev.id, "too_many": TOO_MANY_ATTEMPTS}
+                    given += tx.run("give_back_settled", params)
+            given += tx.run("give_back_running", base)
+            if self._holds(tx, claim.inbox, claim.holder, claim.gen, now):
+                self._set_expiry(tx, claim.inbox, claim.holder, claim.gen, now)
+        return given
 
     def _finish(
         self, tx: Tx, claim: Claim, effects: Effects, prepared: PreparedEffects, now: int

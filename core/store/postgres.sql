@@ -399,6 +399,27 @@ WHERE id = %(id)s AND status = 'running' AND gen = %(gen)s;
 UPDATE events SET status = 'dead', error = %(error)s, updated_at = %(now)s
 WHERE id = %(id)s AND status = 'running' AND gen = %(gen)s;
 
+-- name: give_back_running
+-- A store failure, not the events, ended a claim's run: every event still running under the
+-- claim's generation goes back to pending with the attempt its claim counted given back.
+UPDATE events
+SET status = 'pending', attempts = attempts - 1, not_before = %(now)s, updated_at = %(now)s
+WHERE inbox = %(inbox)s AND status = 'running' AND gen = %(gen)s AND attempts > 0;
+
+-- name: give_back_settled
+-- The same for one claimed event that a takeover's settle put back (pending, or dead for too
+-- many attempts) while its run waited for the store, and that no newer claim has taken since.
+UPDATE events
+SET status = 'pending', attempts = attempts - 1, not_before = %(now)s, updated_at = %(now)s,
+    error = CASE WHEN status = 'dead' THEN NULL ELSE error END
+WHERE id = %(id)s AND gen = %(gen)s AND attempts > 0
+  AND (status = 'pending' OR (status = 'dead' AND error = %(too_many)s));
+
+-- name: run_logged
+-- Whether a claim's run is in the run log: a finish of it committed.
+SELECT 1 AS ok FROM runs
+WHERE inbox = %(inbox)s AND gen = %(gen)s AND claim_seq = %(claim_seq)s;
+
 -- name: set_aside_session
 -- Keep an inbox's unusable session for the operator; the run's finish then drops it.
 INSERT INTO set_aside_sessions (inbox, state, reason, set_aside_at)

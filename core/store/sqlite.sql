@@ -381,6 +381,27 @@ WHERE id = :id AND status = 'running' AND gen = :gen;
 UPDATE events SET status = 'dead', error = :error, updated_at = :now
 WHERE id = :id AND status = 'running' AND gen = :gen;
 
+-- name: give_back_running
+-- A store failure, not the events, ended a claim's run: every event still running under the
+-- claim's generation goes back to pending with the attempt its claim counted given back.
+UPDATE events
+SET status = 'pending', attempts = attempts - 1, not_before = :now, updated_at = :now
+WHERE inbox = :inbox AND status = 'running' AND gen = :gen AND attempts > 0;
+
+-- name: give_back_settled
+-- The same for one claimed event that a takeover's settle put back (pending, or dead for too
+-- many attempts) while its run waited for the store, and that no newer claim has taken since.
+UPDATE events
+SET status = 'pending', attempts = attempts - 1, not_before = :now, updated_at = :now,
+    error = CASE WHEN status = 'dead' THEN NULL ELSE error END
+WHERE id = :id AND gen = :gen AND attempts > 0
+  AND (status = 'pending' OR (status = 'dead' AND error = :too_many));
+
+-- name: run_logged
+-- Whether a claim's run is in the run log: a finish of it committed.
+SELECT 1 AS ok FROM runs
+WHERE inbox = :inbox AND gen = :gen AND claim_seq = :claim_seq;
+
 -- name: set_aside_session
 -- Keep an inbox's unusable session for the operator; the run's finish then drops it.
 INSERT INTO set_aside_sessions (inbox, state, reason, set_aside_at)

@@ -311,3 +311,73 @@ def test_overlap_detection_flags_a_run_claimed_before_the_previous_finished() ->
     )
     assert overlapping_runs([second, first]) == [(first, second)]
     assert overlapping_runs([first, after]) == []
+
+
+def test_the_next_batch_a_finish_claims_gets_a_full_lease(make_store: MakeStore) -> None:
+    store = make_store(claim_cap=1)
+    add(store, "e1", "e2")
+    first = store.acquire_and_claim(INBOX, "A", T0)
+    assert first is not None and names(first) == ["e1"]
+    finished, following = store.finish_and_claim(first, Effects(), T0 + 100)
+    assert finished and following is not None and names(following) == ["e2"]
+    lease = store.lease(INBOX)
+    assert lease is not None and lease.expires_at == T0 + 100 + store.settings.lease_ttl
+    # Its run may wait its turn behind other inboxes' runs and still finish.
+    assert store.finish(following, Effects(), T0 + 200)
+
+
+# -- giving an attempt back (the store, not the run, failed) --------------------------------
+
+
+def test_give_back_returns_the_attempt_and_lets_the_lease_go(store: Store) -> None:
+    add(store, "e1", "e2")
+    claim = store.acquire_and_claim(INBOX, "A", T0)
+    assert claim is not None
+    assert store.give_back(claim, T0 + 5) == 2
+    assert [(e.status, e.attempts) for e in store.events(INBOX)] == [("pending", 0)] * 2
+    again = store.acquire_and_claim(INBOX, "B", T0 + 5)  # at once: no lease, no backoff
+    assert again is not None and names(again) == ["e1", "e2"]
+    assert [e.attempts for e in again.events] == [1, 1]
+    assert not store.finish(claim, Effects(), T0 + 6)  # the old claim stays fenced
+
+
+def test_give_back_revives_what_a_takeover_buried_while_the_store_refused_the_run(
+    make_store: MakeStore,
+) -> None:
+    store = make_store(max_attempts=1)
+    add(store, "e1")
+    claim = store.acquire_and_claim(INBOX, "A", T0)
+    assert claim is not None
+    assert store.acquire_and_claim(INBOX, "B", T0 + 121) is not None  # settles: dead
+    assert store.events(INBOX)[0].status == "dead"
+    assert store.give_back(claim, T0 + 130) == 1
+    ev = store.events(INBOX)[0]
+    assert (ev.status, ev.attempts, ev.error) == ("pending", 0, None)
+    assert store.dead_letters().events == []
+
+
+def test_give_back_never_touches_a_newer_claim(store: Store) -> None:
+    add(store, "e1")
+    claim = store.acquire_and_claim(INBOX, "A", T0)
+    assert claim is not None
+    newer = store.acquire_and_claim(INBOX, "B", T0 + 121)
+    assert newer is not None and names(newer) == ["e1"]
+    assert store.give_back(claim, T0 + 130) == 0
+    ev = store.events(INBOX)[0]
+    assert (ev.status, ev.attempts) == ("running", 2)
+    assert store.finish(newer, Effects(), T0 + 131)
+
+
+def test_give_back_after_a_finish_that_did_commit_keeps_its_outcome(make_store: MakeStore) -> None:
+    store = make_store(claim_cap=1)
+    add(store, "e1", "e2")
+    claim = store.acquire_and_claim(INBOX, "A", T0)
+    assert claim is not None
+    failed = Effects(failed={claim.events[0].id: "boom"})
+    finished, following = store.finish_and_claim(claim, failed, T0 + 1)
+    assert finished and following is not None and names(following) == ["e2"]
+    # The commit's answer was lost: the worker gives the claim back. The failure it recorded
+    # stands; the next batch that finish claimed, never run, goes back with its attempt.
+    assert store.give_back(claim, T0 + 2) == 1
+    status = {e.source_id: (e.status, e.attempts, e.error) for e in store.events(INBOX)}
+    assert status == {"e1": ("pending", 1, "boom"), "e2": ("pending", 0, None)}
