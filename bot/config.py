@@ -91,6 +91,9 @@ class Config:
     webhooks: tuple[WebhookSource, ...] = ()
     """The webhook endpoints served; empty when no webhook secret is set."""
     quiet_digests: bool = True
+    failure_text: str | None = None
+    """Told once to a person whose message ran out of attempts (WAKEFUL_FAILURE_TEXT; None:
+    the agent's own, or wakeful's)."""
     """A digest period with nothing new posts nothing (WAKEFUL_QUIET_DIGESTS)."""
     assistant: bool = True
     """The app has Agents & AI Apps (manifest `assistant_view`): show "is thinking…" in
@@ -170,6 +173,7 @@ class Config:
             log_format=log_format(env),
             webhooks=_webhooks(env),
             quiet_digests=switch(env, "WAKEFUL_QUIET_DIGESTS", True),
+            failure_text=env.get("WAKEFUL_FAILURE_TEXT", "").strip() or None,
             assistant=switch(env, "WAKEFUL_ASSISTANT", True),
             settings=Settings(**tunables),
         )

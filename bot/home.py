@@ -1,107 +1,136 @@
-"""The App Home tab: what one person has going (pending approvals with the same Approve / Deny
-buttons as the prompts, next reminders, the digest, recent refunds) and, for approvers, what
-needs an operator (dead events and parked outbox rows, each with a Requeue button).
+"""The App Home tab: the agent's `home(view)` method draws it, wakeful publishes it.
 
-The view is built from the store and published through the outbox (kind `home`; only the
-latest per person is sent), so nothing holds a lock across the Slack call.
+After each run of the inbox of a person who opened their Home tab, the hook here builds a
+`HomeView` (what the person has going, as the run being finished leaves it: its approvals and
+timers are not in the store before the finish commits), asks the agent for the blocks, and adds
+the view to the run's effects (an outbox row of kind `home`; only the latest per person is
+published, so nothing holds a lock across the Slack call). People who never opened it cost
+nothing. `default_home` is what an agent that does not override `home` shows.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from wakeful.bot import blocks
-from wakeful.bot.agents.common import DIGEST
 from wakeful.bot.blocks import Block
 from wakeful.bot.payloads import REQUEUE
 from wakeful.bot.slack_text import inert
-from wakeful.core.agent import Run
 from wakeful.core.effects import Effects, Message
-from wakeful.core.records import TimerState
+from wakeful.core.inbox_id import InboxId
+from wakeful.core.query import Query
+from wakeful.core.records import ApprovalState, DeadLetters
+from wakeful.core.rules.approvals import EXPIRY_PREFIX
 from wakeful.core.rules.schedule import first_occurrence
+from wakeful.core.run import Run
 from wakeful.core.store import Store
 
 SHOWN = 5
 """Rows shown per list: the Home tab is a glance, `wakeful inspect` has the rest."""
+MAX_BLOCKS = 50
 
 
-def person(inbox: str) -> tuple[str, str] | None:
-    """(team, user) of a person's inbox `<team>:<user>`; None for a conversation's inbox."""
-    team, sep, user = inbox.partition(":")
-    if not sep or team == "channel" or not user.startswith(("U", "W")):
-        return None
-    return team, user
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An open approval as the Home tab shows it."""
+
+    id: str
+    tool: str
+    summary: str
+    requester: str
+    deadline: int
+    inbox: str
 
 
-def home_message(
-    store: Store, inbox: str, approvers: Collection[str], now: int, effects: Effects | None = None
-) -> Message | None:
-    """The Home view of a person's inbox as an outbox row, or None for a conversation's.
-    `effects`: what the run being finished adds (its approvals and reminders are not in the
-    store until the finish commits)."""
-    who = person(inbox)
-    if who is None:
-        return None
-    view = home_blocks(store, inbox, who[1], approvers, effects or Effects(), now)
-    return Message(who[1], "Home", blocks=view, kind="home", user=who[1], priority="urgent")
+@dataclass(frozen=True, slots=True)
+class NextTimer:
+    """One of the person's timers and when it fires next."""
+
+    name: str
+    at: int
+    data: Any
 
 
-def home_blocks(
-    store: Store, inbox: str, user: str, approvers: Collection[str], effects: Effects, now: int
-) -> list[Block]:
-    """The Home tab's blocks for `user` (at most 50, each section under Slack's 3,000)."""
-    out: list[Block] = [_header("Pending approvals")]
-    pending = [
-        (a.id, a.tool, a.args, a.requester, a.deadline)
-        for a in store.approvals(inbox)
-        if a.answer is None
-    ]
-    pending += [(a.id, a.tool, a.args, a.requester, a.deadline) for a in effects.approvals]
-    for rid, tool, args, requester, deadline in pending[-SHOWN:]:
-        summary = f"{tool} {args.get('order_id', '') if isinstance(args, dict) else ''}"
-        out.extend(blocks.approval_prompt(rid, inert(summary.strip()), requester, deadline))
-    if not pending:
-        out.append(_text("Nothing waits for an answer."))
-    timers = store.timers(inbox)
-    out.append(_header("Next reminders"))
-    due = [(t.next_at, t.payload) for t in timers if "/remind-" in t.id]
-    due += [
-        (t.first_at, t.payload)
-        for t in effects.timers
-        if t.name.startswith("remind-") and t.first_at is not None
-    ]
-    due.sort(key=lambda d: d[0])
-    lines = [f"{blocks.when(at)}: {_payload_text(payload)}" for at, payload in due[:SHOWN]]
-    out.append(_text("\n".join(lines) or "No reminders."))
-    out.append(_header("Digest"))
-    out.append(_text(_digest_line(store, inbox, timers, effects, now)))
-    refunds = store.tool_calls(tool="refund_order", inbox=inbox)[-SHOWN:]
-    out.append(_header("Recent refunds"))
-    shown = [
-        f"order {inert(_order(r['args']))} at {blocks.utc(int(r['created_at']))}" for r in refunds
-    ]
-    out.append(_text("\n".join(reversed(shown)) or "None."))
-    if user in approvers:
-        out.extend(operator_blocks(store))
-    return out[:50]
+@dataclass(frozen=True)
+class HomeView:
+    """What a person's Home tab can show, as the run being finished leaves it."""
+
+    user: str
+    inbox: InboxId
+    now: int
+    is_approver: bool
+    approvals: list[Pending]
+    """The person's own open approvals (with this run's new ones), oldest first."""
+    to_answer: list[Pending]
+    """For approvers: open approvals of other people they may answer, wherever asked."""
+    timers: list[NextTimer]
+    """The person's timers (approval expiries left out), soonest first."""
+    session: Any
+    """The agent's saved state, as this run leaves it."""
+    dead_letters: DeadLetters | None
+    """For approvers: dead events and parked posts (each gets a Requeue button)."""
+    query: Query
+
+    def approval_blocks(self, pending: Sequence[Pending] | None = None) -> list[Block]:
+        """Each approval with working Approve / Deny buttons (the prompt's own blocks)."""
+        out: list[Block] = []
+        for a in (self.approvals if pending is None else pending)[-SHOWN:]:
+            out.extend(blocks.approval_prompt(a.id, inert(a.summary), a.requester, a.deadline))
+        return out
+
+    def operator_blocks(self) -> list[Block]:
+        """Dead events and parked posts, each with a Requeue button (approvers only)."""
+        dead = self.dead_letters
+        if dead is None:
+            return []
+        out: list[Block] = [header("Dead letters (approvers only)")]
+        for e in dead.events:
+            error = (e.error or "")[:200]
+            out.append(_requeue(inert(f"event {e.id} in {e.inbox}: {error}"), f"event:{e.id}"))
+        for r in dead.outbox:
+            error = (r.error or "")[:200]
+            text = inert(f"outbox row {r.id} to {r.channel}: {error}")
+            out.append(_requeue(text, f"outbox:{r.id}"))
+        if not dead.events and not dead.outbox:
+            out.append(section("No dead events, no parked posts."))
+        return out
 
 
-def operator_blocks(store: Store) -> list[Block]:
-    """Dead events and parked rows with a Requeue button each: approvers only."""
-    dead = store.dead_letters(limit=SHOWN)
-    out: list[Block] = [_header("Dead letters (approvers only)")]
-    for e in dead.events:
-        error = (e.error or "")[:200]
-        out.append(_requeue(inert(f"event {e.id} in {e.inbox}: {error}"), f"event:{e.id}"))
-    for r in dead.outbox:
-        error = (r.error or "")[:200]
-        out.append(_requeue(inert(f"outbox row {r.id} to {r.channel}: {error}"), f"outbox:{r.id}"))
-    if not dead.events and not dead.outbox:
-        out.append(_text("No dead events, no parked posts."))
+def default_home(view: HomeView) -> list[Block]:
+    """The Home tab of an agent that draws none of its own: the person's pending approvals,
+    for approvers those of everyone they may answer, the next timers, and for approvers what
+    needs an operator."""
+    out: list[Block] = [header("Pending approvals")]
+    out.extend(view.approval_blocks() or [section("Nothing waits for an answer.")])
+    if view.is_approver:
+        out.append(header("Waiting for your answer"))
+        out.extend(
+            view.approval_blocks(view.to_answer) or [section("No one waits for your answer.")]
+        )
+    out.append(header("Next timers"))
+    lines = [f"{blocks.when(t.at)}: {inert(timer_label(t))}" for t in view.timers[:SHOWN]]
+    out.append(section("\n".join(lines) or "No timers."))
+    out.extend(view.operator_blocks())
     return out
+
+
+def timer_label(timer: NextTimer) -> str:
+    """A timer's text when its data has one, else its name."""
+    data = timer.data
+    if isinstance(data, dict) and isinstance(data.get("text"), str):
+        return str(data["text"])
+    return timer.name
+
+
+def header(text: str) -> Block:
+    return {"type": "header", "text": {"type": "plain_text", "text": text[:150]}}
+
+
+def section(text: str) -> Block:
+    """A mrkdwn section (cut at Slack's 3,000 characters). Escape what you did not write."""
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
 
 
 def as_text(view: Sequence[Block]) -> str:
@@ -120,32 +149,100 @@ def as_text(view: Sequence[Block]) -> str:
     return "\n".join(lines)
 
 
+def build_view(
+    store: Store, inbox: str, approvers: Sequence[str], now: int, effects: Effects
+) -> HomeView | None:
+    """The Home view of a person's inbox after a run that asked for `effects`; None for a
+    conversation's inbox."""
+    key = InboxId(inbox)
+    if key.user is None:
+        return None
+    user = key.user
+    approver = user in approvers
+    own = [_pending(a) for a in store.approvals(inbox) if a.answer is None]
+    own += [
+        Pending(a.id, a.tool, a.summary or a.tool, a.requester, a.deadline, inbox)
+        for a in effects.approvals
+    ]
+    others = [
+        _pending(a)
+        for a in (store.open_approvals_for(user, True, SHOWN * 4) if approver else [])
+        if a.inbox != inbox
+    ]
+    cancelled = set(effects.cancel_timers)
+    timers = {
+        t.id.split("/", 1)[-1]: NextTimer(t.id.split("/", 1)[-1], t.next_at, _data(t.payload))
+        for t in store.timers(inbox)
+        if not t.id.split("/", 1)[-1].startswith(EXPIRY_PREFIX)
+    }
+    for t in effects.timers:
+        at = first_occurrence(t.kind, now, t.first_at, t.daily_at, t.tz)
+        timers[t.name] = NextTimer(t.name, at, _data(t.payload))
+    session = effects.session if effects.save_session else store.session(inbox)
+    return HomeView(
+        user=user,
+        inbox=key,
+        now=now,
+        is_approver=approver,
+        approvals=own,
+        to_answer=others,
+        timers=sorted(
+            (t for name, t in timers.items() if name not in cancelled), key=lambda t: t.at
+        ),
+        session=session,
+        dead_letters=store.dead_letters(limit=SHOWN) if approver else None,
+        query=Query(store, tuple(approvers)),
+    )
+
+
 @dataclass
 class HomeHook:
-    """After each run of the inbox of a person who opened their Home tab, the tab is queued
-    for a refresh (written by the run's fenced finish, sent through the outbox). People who
-    never opened it cost nothing."""
+    """Refreshes the Home tab of a person who opened it, after each run of their inbox."""
 
     store: Store
+    agent: Any
     approvers: tuple[str, ...] = ()
 
     def before(self, run: Run) -> None:
         return None
 
     def after(self, run: Run, effects: Effects) -> None:
-        if person(run.inbox) is None or not self.store.home_opened(run.inbox):
+        if run.inbox.user is None or not self.store.home_opened(run.inbox):
             return
-        message = home_message(self.store, run.inbox, self.approvers, run.now, effects)
-        if message is not None:
-            effects.messages.append(message)
+        view = build_view(self.store, run.inbox, self.approvers, run.now, effects)
+        if view is None:
+            return
+        drawn = self.agent.home(view) if hasattr(self.agent, "home") else default_home(view)
+        if drawn is None:
+            return
+        effects.messages.append(
+            Message(
+                view.user,
+                "Home",
+                blocks=list(drawn)[:MAX_BLOCKS],
+                kind="home",
+                user=view.user,
+                priority="urgent",
+            )
+        )
 
 
-def _header(text: str) -> Block:
-    return {"type": "header", "text": {"type": "plain_text", "text": text[:150]}}
+def _pending(a: ApprovalState) -> Pending:
+    summary = a.summary or legacy_summary(a.tool, a.args)
+    return Pending(a.id, a.tool, summary, a.requester, a.deadline, a.inbox)
 
 
-def _text(text: str) -> Block:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
+def legacy_summary(tool: str, args: Any) -> str:
+    """What an approval asked before summaries were stored said: its tool and order."""
+    order = args.get("order_id") if isinstance(args, dict) else None
+    return f"{tool.replace('_', ' ')} {order}" if order else tool
+
+
+def _data(payload: Any) -> Any:
+    """A timer's own data (stored beside its conversation since the wire version)."""
+    if isinstance(payload, dict) and payload.get("v") == 2 and "data" in payload:
+        return payload["data"]
+    return payload
 
 
 def _requeue(text: str, value: str) -> Block:
@@ -155,43 +252,4 @@ def _requeue(text: str, value: str) -> Block:
         "text": {"type": "plain_text", "text": "Requeue"},
         "value": value,
     }
-    return {**_text(text), "accessory": button}
-
-
-def _digest_line(
-    store: Store, inbox: str, timers: list[TimerState], effects: Effects, now: int
-) -> str:
-    """The digest setting and its next time, as this run leaves them."""
-    stored = next((t for t in timers if t.id.endswith(f"/{DIGEST}")), None)
-    next_at = None if stored is None else stored.next_at
-    for t in effects.timers:
-        if t.name == DIGEST:
-            next_at = first_occurrence(t.kind, now, t.first_at, t.daily_at, t.tz)
-    if DIGEST in effects.cancel_timers or next_at is None:
-        return "Off."
-    session = effects.session if effects.save_session else store.session(inbox)
-    return f"{_digest_setting(session)}Next digest {blocks.when(next_at)}."
-
-
-def _digest_setting(session: Any) -> str:
-    """The digest as the agent saved it (`every` seconds or `daily` at HH:MM in a zone)."""
-    digest = session.get("digest") if isinstance(session, dict) else None
-    if not isinstance(digest, dict):
-        return ""
-    if digest.get("every"):
-        return f"Every {digest['every']} s. "
-    if digest.get("daily"):
-        return f"Daily at {digest['daily']} ({digest.get('tz') or 'UTC'}). "
-    return ""
-
-
-def _payload_text(payload: Any) -> str:
-    return inert(str(payload.get("text", ""))) if isinstance(payload, dict) else ""
-
-
-def _order(args: Any) -> str:
-    try:
-        parsed = json.loads(args) if isinstance(args, str) else args
-    except ValueError:
-        return "?"
-    return str(parsed.get("order_id", "?")) if isinstance(parsed, dict) else "?"
+    return {**section(text), "accessory": button}

@@ -19,25 +19,18 @@ from slack_bolt import Ack, App, BoltRequest, BoltResponse
 from slack_bolt.authorization import AuthorizeResult
 
 from wakeful.bot import blocks, payloads
-from wakeful.bot.webhooks import channel_inbox
+from wakeful.bot.events import AssistantThreadStarted, HomeOpened
 from wakeful.core.effects import Message
 from wakeful.core.errors import InvalidInput, StoreUnavailable
-from wakeful.core.loops import Kicker, Wakeup
+from wakeful.core.events import Command, Event
+from wakeful.core.events import Message as Said
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.store import Store
+from wakeful.core.wakeups import Kicker, Wakeup
 
 log = logging.getLogger("wakeful")
 IGNORED_SUBTYPES = frozenset({"message_changed", "message_deleted", "bot_message"})
 ACCEPTED_SUBTYPES = frozenset({None, "file_share", "thread_broadcast", "me_message"})
-GREETING = (
-    "Hi, I'm wakeful. I answer once, ask before refunds and keep quiet unless there is news. "
-    "Ask for `status`, set a `digest daily at 09:00`, or `remind me in 10 minutes to stretch`."
-)
-PROMPTS = [
-    {"title": "Status", "message": "status"},
-    {"title": "Daily digest", "message": "digest daily at 09:00"},
-    {"title": "A reminder", "message": "remind me in 10 minutes to stretch"},
-]
-"""The assistant thread's suggested prompts (assistant.threads.setSuggestedPrompts)."""
 THREAD_CHANNEL_TYPES = frozenset({"channel", "group", "mpim"})
 """Where only replies in the bot's threads reach the agent (message.channels / .groups /
 .mpim); in a DM (`im`) every message does."""
@@ -100,36 +93,38 @@ class Listeners:
             or (bool(self.bot_user_id) and user == self.bot_user_id)
         )
 
-    def _ingest(self, body: dict[str, Any], event: dict[str, Any], kind: str) -> None:
+    def _ingest(self, body: dict[str, Any], event: dict[str, Any], mention: bool) -> None:
         team = str(body.get("team_id") or event.get("team") or "")
         event_id = body.get("event_id")
         if not team or not isinstance(event_id, str):
             raise InvalidInput("event envelope lacks team_id or event_id")
-        payload = {
-            "kind": kind,
-            "text": event.get("text") or "",
-            "channel": event.get("channel"),
-            "ts": event.get("ts"),
-            "thread_ts": event.get("thread_ts"),
-            "user": event.get("user"),
-            "team": team,
-            "channel_type": event.get("channel_type"),
-        }
-        if not isinstance(payload["channel"], str):
+        channel, user, ts = event.get("channel"), event.get("user"), event.get("ts")
+        if not isinstance(channel, str):
             raise InvalidInput("message event has no channel")
-        if not isinstance(event.get("user"), str):
+        if not isinstance(user, str):
             raise InvalidInput("event has no user")
-        result = self.store.ingest(
-            f"{team}:{event['user']}", "slack", event_id, payload, self.clock()
+        said = Said(
+            text=str(event.get("text") or ""),
+            user=user,
+            team=team,
+            channel=channel,
+            ts=str(ts or ""),
+            thread_ts=event.get("thread_ts") or None,
+            channel_type=str(event.get("channel_type") or ("channel" if mention else "im")),
+            mention=mention,
         )
-        if result.stored:
+        self._store(InboxId.person(team, user), event_id, said)
+
+    def _store(self, inbox: str, key: str, event: Event) -> None:
+        """Store a typed event in `inbox` under Slack's key; the worker is woken for it."""
+        if self.store.ingest(inbox, "slack", key, event.to_wire(), self.clock()).stored:
             self.wake_worker.kick()
 
     def _on_message(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
         if not self._is_ours_or_noise(event) and (
             event.get("channel_type") == "im" or self._follows_up(event)
         ):
-            self._ingest(body, event, "message")
+            self._ingest(body, event, mention=False)
         ack()
 
     def _follows_up(self, event: dict[str, Any]) -> bool:
@@ -147,7 +142,7 @@ class Listeners:
 
     def _on_mention(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
         if not self._is_ours_or_noise(event):
-            self._ingest(body, event, "mention")
+            self._ingest(body, event, mention=True)
             # The reply goes in the mention's thread (or starts one under it): the replies
             # that follow there reach the agent without another mention.
             thread, channel = event.get("thread_ts") or event.get("ts"), event.get("channel")
@@ -171,30 +166,35 @@ class Listeners:
             raise InvalidInput("slash command lacks team_id, user_id, channel_id or timestamp")
         digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         key = f"command:{team}:{user}:{stamp}:{digest}"
-        payload = {
-            "kind": "command",
-            "command": body.get("command"),
-            "text": text,
-            "channel": channel,
-            "user": user,
-            "team": team,
-            "response_url": body.get("response_url"),
-        }
-        if self.store.ingest(f"{team}:{user}", "slack", key, payload, self.clock()).stored:
-            self.wake_worker.kick()
+        command = Command(
+            command=str(body.get("command") or ""),
+            text=text,
+            user=str(user),
+            team=str(team),
+            channel=str(channel),
+            response_url=str(body.get("response_url") or "") or None,
+        )
+        self._store(InboxId.person(str(team), str(user)), key, command)
         ack()
 
     def _on_home_opened(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
         """The Home tab was opened: a run of the person's inbox refreshes it (its hooks)."""
-        team = str(body.get("team_id") or "")
-        if event.get("tab", "home") == "home" and isinstance(event.get("user"), str) and team:
-            self.store.open_home(f"{team}:{event['user']}", self.clock())
-            self._ingest(body, {**event, "channel": event.get("channel") or ""}, "home_opened")
+        team, user, event_id = (
+            str(body.get("team_id") or ""),
+            event.get("user"),
+            body.get("event_id"),
+        )
+        if event.get("tab", "home") == "home" and isinstance(user, str) and user and team:
+            if not isinstance(event_id, str):
+                raise InvalidInput("event envelope lacks team_id or event_id")
+            inbox = InboxId.person(team, user)
+            self.store.open_home(inbox, self.clock())
+            self._store(inbox, event_id, HomeOpened(user=user, team=team))
         ack()
 
     def _on_assistant_thread(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
-        """A new assistant thread: a greeting and the suggested prompts, once per thread
-        (the thread's key refuses a retried event's second greeting)."""
+        """A new assistant thread: an event keyed by the thread, so a retried event stores
+        nothing new; its run greets the person with the agent's greeting and prompts."""
         thread = event.get("assistant_thread") or {}
         user, channel, ts, team = (
             str(v or "")
@@ -206,14 +206,8 @@ class Listeners:
             )
         )
         if user and channel and ts and team:
-            greeting = Message(channel, GREETING, thread_ts=ts, priority="urgent")
-            prompts = Message(
-                channel, "Try one of these", thread_ts=ts, kind="prompts", blocks=PROMPTS
-            )
-            if self.store.post_once(
-                f"{team}:{user}", channel, ts, [greeting, prompts], self.clock()
-            ):
-                self.wake_dispatcher.kick()
+            started = AssistantThreadStarted(user=user, team=team, channel=channel, thread_ts=ts)
+            self._store(InboxId.person(team, user), f"assistant_thread:{channel}:{ts}", started)
         ack()
 
     def _on_requeue(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
@@ -236,10 +230,9 @@ class Listeners:
         if done:
             self.wake_worker.kick()
             self.wake_dispatcher.kick()
-        refresh = {"kind": "home_opened", "user": user, "team": team, "channel": ""}
-        key = f"requeue:{what}:{raw_id}:{user}:{action.get('action_ts')}"
-        if self.store.ingest(f"{team}:{user}", "slack", key, refresh, now).stored:
-            self.wake_worker.kick()
+        if isinstance(user, str) and isinstance(team, str) and team:
+            key = f"requeue:{what}:{raw_id}:{user}:{action.get('action_ts')}"
+            self._store(InboxId.person(team, user), key, HomeOpened(user=user, team=team))
         ack()
 
     def _on_approve(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
@@ -277,7 +270,9 @@ class Listeners:
         note = self._click_note(str(request_id), outcome)
         if note is not None and isinstance(channel, str) and channel:
             text, note_blocks = note
-            inbox = f"{team or 'T'}:{user}"
+            # The note is not an inbox's reply: it is filed under the tapper's inbox (their
+            # team, when the click names one) for the operator's eyes.
+            inbox = InboxId.person(str(team), user) if isinstance(team, str) and team else user
             self.store.post(
                 inbox,
                 [
@@ -300,7 +295,7 @@ class Listeners:
         the answer checks are user ids of this workspace). An approval of a conversation's
         inbox (`channel:<id>`, webhook reports) names no team: the approvers decide alone."""
         state = self.store.approval(request_id) if request_id else None
-        if state is None or state.inbox.startswith(channel_inbox("")):
+        if state is None or InboxId(state.inbox).channel is not None:
             return False
         return not (isinstance(team, str) and team and state.inbox.startswith(f"{team}:"))
 

@@ -16,64 +16,23 @@ from slack_sdk.errors import SlackApiError
 from wakeful.bot.config import Config, ConfigError
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.bot.web_client import KeepAliveWebClient
-from wakeful.bot.zones import ZoneLookup
-from wakeful.core.agent import Agent, RunHook, with_hooks
 from wakeful.core.clock import Clock, ServerClock, wall_clock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.errors import StoreUnavailable
-from wakeful.core.loops import Bell, Dispatcher, Scheduler, Wakeup, Worker
+from wakeful.core.runner import Runner
+from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store, open_store
+from wakeful.core.wakeups import Bell, Wakeup
+from wakeful.core.worker import Worker
 
 log = logging.getLogger("wakeful")
 
 
-def timezone_lookup(client: WebClient | None) -> Callable[[str], str]:
-    """users.info -> the user's IANA zone, cached, read off the worker's path (bot/zones.py):
-    "" while it cannot be read (a later run reads it), never a wait of more than a moment.
+def build_runner(config: Config, store: Store, client: WebClient | None) -> Runner:
+    """The configured agent behind the worker, with the Slack edge's surfaces (bot/loading.py)."""
+    from wakeful.bot.loading import build_runner as build
 
-    Handed to agents as a capability: they get a zone, never the token.
-    """
-    return ZoneLookup(client)
-
-
-def build_agent(config: Config, store: Store, client: WebClient | None) -> Agent:
-    """The configured agent, with the run hooks of the Slack surfaces: the Home tab refreshed
-    after each run, the assistant thread's status while one is in flight."""
-    from wakeful.bot.assistant import StatusHook
-    from wakeful.bot.home import HomeHook
-
-    hooks: list[RunHook] = [HomeHook(store, config.approvers)]
-    if config.assistant:
-        hooks.append(StatusHook(store))
-    return with_hooks(_agent(config, store, client), *hooks)
-
-
-def _agent(config: Config, store: Store, client: WebClient | None) -> Agent:
-    if ":" in config.agent:
-        import importlib
-
-        module_name, _, name = config.agent.partition(":")
-        try:
-            factory = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"WAKEFUL_AGENT {config.agent!r} cannot be loaded: {exc}") from exc
-        agent: Agent = factory(config, store, timezone_lookup(client))
-        return agent
-    if config.agent == "claude":
-        try:
-            from wakeful.bot.agents.claude import build as build_claude
-        except ImportError as exc:  # the optional extra is not installed
-            raise ConfigError(
-                "WAKEFUL_AGENT=claude needs the anthropic package: pip install 'wakeful[claude]'"
-            ) from exc
-        return build_claude(config, store, timezone_lookup(client))
-    from wakeful.bot.agents.refund_desk import RefundDesk
-
-    return RefundDesk(
-        store,
-        approvers=config.approvers,
-        tz_lookup=timezone_lookup(client),
-        quiet_digests=config.quiet_digests,
-    )
+    return build(config, store, client)
 
 
 def identify(client: WebClient, api_url: str) -> dict[str, str]:
@@ -141,12 +100,12 @@ class Runtime:
             self.client = make_client(self.config.bot_token, self.config.api_url)
         loops: list[Any] = []
         if "worker" in self.roles:
-            agent = build_agent(self.config, self.store, self.client)
+            runner = build_runner(self.config, self.store, self.client)
             loops.append(
                 Worker(
                     store=self.store,
                     clock=self.clock,
-                    agent=agent,
+                    runner=runner,
                     poll=self.poll,
                     wakeup=self.bell.subscribe(self.wake_worker),
                     wake_dispatcher=self.wake_dispatcher,

@@ -8,9 +8,9 @@ store cannot take the write, so the sender retries). The front (bot/front.py) ro
 `POST /webhooks/<name>` here after its body cap (413) and answers 404 for a name whose secret
 is not set.
 
-Events go to the inbox of the Slack conversation the source reports to, `channel:<id>`, with
-the payload an agent needs: `kind` "webhook", `source`, `type`, `delivery`, `channel` and the
-parsed `body` (pruned, with `body_cut`, when it would not fit the store's payload cap).
+Events go to the inbox of the Slack conversation the source reports to, `channel:<id>`, as a
+typed `WebhookDelivery` (core/events.py): the source's type, the delivery id, the conversation
+and the parsed body (pruned, with `body_cut`, when it would not fit the store's payload cap).
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ from wakeful.bot.config import WebhookSource
 from wakeful.core import metrics
 from wakeful.core.effects import check_json
 from wakeful.core.errors import InvalidInput, StoreError
-from wakeful.core.loops import Kicker
+from wakeful.core.events import WebhookDelivery
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.settings import MAX_PAYLOAD_BYTES
 from wakeful.core.store import Store
+from wakeful.core.wakeups import Kicker
 
 WEBHOOKS_PATH = "/webhooks/"
 STRIPE_TOLERANCE = 300
@@ -49,12 +51,6 @@ _JSON_KINDS = {
 }
 _PRUNE_STEPS = ((6, 50, 2000, 200), (4, 10, 500, 100), (3, 3, 200, 50))
 """(depth, list items, string characters, object keys) kept, tried in turn on a body too big."""
-
-
-def channel_inbox(channel: str) -> str:
-    """The inbox of a Slack conversation that webhook reports go to. People's inboxes are
-    `<team>:<user>`; a conversation's is `channel:<id>`, so the two can never meet."""
-    return f"channel:{channel}"
 
 
 # -- signatures ------------------------------------------------------------------------------
@@ -198,14 +194,12 @@ def event_payload(source: WebhookSource, delivery: Delivery) -> dict[str, Any]:
     """The inbox event's payload. A body that would take the payload past the store's cap
     (GitHub sends up to 25 MB) is pruned, and `body_cut` says so: the report needs only a few
     fields, and a refused delivery would be lost (GitHub does not retry by itself)."""
-    payload: dict[str, Any] = {
-        "kind": "webhook",
-        "source": source.name,
-        "type": delivery.type,
-        "delivery": delivery.delivery_id,
-        "channel": source.channel,
-        "body": delivery.body,
-    }
+    payload = WebhookDelivery(
+        type=delivery.type,
+        delivery_id=delivery.delivery_id,
+        body=delivery.body,
+        channel=source.channel,
+    ).to_wire()
     if _size(payload) <= MAX_PAYLOAD_BYTES:
         return payload
     payload["body_cut"] = True
@@ -267,7 +261,7 @@ class Webhooks:
             metrics.count_ingest(source.name, "rejected")  # the store counts the rest
             return exc.status, exc.reason
         payload = event_payload(source, delivery)
-        inbox = channel_inbox(source.channel)
+        inbox = InboxId.conversation(source.channel)
         try:
             result = self.store.ingest(inbox, source.name, delivery.delivery_id, payload, now)
         except InvalidInput as exc:

@@ -1,134 +1,68 @@
-"""The agent protocol: what a run is given and what it may return.
+"""The agent's side of the engine: what a factory is given (`Setup`), and what it returns.
 
-An agent is a pure-ish function from (inbox, claimed events, saved session) to Effects. It never
-sends anything and never sees a Slack token; side effects happen only through tools, and a tool
-that an unattended run may repeat must take an idempotency key.
+An agent turns a run (a batch of one inbox's typed events) into effects it asks the run for
+(core/run.py). It never sends anything and never sees a Slack token; a tool that touches the
+outside world runs as a durable step with a stable idempotency key. A factory is called once
+per worker with a `Setup`: the settings an agent may read, the approvers, a time-zone look-up,
+read-only queries and the environment without Slack's secrets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass, field
 
-from wakeful.core.effects import Effects
-from wakeful.core.records import Event
-
-Policy = Literal["allow", "deny", "ask"]
+from wakeful.core.query import Query
+from wakeful.core.run import Run, Steps, Tool
+from wakeful.core.runner import Agent, RunHook
+from wakeful.core.settings import DEFAULTS
 
 
 @dataclass(frozen=True, slots=True)
-class Tool:
-    """A capability an agent may use, with the permission that governs it.
-
-    `allow` runs at once; `deny` is refused without running; `ask` becomes an approval request
-    and runs only after a yes, with the request id as its idempotency key.
-    """
+class Zone:
+    """A person's time zone: `name` (IANA). `known` is False when UTC stands in, and `reason`
+    says why (Slack could not be read now, and a later run asks again; or Slack named a zone
+    this host does not know): say so when you use it."""
 
     name: str
-    policy: Policy
-    fn: Callable[[Mapping[str, Any], str], Any]
-    description: str = ""
+    known: bool = True
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
-class Run:
-    """One run: a claimed batch of one inbox and what the agent may read."""
+class AgentSettings:
+    """The engine's settings an agent may read (their WAKEFUL_* variables)."""
 
-    inbox: str
-    events: tuple[Event, ...]
-    session: Any
-    now: int
-    heartbeat: Callable[[], None]
-    """Renew the lease between long steps; raises LeaseLost when the run has been fenced off."""
-    tools: Mapping[str, Tool] = field(default_factory=dict)
-
-
-class Agent(Protocol):
-    """Anything that turns a run into effects."""
-
-    def run(self, run: Run) -> Effects: ...
+    approval_ttl: int = DEFAULTS.approval_ttl
+    max_attempts: int = DEFAULTS.max_attempts
+    outbox_gap: int = DEFAULTS.outbox_gap
+    lease_ttl: int = DEFAULTS.lease_ttl
+    max_approvals_per_run: int = DEFAULTS.max_approvals_per_run
+    max_open_approvals: int = DEFAULTS.max_open_approvals
+    quiet_digests: bool = True
+    failure_text: str | None = None
 
 
-class RunHook(Protocol):
-    """Work around a run that is not the agent's: a surface to refresh (the Home tab), a
-    status to show while it thinks. `before` may queue what must show at once; `after` may
-    add to the run's effects, which the fenced finish writes with the rest."""
-
-    def before(self, run: Run) -> None: ...
-
-    def after(self, run: Run, effects: Effects) -> None: ...
+def _utc(user: str) -> Zone:
+    return Zone("UTC", known=False, reason="no Slack to ask")
 
 
-SURFACE_KINDS = frozenset({"home_opened"})
-"""Slack events that wake an inbox for its hooks alone (the agent never sees them)."""
+@dataclass(frozen=True)
+class Setup:
+    """What a factory is given, once per worker process."""
+
+    query: Query
+    """Read-only questions about the store (open approvals, timers, dead events, ...)."""
+    steps: Steps
+    """Durable steps under keys of your own (`steps.once(key, fn, name=...)`), for a tool
+    that must act once per order, whoever asks and in whatever inbox."""
+    settings: AgentSettings = field(default_factory=AgentSettings)
+    approvers: tuple[str, ...] = ()
+    """Slack user ids of WAKEFUL_APPROVERS: who may answer anyone's approvals."""
+    time_zone: Callable[[str], Zone] = _utc
+    """A person's time zone from Slack, cached and never slow (see Zone)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """The process environment without Slack's secrets: your agent's own settings."""
 
 
-@dataclass(frozen=True, slots=True)
-class Hooked:
-    """An agent with hooks around each run (see `with_hooks`)."""
-
-    agent: Agent
-    hooks: tuple[RunHook, ...]
-
-    def run(self, run: Run) -> Effects:
-        for hook in self.hooks:
-            hook.before(run)
-        events = tuple(e for e in run.events if not _surface(e))
-        effects = self.agent.run(replace(run, events=events)) if events else Effects()
-        if not effects.failed and not effects.dead:
-            for hook in self.hooks:
-                hook.after(run, effects)
-        return effects
-
-
-def with_hooks(agent: Agent, *hooks: RunHook) -> Agent:
-    """`agent` with `hooks` called before and after each of its runs; a run whose events are
-    all surface events (SURFACE_KINDS) calls the hooks only."""
-    return Hooked(agent, hooks) if hooks else agent
-
-
-def _surface(event: Event) -> bool:
-    payload = event.payload if isinstance(event.payload, dict) else {}
-    return event.source == "slack" and payload.get("kind") in SURFACE_KINDS
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    """What calling a tool came to: it ran, it was refused, or it needs a person's yes first."""
-
-    status: Literal["ran", "refused", "needs_approval"]
-    value: Any = None
-
-
-class Toolbox:
-    """The tools of one agent, each governed by its permission policy."""
-
-    def __init__(self, tools: list[Tool]) -> None:
-        self._tools = {t.name: t for t in tools}
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._tools
-
-    def policy(self, name: str) -> Policy:
-        return self._tools[name].policy
-
-    def specs(self) -> list[Tool]:
-        return list(self._tools.values())
-
-    def call(self, name: str, args: Mapping[str, Any], key: str) -> ToolResult:
-        """Run an `allow` tool, refuse a `deny` one, and report that an `ask` one needs an
-        approval (the caller turns that into an ApprovalRequest and ends the run)."""
-        tool = self._tools.get(name)
-        if tool is None or tool.policy == "deny":
-            return ToolResult("refused", f"tool {name!r} is not permitted")
-        if tool.policy == "ask":
-            return ToolResult("needs_approval")
-        return ToolResult("ran", tool.fn(args, key))
-
-    def run_approved(self, name: str, args: Mapping[str, Any], key: str) -> ToolResult:
-        """Run an `ask` tool after a yes; `key` (the approval request id) makes a repeat a no-op."""
-        tool = self._tools.get(name)
-        if tool is None or tool.policy == "deny":
-            return ToolResult("refused", f"tool {name!r} is not permitted")
-        return ToolResult("ran", tool.fn(args, key))
+__all__ = ["Agent", "AgentSettings", "Run", "RunHook", "Setup", "Steps", "Tool", "Zone"]

@@ -163,6 +163,12 @@ class ApprovalRequest:
     deadline: int
     approvers: tuple[str, ...] = ()
     prompt: Message | None = None
+    """Where the question is shown (an agent asks with `run.ask`, which renders it)."""
+    summary: str = ""
+    """One line saying what the call does (`refund order 1005`), shown with its answer."""
+    channel: str | None = None
+    thread_ts: str | None = None
+    """The conversation it was asked in: where its answer is told."""
 
     def __post_init__(self) -> None:
         if not self.id or not self.tool or not self.requester:
@@ -194,6 +200,8 @@ class Effects:
     """Event id -> error, for events this run could not handle (retried with backoff)."""
     dead: dict[int, str] = field(default_factory=dict)
     """Event id -> error, for events to dead-letter now, without another try."""
+    traceback: str | None = None
+    """The traceback of the failure behind `failed` / `dead` (`wakeful inspect` shows it)."""
     set_aside_session: str | None = None
     """A reason: move the inbox's saved session aside (kept for the operator), so the next
     run starts fresh, and give the inbox's other events that failed only on that session

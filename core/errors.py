@@ -45,12 +45,13 @@ class SessionUnusable(WakefulError):
     Retried like any failure; when the attempts are used up the events are dead-lettered
     with this reason, the session is set aside for the operator (kept, not deleted) and the
     inbox's next events start from a fresh one, so one bad state cannot block an inbox for
-    good. `notice`, when the agent gives one, tells the person once, in that same finish."""
+    good. `notice`, when the agent gives one, tells the person once, in that same finish: a
+    text goes to the conversation of the batch's latest event that names one."""
 
     ERROR_PREFIX = "session unusable: "
     """How the events' error starts, so the store can tell them from other failures."""
 
-    def __init__(self, reason: str, notice: Message | None = None) -> None:
+    def __init__(self, reason: str, notice: Message | str | None = None) -> None:
         super().__init__(reason)
         self.notice = notice
 

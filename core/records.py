@@ -22,6 +22,8 @@ class Event:
     attempts: int
     created_at: int
     error: str | None = None
+    traceback: str | None = None
+    """The traceback of the last failed attempt, when the agent raised."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,9 @@ class ApprovalState:
     answered_at: int | None
     prompt_channel: str | None
     prompt_ts: str | None
+    summary: str | None = None
+    channel: str | None = None
+    thread_ts: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,3 +163,15 @@ class DeadLetters:
 
     events: list[Event]
     outbox: list[OutboxRow]
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """A durable step's recorded result (core/store/steps.py)."""
+
+    key: str
+    inbox: str | None
+    name: str
+    args: Any
+    result: Any
+    created_at: int

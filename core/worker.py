@@ -13,17 +13,17 @@ import logging
 import random
 import threading
 import time
-import traceback
 import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from wakeful.core import logs, metrics
-from wakeful.core.agent import Agent, Run
 from wakeful.core.effects import Effects
-from wakeful.core.errors import LeaseLost, SessionUnusable, StoreUnavailable
+from wakeful.core.errors import LeaseLost, StoreUnavailable
 from wakeful.core.records import Claim
+from wakeful.core.runner import Agent, Runner, runner_for
 from wakeful.core.wakeups import Kicker, Loop, Wakeup
 
 log = logging.getLogger("wakeful")
@@ -33,7 +33,9 @@ log = logging.getLogger("wakeful")
 class Worker(Loop):
     """Takes the lease of each ready inbox, claims, runs the agent, finishes fenced."""
 
-    agent: Agent
+    agent: Agent | None = None
+    """What runs each batch; `runner` instead gives it the surfaces around it."""
+    runner: Runner | None = None
     holder: str = ""
     batch_inboxes: int = 20
     wake_dispatcher: Kicker = field(default_factory=Wakeup)
@@ -56,6 +58,11 @@ class Worker(Loop):
     monotonic: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
+        if self.runner is None:
+            if self.agent is None:
+                raise TypeError("a Worker needs an agent or a runner")
+            self.runner = runner_for(self.agent, self.store)
+        self.store.failure_notice = self.runner.notice_for
         if not self.holder:
             self.holder = f"worker-{uuid.uuid4().hex[:8]}"
         self._seen: dict[str, float] = {}
@@ -422,44 +429,9 @@ class Worker(Loop):
             if not self.store.renew(claim.inbox, self.holder, claim.gen, self.clock()):
                 raise LeaseLost(f"{self.holder} lost {claim.inbox} gen {claim.gen}")
 
-        try:
-            run = Run(
-                inbox=claim.inbox,
-                events=claim.events,
-                session=self.store.session(claim.inbox),
-                now=self.clock(),
-                heartbeat=heartbeat,
-            )
-            return self.agent.run(run)
-        except (LeaseLost, StoreUnavailable):
-            raise  # not the run's failure: the lease passed on; the store cannot be written
-        except SessionUnusable as exc:
-            return self._unusable_session(claim, exc)
-        except Exception as exc:
-            log.warning("agent failed on %s %s: %s", claim.inbox, claim.ids, exc)
-            error = f"{type(exc).__name__}: {exc}"
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("%s", traceback.format_exc())
-            return Effects(failed={e.id: error for e in claim.events})
-
-    def _unusable_session(self, claim: Claim, exc: SessionUnusable) -> Effects:
-        """Retry as any failure; on the last attempt dead-letter the events, set the session
-        aside and tell the person (once: only this finish carries the notice)."""
-        error = f"{SessionUnusable.ERROR_PREFIX}{exc}"
-        if all(e.attempts < self.store.settings.max_attempts for e in claim.events):
-            log.warning("agent failed on %s %s: %s", claim.inbox, claim.ids, error)
-            return Effects(failed={e.id: error for e in claim.events})
-        log.error(
-            "%s: %s; events %s dead-lettered, session set aside, next run starts fresh",
-            claim.inbox,
-            error,
-            claim.ids,
-        )
-        return Effects(
-            messages=[] if exc.notice is None else [exc.notice],
-            dead={e.id: error for e in claim.events},
-            set_aside_session=str(exc),
-        )
+        assert self.runner is not None
+        session = partial(self.store.session, claim.inbox)
+        return self.runner.run(claim, session, self.clock(), heartbeat)
 
 
 @dataclass(slots=True)

@@ -17,14 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wakeful.bot.agents.common import TzLookup
+from wakeful.agents import Setup
 from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.bot.config import Config, WebhookSource
 from wakeful.bot.front import EVENTS_PATH, SlackFront
 from wakeful.bot.home import as_text
 from wakeful.bot.runtime import Runtime, http_server, serve_in_thread
 from wakeful.core.settings import Settings
-from wakeful.core.store import Store, open_store
+from wakeful.core.store import open_store
 from wakeful.devtools.emulator import Call, EventSender, SlackEmulator
 from wakeful.devtools.webhooks import WebhookSender, stripe_event
 
@@ -40,16 +40,10 @@ QUICK_DESK = "wakeful.devtools.demo:quick_desk"
 """WAKEFUL_AGENT for the refund desk with digests every second (the demo, fast tests)."""
 
 
-def quick_desk(config: Config, store: Store, tz_lookup: TzLookup) -> RefundDesk:
+def quick_desk(setup: Setup) -> RefundDesk:
     """The refund desk allowing a digest every second, so a session of a minute can show
     digests; in production the desk sets none more often than every MIN_DIGEST_SECONDS."""
-    return RefundDesk(
-        store,
-        approvers=config.approvers,
-        tz_lookup=tz_lookup,
-        quiet_digests=config.quiet_digests,
-        min_digest=1,
-    )
+    return RefundDesk(setup, min_digest=1)
 
 
 class DemoFailed(Exception):

@@ -144,6 +144,7 @@ def approvals(store: Store) -> list[str]:
             args={"order_id": rid},
             requester="U7",
             deadline=at + window,
+            prompt=Message("D7", f"Approval needed: refund order {rid}", priority="urgent"),
         )
         store.finish(claim, Effects(approvals=[req]), at, release=True)
 

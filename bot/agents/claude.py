@@ -20,20 +20,35 @@ from typing import Any, cast
 
 import anthropic
 
-from wakeful.bot import blocks
+from wakeful.agents import (
+    Agent,
+    ApprovalAnswer,
+    Command,
+    Conversation,
+    InvalidInput,
+    Message,
+    Run,
+    Setup,
+    TimerTick,
+    Tool,
+    Unknown,
+    WebhookDelivery,
+    inert,
+    utc,
+)
 from wakeful.bot.agents.claude_tools import (
     DEFAULT_POLICIES,
     TOOL_SPECS,
     ClaudeTools,
+    Policy,
     RunContext,
 )
 from wakeful.bot.agents.common import (
     DIGEST,
-    TzLookup,
+    REFUND_TOOL,
     digest_facts,
     fresh_stats,
     outage_note,
-    reply_thread,
     unusable_session,
 )
 from wakeful.bot.agents.conversation import (
@@ -50,13 +65,6 @@ from wakeful.bot.agents.conversation import (
     trim_history,
     webhook_view,
 )
-from wakeful.bot.agents.webhook_report import is_webhook
-from wakeful.bot.config import Config, ConfigError
-from wakeful.bot.slack_text import inert
-from wakeful.core.agent import Policy, Run
-from wakeful.core.effects import Effects, Message
-from wakeful.core.records import Event
-from wakeful.core.store import Store
 
 log = logging.getLogger("wakeful")
 
@@ -114,18 +122,18 @@ class ModelUnavailable(RuntimeError):
     worker retries its events with backoff and counts the attempt."""
 
 
-def _load(session: Any, now: int, events: tuple[Event, ...]) -> dict[str, Any]:
+def _load(session: Any, now: int) -> dict[str, Any]:
     """The saved conversation, checked: a shape this agent did not write is an unusable
     session (the engine retries, then sets it aside and the next run starts fresh)."""
     if session is None:
         session = {"v": 1, "messages": []}
     if not isinstance(session, dict) or session.get("v") != 1:
         version = session.get("v") if isinstance(session, dict) else type(session).__name__
-        raise unusable_session(f"the saved conversation has an unknown format ({version})", events)
+        raise unusable_session(f"the saved conversation has an unknown format ({version})")
     if not isinstance(session.get("messages"), list) or not all(
         isinstance(t, dict) for t in session["messages"]
     ):
-        raise unusable_session("the saved conversation's turns are not a list of turns", events)
+        raise unusable_session("the saved conversation's turns are not a list of turns")
     state: dict[str, Any] = dict(session)
     state.setdefault("pending", {})
     state.setdefault("stats", fresh_stats())
@@ -134,20 +142,28 @@ def _load(session: Any, now: int, events: tuple[Event, ...]) -> dict[str, Any]:
     return state
 
 
-class ClaudeAgent(ClaudeTools):
-    """Claude as a wakeful agent. `policies` overrides a tool's allow / deny / ask;
-    `tz_lookup` maps a Slack user id to an IANA zone (users.info), never exposing a token."""
+MODEL_EVENTS = (Message, Command, ApprovalAnswer, TimerTick, WebhookDelivery, Unknown)
+"""What becomes part of the model's turn; surface events (the Home tab opened, an assistant
+thread started) are wakeful's to answer, and cost no model call."""
+
+
+class ClaudeAgent(Agent, ClaudeTools):
+    """Claude as a wakeful agent. `policies` overrides a tool's allow / deny / ask."""
+
+    greeting = "Hi, I'm Claude, working through wakeful. Ask me anything; I ask before refunds."
+    suggested_prompts = (
+        ("Status", "What is waiting for me?"),
+        ("A reminder", "Remind me in 10 minutes to stretch"),
+        ("Daily digest", "Send me a digest every day at 09:00"),
+    )
 
     def __init__(
         self,
-        store: Store,
+        setup: Setup,
         *,
         api_key: str,
         model: str = DEFAULT_MODEL,
         base_url: str | None = None,
-        approval_ttl: int | None = None,
-        approvers: tuple[str, ...] = (),
-        tz_lookup: TzLookup | None = None,
         policies: Mapping[str, Policy] | None = None,
         token_budget: int = TOKEN_BUDGET,
         max_tokens: int = MAX_TOKENS,
@@ -155,11 +171,8 @@ class ClaudeAgent(ClaudeTools):
         timeout: float = 90.0,
         client: anthropic.Anthropic | None = None,
     ) -> None:
-        self.store = store
+        self.setup = setup
         self.model = model
-        self.approval_ttl = approval_ttl or store.settings.approval_ttl
-        self.approvers = approvers
-        self.tz_lookup = tz_lookup or (lambda _user: "UTC")
         self.policies: dict[str, Policy] = {**DEFAULT_POLICIES, **(policies or {})}
         unknown = set(self.policies) - set(TOOL_SPECS)
         if unknown:
@@ -174,6 +187,7 @@ class ClaudeAgent(ClaudeTools):
             api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
         )
         self.tool_specs = [self._spec(name) for name in TOOL_SPECS]
+        self.tools = [Tool(REFUND_TOOL, self._refund_tool, TOOL_SPECS[REFUND_TOOL]["description"])]
 
     def close(self) -> None:
         self.client.close()
@@ -186,8 +200,10 @@ class ClaudeAgent(ClaudeTools):
 
     # -- the run ----------------------------------------------------------------------------
 
-    def run(self, run: Run) -> Effects:
-        ctx = RunContext(run, _load(run.session, run.now, run.events), Effects())
+    def run(self, run: Run) -> None:
+        if not any(isinstance(e, MODEL_EVENTS) for e in run.events):
+            return  # only surface events: nothing for the model
+        ctx = RunContext(run, _load(run.session, run.now))
         self._route(ctx)
         turns: list[Turn] = ctx.state["messages"]
         turns.append({"role": "user", "content": self._user_turn(ctx)})
@@ -198,7 +214,7 @@ class ClaudeAgent(ClaudeTools):
         )
         if ctx.digest_fired:
             ctx.state["stats"], ctx.state["since"] = fresh_stats(), run.now
-        ctx.fx.set_session(ctx.state)
+        run.save(ctx.state)
         log.info(
             "claude: %s ran %d events in %d model calls (%d input / %d output tokens)",
             run.inbox,
@@ -206,39 +222,41 @@ class ClaudeAgent(ClaudeTools):
             ctx.calls,
             *ctx.usage,
         )
-        return ctx.fx
 
     def _route(self, ctx: RunContext) -> None:
-        """Where the reply goes and how urgent it is: the latest Slack message wins; else the
-        conversation the approval or timer belongs to; else the last one used."""
+        """Where the reply goes and how urgent it is: the latest person's message wins; else
+        the conversation the approval or timer belongs to; else the last one used."""
         state, urgent = ctx.state, False
         for e in ctx.run.events:
-            p = e.payload if isinstance(e.payload, dict) else {}
-            if e.source == "slack" and p.get("channel"):
-                ctx.channel, ctx.thread_ts = str(p["channel"]), reply_thread(p)
-                ctx.user = str(p.get("user") or ctx.user)
+            if isinstance(e, Message | Command):
+                where = e.reply_to
+                ctx.channel, ctx.thread_ts = where.channel, where.thread_ts
+                ctx.user = e.user or ctx.user
                 state["home"] = {"channel": ctx.channel, "thread_ts": ctx.thread_ts}
                 urgent = True
-            elif e.source == "approval":
-                note = state["pending"].get(str(p.get("approval")))
-                if ctx.channel is None and note:
-                    ctx.channel, ctx.thread_ts = note.get("channel"), note.get("thread_ts")
+            elif isinstance(e, ApprovalAnswer):
+                note = state["pending"].get(e.request_id) or {}
+                if ctx.channel is None:
+                    if e.channel:
+                        ctx.channel, ctx.thread_ts = e.channel, e.thread_ts
+                    elif note:
+                        ctx.channel, ctx.thread_ts = note.get("channel"), note.get("thread_ts")
                 urgent = True  # it answers a person's click
-            elif e.source == "timer":
-                body = timer_body(p)
-                if ctx.channel is None and body.get("channel"):
-                    ctx.channel, ctx.thread_ts = str(body["channel"]), body.get("thread_ts")
-                urgent = urgent or body.get("kind") == "reminder"  # late is useless
-            elif is_webhook(e) and ctx.channel is None and isinstance(p.get("channel"), str):
+            elif isinstance(e, TimerTick):
+                data = e.data if isinstance(e.data, dict) else {}
+                if ctx.channel is None and e.channel:
+                    ctx.channel, ctx.thread_ts = e.channel, e.thread_ts
+                urgent = urgent or data.get("kind") == "reminder"  # late is useless
+            elif isinstance(e, WebhookDelivery) and ctx.channel is None:
                 # The conversation the source reports to; normal priority, so a burst of
                 # deliveries is paced like a digest.
-                ctx.channel, ctx.thread_ts = p["channel"], None
+                ctx.channel, ctx.thread_ts = e.channel, None
         home = state.get("home") or {}
         if ctx.channel is None and home.get("channel"):
             ctx.channel, ctx.thread_ts = home["channel"], home.get("thread_ts")
         if not ctx.user:
-            ctx.user = ctx.run.inbox.rpartition(":")[2]
-        ctx.priority = "urgent" if urgent else "normal"
+            ctx.user = ctx.run.inbox.user or ctx.run.inbox.rpartition(":")[2]
+        ctx.urgent = urgent
 
     def _user_turn(self, ctx: RunContext) -> list[Block]:
         """The batch as one user turn: tool results that complete a saved tool call first (the
@@ -247,41 +265,38 @@ class ClaudeAgent(ClaudeTools):
         open_call = state.pop("open", None) or {}
         awaiting: dict[str, str] = dict(open_call.get("awaiting") or {})
         lead: list[Block] = list(open_call.get("results") or [])
-        tz = self.tz_lookup(ctx.user) if any(e.source == "slack" for e in run.events) else None
+        said = any(isinstance(e, Message | Command) for e in run.events)
+        tz = self.setup.time_zone(ctx.user).name if said else None
         body: list[Block] = [
-            text_block(f"<wakeful_run{label_attrs(now=blocks.utc(run.now), user_tz=tz)} />"),
+            text_block(f"<wakeful_run{label_attrs(now=utc(run.now), user_tz=tz)} />"),
         ]
         for e in run.events:
-            p = e.payload if isinstance(e.payload, dict) else {}
-            if e.source == "slack":
+            if isinstance(e, Message | Command):
                 state["stats"]["messages"] += 1
-                body.append(text_block(self._slack_block(p)))
-            elif e.source == "approval":
-                request_id = str(p.get("approval"))
-                note = state["pending"].get(request_id) or {}
-                outcome, ok = self._answered(ctx, p)
+                body.append(text_block(self._slack_block(e)))
+            elif isinstance(e, ApprovalAnswer):
+                note = state["pending"].get(e.request_id) or {}
+                outcome, ok = self._answered(ctx, e)
                 tool_use_id = note.get("tool_use_id")
-                if tool_use_id and awaiting.pop(tool_use_id, None) == request_id:
+                if tool_use_id and awaiting.pop(tool_use_id, None) == e.request_id:
                     lead.append(tool_result(tool_use_id, outcome, error=not ok))
                 else:
-                    attrs = label_attrs(
-                        request=request_id, tool=p.get("tool"), answer=p.get("answer")
-                    )
+                    attrs = label_attrs(request=e.request_id, tool=e.tool, answer=e.answer)
                     body.append(
                         text_block(f"<wakeful_approval{attrs}>{outcome}</wakeful_approval>")
                     )
-            elif e.source == "timer":
-                body.append(text_block(self._timer_block(ctx, p)))
-            else:
+            elif isinstance(e, TimerTick):
+                body.append(text_block(self._timer_block(ctx, e)))
+            elif isinstance(e, WebhookDelivery | Unknown):
                 # A webhook's body alone, trimmed of noise: its source, id and type sit in the
                 # label, where the cut of a long body cannot take them away.
-                if is_webhook(e):
-                    view = webhook_view(e.source, p.get("body"))
-                    payload, kind = json.dumps(view, ensure_ascii=False), p.get("type")
+                if isinstance(e, WebhookDelivery):
+                    view = webhook_view(e.source, e.body)
+                    payload, kind = json.dumps(view, ensure_ascii=False), e.type
                 else:
                     payload = json.dumps(e.payload, ensure_ascii=False, sort_keys=True)
                     kind = None
-                attrs = label_attrs(source=e.source, id=e.source_id, type=kind)
+                attrs = label_attrs(source=e.source, id=e.key, type=kind)
                 body.append(
                     text_block(
                         f"<untrusted_webhook_payload{attrs}>\n{neutralise(payload)}\n"
@@ -300,28 +315,31 @@ class ClaudeAgent(ClaudeTools):
             )
         return lead + body
 
-    def _slack_block(self, p: Mapping[str, Any]) -> str:
-        attrs = label_attrs(
-            user=p.get("user"),
-            channel=p.get("channel"),
-            ts=p.get("ts"),
-            thread_ts=p.get("thread_ts"),
-            kind=p.get("kind"),
-        )
-        text = neutralise(str(p.get("text") or ""))
+    def _slack_block(self, e: Message | Command) -> str:
+        if isinstance(e, Message):
+            attrs = label_attrs(
+                user=e.user,
+                channel=e.channel,
+                ts=e.ts,
+                thread_ts=e.thread_ts,
+                kind="mention" if e.mention else "message",
+            )
+        else:
+            attrs = label_attrs(user=e.user, channel=e.channel, kind="command")
+        text = neutralise(e.text)
         return f"<untrusted_slack_message{attrs}>\n{text}\n</untrusted_slack_message>"
 
-    def _timer_block(self, ctx: RunContext, p: Mapping[str, Any]) -> str:
-        body = timer_body(p)
-        kind = body.get("kind") or "timer"
+    def _timer_block(self, ctx: RunContext, e: TimerTick) -> str:
+        data = e.data if isinstance(e.data, dict) else {}
+        kind = data.get("kind") or "timer"
         attrs = label_attrs(
             kind=kind,
-            name=p.get("timer"),
-            scheduled_for=blocks.utc(int(p.get("scheduled_for") or ctx.run.now)),
-            late_by=f"{int(p.get('late_by') or 0)}s",
+            name=e.name,
+            scheduled_for=utc(e.scheduled_for or ctx.run.now),
+            late_by=f"{e.late_by}s",
         )
         if kind == "reminder":
-            text = neutralise(str(body.get("text") or ""))
+            text = neutralise(str(data.get("text") or ""))
             inner = (
                 "A reminder you set is due: remind the person now. Its text, quoted from their "
                 f"earlier request:\n<untrusted_reminder_text>{text}</untrusted_reminder_text>"
@@ -330,7 +348,7 @@ class ClaudeAgent(ClaudeTools):
             ctx.digest_fired = True
             inner = (
                 "Time for the digest: summarise these facts for the person in a few lines.\n"
-                + self._digest_facts(ctx, int(p.get("skipped") or 0), body.get("channel"))
+                + self._digest_facts(ctx, e.skipped, e.channel)
             )
         else:
             inner = "A timer fired."
@@ -378,8 +396,7 @@ class ClaudeAgent(ClaudeTools):
             # refuses it as malformed or too large, the conversation is what is wrong.
             raise unusable_session(
                 f"the Claude API refused the saved conversation ({exc.status_code}: "
-                f"{_error_type(exc)})",
-                ctx.run.events,
+                f"{_error_type(exc)})"
             ) from exc
         except anthropic.APIStatusError as exc:
             kind = _error_type(exc)
@@ -409,21 +426,16 @@ class ClaudeAgent(ClaudeTools):
         if ctx.channel is None:
             log.warning("claude: %s has no conversation to answer in; reply dropped", ctx.run.inbox)
             return
-        ctx.fx.messages.append(
-            Message(ctx.channel, inert(text), thread_ts=ctx.thread_ts, priority=ctx.priority)
-        )
+        where = Conversation(ctx.channel, ctx.thread_ts)
+        ctx.run.reply(inert(text), to=where, urgent=ctx.urgent)
 
     def _digest_facts(self, ctx: RunContext, skipped: int, channel: str | None) -> str:
         unit = "day" if (ctx.state.get("digest") or {}).get("daily") else "period"
         note = outage_note(skipped, unit)
         since = int(ctx.state.get("since") or ctx.run.now)
-        facts = digest_facts(self.store, ctx.run.inbox, ctx.state["stats"], channel, since)
-        return "\n".join([f"since: {blocks.utc(since)}", *([note] if note else []), *facts])
-
-
-def timer_body(p: Mapping[str, Any]) -> dict[str, Any]:
-    body = p.get("payload")
-    return body if isinstance(body, dict) else {}
+        query = self.setup.query
+        facts = digest_facts(query, ctx.run.inbox, ctx.state["stats"], channel, since)
+        return "\n".join([f"since: {utc(since)}", *([note] if note else []), *facts])
 
 
 def _error_type(exc: anthropic.APIStatusError) -> str | None:
@@ -433,16 +445,15 @@ def _error_type(exc: anthropic.APIStatusError) -> str | None:
     return None if kind is None else str(kind)
 
 
-def build(config: Config, store: Store, tz_lookup: TzLookup) -> ClaudeAgent:
-    """The factory `build_agent` calls for WAKEFUL_AGENT=claude. The SDK reads
-    ANTHROPIC_BASE_URL itself; a model call must end well inside the lease."""
-    if not config.anthropic_api_key:
-        raise ConfigError("ANTHROPIC_API_KEY is not set (required by WAKEFUL_AGENT=claude)")
+def factory(setup: Setup) -> ClaudeAgent:
+    """WAKEFUL_AGENT=claude: the key from ANTHROPIC_API_KEY, the model from WAKEFUL_MODEL (the
+    SDK reads ANTHROPIC_BASE_URL itself); a model call must end well inside the lease."""
+    api_key = setup.env.get("ANTHROPIC_API_KEY", "").strip()
+    if not api_key:
+        raise InvalidInput("ANTHROPIC_API_KEY is not set (required by WAKEFUL_AGENT=claude)")
     return ClaudeAgent(
-        store,
-        api_key=config.anthropic_api_key,
-        model=config.model or DEFAULT_MODEL,
-        approvers=config.approvers,
-        tz_lookup=tz_lookup,
-        timeout=float(min(600, max(10, config.settings.lease_ttl * 3 // 4))),
+        setup,
+        api_key=api_key,
+        model=setup.env.get("WAKEFUL_MODEL", "").strip() or DEFAULT_MODEL,
+        timeout=float(min(600, max(10, setup.settings.lease_ttl * 3 // 4))),
     )

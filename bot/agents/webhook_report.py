@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from wakeful.bot.slack_text import inert
-from wakeful.core.records import Event
+from wakeful.agents import WebhookDelivery, inert
 
 TITLE_CAP = 150
 """Characters of a title or ref shown in a report line; longer ones end in `…`."""
@@ -34,20 +33,14 @@ _THREE_DECIMAL = frozenset({"bhd", "jod", "kwd", "omr", "tnd"})
 """Stripe's amounts are in the currency's smallest unit; these have 0 and 3 decimals, the rest 2."""
 
 
-def is_webhook(event: Event) -> bool:
-    return isinstance(event.payload, dict) and event.payload.get("kind") == "webhook"
-
-
-def report_line(payload: Mapping[str, Any]) -> str:
-    """The report of one stored delivery (the payload bot/webhooks.py wrote)."""
-    body = payload.get("body")
-    body = body if isinstance(body, dict) else {}
-    source = str(payload.get("source") or "")
-    if source == "github":
-        return _github(str(payload.get("type") or "?"), body)
-    if source == "stripe":
+def report_line(delivery: WebhookDelivery) -> str:
+    """The report of one delivery."""
+    body = delivery.body if isinstance(delivery.body, dict) else {}
+    if delivery.source == "github":
+        return _github(delivery.type or "?", body)
+    if delivery.source == "stripe":
         return _stripe(body)
-    return f"{_clean(source)} delivery {_clean(str(payload.get('delivery') or '?'))}"
+    return f"{_clean(delivery.source)} delivery {_clean(delivery.delivery_id or '?')}"
 
 
 def _github(event: str, body: Mapping[str, Any]) -> str:

@@ -39,8 +39,12 @@ def decide(
     return ("yes" if answer == "yes" else "no"), "store"
 
 
+EXPIRY_PREFIX = "approval:"
+"""How the name of an approval's expiry timer starts (its inbox's own timers cannot)."""
+
+
 def expiry_timer_id(inbox: str, request_id: str) -> str:
-    return f"{inbox}/approval:{request_id}"
+    return f"{inbox}/{EXPIRY_PREFIX}{request_id}"
 
 
 CAP_SETTINGS = "WAKEFUL_MAX_APPROVALS_PER_RUN, WAKEFUL_MAX_OPEN_APPROVALS"

@@ -78,6 +78,10 @@ def store_answer(tx: Tx, state: ApprovalState, outcome: str, user: str | None, n
         "tool": state.tool,
         "args": state.args,
         "answered_at": now,
+        "summary": state.summary or "",
+        "channel": state.channel,
+        "thread_ts": state.thread_ts,
+        "requester": state.requester,
     }
     body = check_json(payload, "answer")
     if insert_event(tx, state.inbox, "approval", state.id, body, now) is None:
@@ -147,6 +151,16 @@ class Approvals(StoreBase):
         expiry is stored), of one tool or all, soonest deadline first."""
         with self._tx(write=False) as tx:
             rows = tx.all("open_approvals", {"tool": tool})
+        return [a for r in rows if (a := approval_record(r)) is not None]
+
+    def open_approvals_for(self, user: str, approver: bool, limit: int = 20) -> list[ApprovalState]:
+        """Open approvals `user` may answer, in every inbox, soonest deadline first: an
+        approver (as configured now) may answer every one; anyone else their own requests."""
+        with self._tx(write=False) as tx:
+            if approver:
+                rows = tx.all("open_approvals_first", {"limit": limit})
+            else:
+                rows = tx.all("open_approvals_requested_by", {"user": user, "limit": limit})
         return [a for r in rows if (a := approval_record(r)) is not None]
 
     def approval_budget(self, inbox: str) -> ApprovalBudget:

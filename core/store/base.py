@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+from wakeful.core.effects import Message
+from wakeful.core.records import Event
 from wakeful.core.settings import Settings
 from wakeful.core.store.sql import Tx
 
@@ -71,6 +73,9 @@ class StoreBase:
     def __init__(self, db: Connector, settings: Settings | None = None) -> None:
         self.db = db
         self.settings = settings or Settings()
+        self.failure_notice: Callable[[Event], Message | None] | None = None
+        """What to tell the person whose event ran out of attempts, and where (None: no one);
+        the worker sets it from its agent's failure text."""
 
     def _tx(self, write: bool = True, urgent: bool = False) -> AbstractContextManager[Tx]:
         return self.db.transaction(write, urgent)

@@ -21,6 +21,7 @@ from wakeful.core.store.rows import (
     PreparedEffects,
     event_record,
     lease_record,
+    message_params,
     prepare_effects,
     require,
     run_record,
@@ -167,12 +168,13 @@ class Claims(StoreBase):
             "error": TOO_MANY_ATTEMPTS,
             "now": now,
         }
-        settled = [str(r["status"]) for r in tx.all("settle_inbox", params)]
-        if "pending" in settled:
+        rows = tx.all("settle_inbox", params)
+        if any(r["status"] == "pending" for r in rows):
             tx.after_commit(metrics.TAKEOVERS.inc)  # an older generation's work was taken over
-        buried = settled.count("dead")
-        if buried:
-            tx.after_commit(lambda: metrics.DEAD.labels("exhausted").inc(buried))
+        dead = [event_record(r) for r in rows if r["status"] == "dead"]
+        if dead:
+            tx.after_commit(lambda: metrics.DEAD.labels("exhausted").inc(len(dead)))
+            self._tell_dead(tx, dead, now)
         rows = tx.all("next_claimable", {"inbox": inbox, "now": now, "limit": s.claim_cap})
         if rows and int(rows[0]["attempts"]) > 0:
             rows = rows[:1]  # a retried event is claimed alone
@@ -198,6 +200,17 @@ class Claims(StoreBase):
         return Claim(
             inbox=inbox, holder=holder, gen=gen, events=tuple(events), seq=seq, claimed_at=now
         )
+
+    def _tell_dead(self, tx: Tx, dead: Sequence[Event], now: int) -> None:
+        """Tell the person whose event ran out of attempts, once (in the transaction that
+        makes it dead), where they wrote: `failure_notice` says what and where (the worker
+        sets it from the agent's failure text); None tells no one."""
+        notice = self.failure_notice
+        if notice is None:
+            return
+        told = [message_params(e.inbox, m) for e in dead if (m := notice(e)) is not None]
+        if told:
+            queue(tx, told, now)
 
     @staticmethod
     def _next_seq(tx: Tx, inbox: str) -> int:
@@ -297,7 +310,7 @@ class Claims(StoreBase):
             logged = tx.one("run_logged", {**base, "claim_seq": claim.seq}) is not None
             if not logged:  # before the running rows: those it turns pending are not settled
                 for ev in claim.events:
-                    params = {**base, "id": ev.id, "too_many": TOO_MANY_ATTEMPTS}
+                    params = {**base, "id": ev.id, "too_many": TOO_MANY_ATTEMPTS + "%"}
                     given += tx.run("give_back_settled", params)
             given += tx.run("give_back_running", base)
             if self._holds(tx, claim.inbox, claim.holder, claim.gen, now):
@@ -315,7 +328,12 @@ class Claims(StoreBase):
         for ev in claim.events:
             error = effects.failed.get(ev.id)
             if ev.id in effects.dead:
-                params = {"id": ev.id, "gen": claim.gen, "error": effects.dead[ev.id][:2000]}
+                params = {
+                    "id": ev.id,
+                    "gen": claim.gen,
+                    "error": effects.dead[ev.id][:2000],
+                    "traceback": prepared.traceback,
+                }
                 changed = tx.run("mark_dead_fenced", {**params, "now": now})
             elif error is None:
                 changed = tx.run("mark_done_fenced", {"id": ev.id, "gen": claim.gen, "now": now})
@@ -326,6 +344,7 @@ class Claims(StoreBase):
                         "id": ev.id,
                         "gen": claim.gen,
                         "error": str(error)[:2000],
+                        "traceback": prepared.traceback,
                         "now": now,
                         "not_before": now + self.settings.backoff(ev.attempts),
                     },

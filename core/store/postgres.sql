@@ -98,15 +98,18 @@ UPDATE leases SET holder = %(holder)s, gen = %(gen)s, expires_at = %(expires_at)
 
 -- name: settle_inbox
 -- Before a claim: events left running by an older generation go back to pending, and those
--- that reached max_attempts become dead instead; what each became is returned.
+-- that reached max_attempts become dead instead; each row as it became is returned (a dead
+-- one's person is told).
 UPDATE events
 SET status = CASE WHEN attempts >= %(max_attempts)s THEN 'dead' ELSE 'pending' END,
-    error = CASE WHEN attempts >= %(max_attempts)s THEN %(error)s ELSE error END,
+    error = CASE WHEN attempts >= %(max_attempts)s
+                 THEN COALESCE(%(error)s || '; last error: ' || error, %(error)s)
+                 ELSE error END,
     updated_at = %(now)s
 WHERE inbox = %(inbox)s
   AND ((status = 'running' AND gen <> %(gen)s)
        OR (status = 'pending' AND attempts >= %(max_attempts)s))
-RETURNING status;
+RETURNING *;
 
 -- name: mark_running
 -- Claim one event: running under this generation, attempt counted, backoff fixed.
@@ -173,8 +176,10 @@ UPDATE timers SET next_at = %(next_at)s WHERE id = %(id)s;
 
 -- name: insert_approval
 -- Open an approval unless its request id exists.
-INSERT INTO approvals (id, inbox, tool, args, requester, approvers, deadline, created_at)
-VALUES (%(id)s, %(inbox)s, %(tool)s, %(args)s, %(requester)s, %(approvers)s, %(deadline)s, %(now)s)
+INSERT INTO approvals (id, inbox, tool, args, requester, approvers, deadline, created_at,
+                       summary, channel, thread_ts)
+VALUES (%(id)s, %(inbox)s, %(tool)s, %(args)s, %(requester)s, %(approvers)s, %(deadline)s, %(now)s,
+        %(summary)s, %(channel)s, %(thread_ts)s)
 ON CONFLICT (id) DO NOTHING;
 
 -- name: get_approval_for_update
@@ -279,22 +284,32 @@ UPDATE outbox
 SET status = 'pending', attempts = 0, dispatch_id = NULL, in_flight_until = 0, error = NULL
 WHERE id = %(id)s AND status = 'failed';
 
--- name: insert_tool_call
--- Record a side effect under its idempotency key, unless recorded.
-INSERT INTO tool_calls (key, tool, inbox, args, created_at)
-VALUES (%(key)s, %(tool)s, %(inbox)s, %(args)s, %(now)s)
+-- name: insert_step
+-- Record a durable step's result under its key, unless one is recorded.
+INSERT INTO steps (key, inbox, name, args, result, created_at)
+VALUES (%(key)s, %(inbox)s, %(name)s, %(args)s, %(result)s, %(now)s)
 ON CONFLICT (key) DO NOTHING;
 
--- name: list_tool_calls
--- Recorded side effects, of one tool and/or inbox.
-SELECT * FROM tool_calls
-WHERE (%(tool)s::text IS NULL OR tool = %(tool)s::text)
-  AND (%(inbox)s::text IS NULL OR inbox = %(inbox)s::text)
-ORDER BY created_at, key;
+-- name: get_step
+-- One recorded step, by its key.
+SELECT * FROM steps WHERE key = %(key)s;
 
--- name: get_tool_call
--- One recorded side effect, by its idempotency key.
-SELECT * FROM tool_calls WHERE key = %(key)s;
+-- name: list_steps
+-- Recorded steps of one inbox and/or name, newest first.
+SELECT * FROM steps
+WHERE (%(inbox)s::text IS NULL OR inbox = %(inbox)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+ORDER BY created_at DESC, key DESC
+LIMIT %(limit)s;
+
+-- name: open_approvals_first
+-- Open approvals of every inbox, soonest deadline first (what an approver may answer).
+SELECT * FROM approvals WHERE answer IS NULL ORDER BY deadline, id LIMIT %(limit)s;
+
+-- name: open_approvals_requested_by
+-- Open approvals one person asked for, in any inbox, soonest deadline first.
+SELECT * FROM approvals WHERE answer IS NULL AND requester = %(user)s
+ORDER BY deadline LIMIT %(limit)s;
 
 -- name: open_approvals
 -- Approvals no one has answered yet, of one tool or all, soonest deadline first.
@@ -390,13 +405,14 @@ WHERE id = %(id)s AND status = 'running' AND gen = %(gen)s;
 -- name: mark_failed_fenced
 -- An event back to pending with its error, only if still running under the claim's generation.
 UPDATE events
-SET status = 'pending', error = %(error)s, updated_at = %(now)s,
+SET status = 'pending', error = %(error)s, traceback = %(traceback)s, updated_at = %(now)s,
     not_before = GREATEST(not_before, %(not_before)s)
 WHERE id = %(id)s AND status = 'running' AND gen = %(gen)s;
 
 -- name: mark_dead_fenced
 -- An event dead with its error, only if still running under the claim's generation.
-UPDATE events SET status = 'dead', error = %(error)s, updated_at = %(now)s
+UPDATE events
+SET status = 'dead', error = %(error)s, traceback = %(traceback)s, updated_at = %(now)s
 WHERE id = %(id)s AND status = 'running' AND gen = %(gen)s;
 
 -- name: give_back_running
@@ -413,7 +429,7 @@ UPDATE events
 SET status = 'pending', attempts = attempts - 1, not_before = %(now)s, updated_at = %(now)s,
     error = CASE WHEN status = 'dead' THEN NULL ELSE error END
 WHERE id = %(id)s AND gen = %(gen)s AND attempts > 0
-  AND (status = 'pending' OR (status = 'dead' AND error = %(too_many)s));
+  AND (status = 'pending' OR (status = 'dead' AND error LIKE %(too_many)s));
 
 -- name: run_logged
 -- Whether a claim's run is in the run log: a finish of it committed.

@@ -6,9 +6,10 @@ bot has not posted or been mentioned in since, are deleted once older than
 took part), a batch at a time, each batch its own short transaction, oldest first through an
 index on its age. What stays: everything open (pending and running
 events, unsent rows, open approvals, timers, leases, sessions), dead events and parked rows
-(they wait for a person), sessions set aside, and the refund ledger (`tool_calls`, the record
-that a side effect happened). A done event is kept at least `REDELIVERY_WINDOW` (4 days) whatever
-the setting, because its row is its dedupe key: a redelivery inside that window is refused.
+(they wait for a person), sessions set aside, and the recorded durable steps (`steps`,
+the record that a side effect happened). A done event is kept at least `REDELIVERY_WINDOW`
+(4 days) whatever the setting, because its row is its dedupe key: a redelivery inside that
+window is refused.
 """
 
 from __future__ import annotations

@@ -120,6 +120,7 @@ class PreparedEffects:
     timers: list[Params]
     cancel: list[str]
     approvals: list[PreparedApproval]
+    traceback: str | None = None
 
 
 def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
@@ -139,8 +140,11 @@ def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
                 "requester": req.requester,
                 "approvers": check_json(list(req.approvers), "approvers"),
                 "deadline": req.deadline,
+                "summary": storable(req.summary) or None,
+                "channel": req.channel,
+                "thread_ts": req.thread_ts,
             },
-            prompt=None if req.prompt is None else message_params(inbox, req.prompt, ref=req.id),
+            prompt=message_params(inbox, _shown(req), ref=req.id),
             expiry=expiry_timer_params(inbox, req),
         )
         for req in effects.approvals
@@ -154,7 +158,18 @@ def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
         timers=[timer_params(inbox, t, now) for t in effects.timers],
         cancel=[storable(name) for name in effects.cancel_timers],  # such a name matches none
         approvals=approvals,
+        traceback=None if effects.traceback is None else storable(effects.traceback[-8000:]),
     )
+
+
+def _shown(req: ApprovalRequest) -> Message:
+    """The prompt an approval is shown with: no path stores an approval nobody sees."""
+    if req.prompt is None:
+        raise InvalidInput(
+            f"approval {req.id!r} has no prompt: ask with run.ask, which shows one to the people "
+            "who may answer"
+        )
+    return req.prompt
 
 
 # -- rows to records -------------------------------------------------------------------------
@@ -171,6 +186,7 @@ def event_record(row: Row, status: str | None = None, attempts: int | None = Non
         attempts=int(row["attempts"]) if attempts is None else attempts,
         created_at=int(row["created_at"]),
         error=row["error"],
+        traceback=row["traceback"] if "traceback" in row.keys() else None,  # noqa: SIM118
     )
 
 
@@ -197,6 +213,9 @@ def approval_record(row: Row | None) -> ApprovalState | None:
         answered_at=row["answered_at"],
         prompt_channel=row["prompt_channel"],
         prompt_ts=row["prompt_ts"],
+        summary=row["summary"],
+        channel=row["channel"],
+        thread_ts=row["thread_ts"],
     )
 
 

@@ -91,15 +91,18 @@ UPDATE leases SET holder = :holder, gen = :gen, expires_at = :expires_at WHERE i
 
 -- name: settle_inbox
 -- Before a claim: events left running by an older generation go back to pending, and those
--- that reached max_attempts become dead instead; what each became is returned.
+-- that reached max_attempts become dead instead; each row as it became is returned (a dead
+-- one's person is told).
 UPDATE events
 SET status = CASE WHEN attempts >= :max_attempts THEN 'dead' ELSE 'pending' END,
-    error = CASE WHEN attempts >= :max_attempts THEN :error ELSE error END,
+    error = CASE WHEN attempts >= :max_attempts
+                 THEN COALESCE(:error || '; last error: ' || error, :error)
+                 ELSE error END,
     updated_at = :now
 WHERE inbox = :inbox
   AND ((status = 'running' AND gen <> :gen)
        OR (status = 'pending' AND attempts >= :max_attempts))
-RETURNING status;
+RETURNING *;
 
 -- name: mark_running
 -- Claim one event: running under this generation, attempt counted, backoff fixed.
@@ -165,8 +168,10 @@ UPDATE timers SET next_at = :next_at WHERE id = :id;
 
 -- name: insert_approval
 -- Open an approval unless its request id exists.
-INSERT INTO approvals (id, inbox, tool, args, requester, approvers, deadline, created_at)
-VALUES (:id, :inbox, :tool, :args, :requester, :approvers, :deadline, :now)
+INSERT INTO approvals (id, inbox, tool, args, requester, approvers, deadline, created_at,
+                       summary, channel, thread_ts)
+VALUES (:id, :inbox, :tool, :args, :requester, :approvers, :deadline, :now,
+        :summary, :channel, :thread_ts)
 ON CONFLICT (id) DO NOTHING;
 
 -- name: get_approval_for_update
@@ -271,21 +276,32 @@ UPDATE outbox
 SET status = 'pending', attempts = 0, dispatch_id = NULL, in_flight_until = 0, error = NULL
 WHERE id = :id AND status = 'failed';
 
--- name: insert_tool_call
--- Record a side effect under its idempotency key, unless recorded.
-INSERT INTO tool_calls (key, tool, inbox, args, created_at)
-VALUES (:key, :tool, :inbox, :args, :now)
+-- name: insert_step
+-- Record a durable step's result under its key, unless one is recorded.
+INSERT INTO steps (key, inbox, name, args, result, created_at)
+VALUES (:key, :inbox, :name, :args, :result, :now)
 ON CONFLICT (key) DO NOTHING;
 
--- name: list_tool_calls
--- Recorded side effects, of one tool and/or inbox.
-SELECT * FROM tool_calls
-WHERE (:tool IS NULL OR tool = :tool) AND (:inbox IS NULL OR inbox = :inbox)
-ORDER BY created_at, key;
+-- name: get_step
+-- One recorded step, by its key.
+SELECT * FROM steps WHERE key = :key;
 
--- name: get_tool_call
--- One recorded side effect, by its idempotency key.
-SELECT * FROM tool_calls WHERE key = :key;
+-- name: list_steps
+-- Recorded steps of one inbox and/or name, newest first.
+SELECT * FROM steps
+WHERE (:inbox IS NULL OR inbox = :inbox)
+  AND (:name IS NULL OR name = :name)
+ORDER BY created_at DESC, key DESC
+LIMIT :limit;
+
+-- name: open_approvals_first
+-- Open approvals of every inbox, soonest deadline first (what an approver may answer).
+SELECT * FROM approvals WHERE answer IS NULL ORDER BY deadline, id LIMIT :limit;
+
+-- name: open_approvals_requested_by
+-- Open approvals one person asked for, in any inbox, soonest deadline first.
+SELECT * FROM approvals WHERE answer IS NULL AND requester = :user
+ORDER BY deadline LIMIT :limit;
 
 -- name: open_approvals
 -- Approvals no one has answered yet, of one tool or all, soonest deadline first.
@@ -372,13 +388,14 @@ WHERE id = :id AND status = 'running' AND gen = :gen;
 -- name: mark_failed_fenced
 -- An event back to pending with its error, only if still running under the claim's generation.
 UPDATE events
-SET status = 'pending', error = :error, updated_at = :now,
+SET status = 'pending', error = :error, traceback = :traceback, updated_at = :now,
     not_before = MAX(not_before, :not_before)
 WHERE id = :id AND status = 'running' AND gen = :gen;
 
 -- name: mark_dead_fenced
 -- An event dead with its error, only if still running under the claim's generation.
-UPDATE events SET status = 'dead', error = :error, updated_at = :now
+UPDATE events
+SET status = 'dead', error = :error, traceback = :traceback, updated_at = :now
 WHERE id = :id AND status = 'running' AND gen = :gen;
 
 -- name: give_back_running
@@ -395,7 +412,7 @@ UPDATE events
 SET status = 'pending', attempts = attempts - 1, not_before = :now, updated_at = :now,
     error = CASE WHEN status = 'dead' THEN NULL ELSE error END
 WHERE id = :id AND gen = :gen AND attempts > 0
-  AND (status = 'pending' OR (status = 'dead' AND error = :too_many));
+  AND (status = 'pending' OR (status = 'dead' AND error LIKE :too_many));
 
 -- name: run_logged
 -- Whether a claim's run is in the run log: a finish of it committed.

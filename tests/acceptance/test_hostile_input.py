@@ -42,10 +42,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tests.support.approvals import ApprovalRequest
 from wakeful.bot import blocks
 from wakeful.bot.front import BODY_CAP, EVENTS_PATH, SlackFront
 from wakeful.bot.runtime import http_server
-from wakeful.core.effects import ApprovalRequest, Effects
+from wakeful.core.effects import Effects
 from wakeful.core.records import Event
 from wakeful.core.settings import MAX_PAYLOAD_BYTES
 from wakeful.core.store import Store, open_store

@@ -46,7 +46,8 @@ from tests.support.webhook_front import start_server
 from wakeful.bot.agents.webhook_report import report_line
 from wakeful.bot.config import WebhookSource
 from wakeful.bot.front import SlackFront
-from wakeful.bot.webhooks import STRIPE_TOLERANCE, channel_inbox
+from wakeful.bot.webhooks import STRIPE_TOLERANCE
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import Event
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.webhooks import (
@@ -123,7 +124,7 @@ def assert_one_well_typed_delivery(live: Live, source: str, delivery: str, answe
     event = live.store.event_by_key(source, delivery)
     assert event is not None, f"{answer} but nothing stored under ({source}, {delivery!r})"
     p = event.payload
-    assert event.inbox == channel_inbox(OPS)
+    assert event.inbox == InboxId.conversation(OPS)
     assert (p["kind"], p["source"], p["delivery"]) == ("webhook", source, delivery)
     assert p["channel"] == OPS
     assert isinstance(p["body"], dict), p

@@ -38,7 +38,7 @@ from tests.acceptance.test_slack_app import (
     wakeful_cmd,
 )
 from wakeful.bot.front import BODY_CAP
-from wakeful.bot.webhooks import channel_inbox
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import SlackEmulator
 from wakeful.devtools.webhooks import (
@@ -142,7 +142,9 @@ def test_a_github_delivery_and_its_redelivery_are_one_line(app: Wakeful) -> None
     app.wait_post(OPS, line)
     time.sleep(QUIET)
     assert len(posts(app, OPS, line)) == 1, app.emu.messages(OPS)
-    [event] = [e for e in app.store.events(channel_inbox(OPS)) if e.source_id == first.delivery_id]
+    [event] = [
+        e for e in app.store.events(InboxId.conversation(OPS)) if e.source_id == first.delivery_id
+    ]
     assert (event.source, event.status) == ("github", "done")
 
 
@@ -349,6 +351,6 @@ def test_webhooks_are_served_beside_socket_mode(
     assert result == [0]
     store = open_store(tmp_path / "socket.db")
     try:
-        assert [e.source for e in store.events(channel_inbox(OPS))] == ["github"]
+        assert [e.source for e in store.events(InboxId.conversation(OPS))] == ["github"]
     finally:
         store.close()

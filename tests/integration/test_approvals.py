@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import T0
-from wakeful.core.effects import ApprovalRequest, Effects, Message
+from tests.support.approvals import ApprovalRequest
+from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import InvalidInput
 from wakeful.core.records import Event
 from wakeful.core.store import Store

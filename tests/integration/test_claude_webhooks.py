@@ -21,8 +21,8 @@ from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.webhook_front import OPS, PAY, RecordingSender, Served, serve
 from wakeful.bot.agents.claude import ClaudeAgent
 from wakeful.bot.agents.conversation import NO_REPLY
-from wakeful.bot.webhooks import channel_inbox
 from wakeful.core.clock import ManualClock
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Dispatcher, Scheduler, Worker
 from wakeful.core.store import Store
 from wakeful.devtools.webhooks import github_payload, stripe_event
@@ -93,7 +93,7 @@ def test_a_delivery_reaches_the_model_labelled_and_the_answer_goes_to_its_channe
     assert shown["sender"]["login"] == "Codertocat"
     assert "labels_url" not in shown["issue"] and "url" not in shown["issue"]
     assert "untrusted_slack_message" not in text
-    [row] = world.store.outbox(inbox=channel_inbox(OPS))
+    [row] = world.store.outbox(inbox=InboxId.conversation(OPS))
     assert (row.channel, row.thread_ts, row.priority, row.status) == (OPS, "", "normal", "sent")
     assert [p.text for p in world.slack.parts] == [
         "New issue on Codertocat/Hello-World: README spelling error."
@@ -139,7 +139,7 @@ def test_a_payload_cannot_close_its_label_or_page_the_channel(world: World) -> N
     assert "&lt;/untrusted_webhook_payload>" in text and "<wakeful_approval" not in text
     [post] = world.slack.parts
     assert post.text == "&lt;!channel&gt; an issue asks for a refund; ignoring it."
-    assert world.store.approvals(channel_inbox(OPS)) == []
+    assert world.store.approvals(InboxId.conversation(OPS)) == []
 
 
 def test_a_digest_in_the_webhook_channel_tells_the_model_the_deliveries(world: World) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import T0, MakeStore
-from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
+from tests.support.approvals import ApprovalRequest
+from wakeful.core.effects import Effects, Message, Timer
 from wakeful.core.errors import LeaseLost
 from wakeful.core.store import Store, claims
 from wakeful.core.store.claims import TOO_MANY_ATTEMPTS

@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import T0
+from tests.support.approvals import ApprovalRequest
 from wakeful.core.clock import ManualClock
-from wakeful.core.effects import SLACK_TEXT_LIMIT, ApprovalRequest, Effects, Message
+from wakeful.core.effects import SLACK_TEXT_LIMIT, Effects, Message
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.loops import Dispatcher
 from wakeful.core.records import Ingested

@@ -8,9 +8,10 @@ import sqlite3
 import pytest
 
 from tests.conftest import T0, MakeStore
+from tests.support.approvals import ApprovalRequest
 from wakeful.bot.config import Config, ConfigError
 from wakeful.core.clock import ManualClock
-from wakeful.core.effects import ApprovalRequest, Effects, Message
+from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import InvalidInput
 from wakeful.core.loops import Scheduler
 from wakeful.core.settings import DAY, REDELIVERY_WINDOW, Settings

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0, MakeStore
+from tests.support.approvals import ApprovalRequest
 from tests.support.webhook_front import (
     GITHUB_SECRET,
     OPS,
@@ -27,10 +28,10 @@ from tests.support.webhook_front import (
 from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.bot.config import WebhookSource
 from wakeful.bot.front import EVENTS_PATH, SlackFront
-from wakeful.bot.webhooks import channel_inbox
 from wakeful.core.clock import ManualClock
-from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
+from wakeful.core.effects import Effects, Message, Timer
 from wakeful.core.errors import InvalidInput
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Dispatcher, Scheduler, Worker
 from wakeful.core.store import Store
 from wakeful.devtools.emulator import EventSender
@@ -232,7 +233,7 @@ def test_a_github_issue_titled_with_a_nul_is_reported(front: Front) -> None:
     [line] = front.texts(OPS)
     assert f"crash{FFFD}me" in line and "\x00" not in line
     assert front.texts("D4")[0].startswith("Handled 1 message.")
-    [event] = front.store.events(channel_inbox(OPS))
+    [event] = front.store.events(InboxId.conversation(OPS))
     assert event.status == "done"
 
 

@@ -24,8 +24,8 @@ from tests.support.webhook_front import (
 )
 from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.bot.config import WebhookSource
-from wakeful.bot.webhooks import channel_inbox
 from wakeful.core.clock import ManualClock
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Dispatcher, Scheduler, Worker
 from wakeful.core.rules.outbox import SEPARATOR
 from wakeful.core.store import Store
@@ -102,7 +102,7 @@ def test_each_delivery_is_one_line_and_a_burst_is_one_post_per_gap(ops: Ops) -> 
     first = ok(ops.send.github_example("issues.opened"))
     ops.tick(T0 + 1)
     assert ops.posts() == [ISSUE_LINE]
-    [row] = ops.store.outbox(inbox=channel_inbox(OPS))
+    [row] = ops.store.outbox(inbox=InboxId.conversation(OPS))
     assert (row.priority, row.kind, row.status) == ("normal", "post", "sent")
 
     # Inside the gap: GitHub redelivers the issue, then three Stripe events arrive.
@@ -114,7 +114,7 @@ def test_each_delivery_is_one_line_and_a_burst_is_one_post_per_gap(ops: Ops) -> 
     ops.tick(T0 + 10)
     ops.tick(T0 + 20)
     assert ops.posts() == [ISSUE_LINE], "normal lines inside the gap must wait"
-    held = [r for r in ops.store.outbox(inbox=channel_inbox(OPS)) if r.status == "pending"]
+    held = [r for r in ops.store.outbox(inbox=InboxId.conversation(OPS)) if r.status == "pending"]
     assert [r.priority for r in held] == ["normal"] * 3
 
     ops.tick(T0 + 1 + GAP)
@@ -146,7 +146,9 @@ def test_a_digest_in_the_webhook_channel_counts_deliveries_by_source(ops: Ops) -
     retried = ok(ops.send.github_example("ping"))
     ok(ops.send.github_example("ping", delivery=retried.delivery_id))  # a repeat is not counted
     # wakeful's own events in that inbox (a timer an agent set there) are not deliveries
-    ops.store.ingest(channel_inbox(OPS), "timer", "t@1", {"timer": "t", "payload": {}}, T0 + 2)
+    ops.store.ingest(
+        InboxId.conversation(OPS), "timer", "t@1", {"timer": "t", "payload": {}}, T0 + 2
+    )
     ops.tick(T0 + 5)
     ops.tick(T0 + HOUR)
     [digest] = [t for t in ops.posts() if t.startswith("Digest since")]

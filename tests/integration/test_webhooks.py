@@ -29,8 +29,9 @@ from tests.support.webhook_front import (
     serve,
 )
 from wakeful.bot.front import BODY_CAP
-from wakeful.bot.webhooks import STRIPE_TOLERANCE, channel_inbox
+from wakeful.bot.webhooks import STRIPE_TOLERANCE
 from wakeful.core import metrics
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.settings import MAX_PAYLOAD_BYTES
 from wakeful.core.store import open_store
 from wakeful.devtools.webhooks import (
@@ -60,7 +61,11 @@ def test_a_github_delivery_is_stored_before_its_200_and_once(served: Served, nam
     event = served.store.event_by_key("github", sent.delivery_id)
     assert (sent.status, sent.text) == (200, "stored")
     assert event is not None, "the 200 left before the delivery was committed"
-    assert (event.inbox, event.source, event.status) == (channel_inbox(OPS), "github", "pending")
+    assert (event.inbox, event.source, event.status) == (
+        InboxId.conversation(OPS),
+        "github",
+        "pending",
+    )
     assert event.payload == {
         "kind": "webhook",
         "source": "github",
@@ -86,7 +91,7 @@ def test_a_stripe_event_is_stored_under_its_id_and_its_retry_is_not(
     stored = served.store.event_by_key("stripe", event["id"])
     assert (sent.status, sent.text) == (200, "stored")
     assert stored is not None
-    assert stored.inbox == channel_inbox(PAY)  # WAKEFUL_WEBHOOK_CHANNEL_STRIPE
+    assert stored.inbox == InboxId.conversation(PAY)  # WAKEFUL_WEBHOOK_CHANNEL_STRIPE
     assert (stored.payload["type"], stored.payload["delivery"], stored.payload["body"]) == (
         event_type,
         event["id"],
@@ -104,7 +109,7 @@ def test_a_generic_delivery_is_stored_under_its_delivery_header(served: Served) 
     sent = served.sender.generic("ci", body, delivery="build-7")
     assert (sent.status, sent.text) == (200, "stored")
     event = served.store.event_by_key("ci", "build-7")
-    assert event is not None and event.inbox == channel_inbox(OPS)
+    assert event is not None and event.inbox == InboxId.conversation(OPS)
     assert (event.payload["source"], event.payload["type"], event.payload["body"]) == (
         "ci",
         None,
@@ -379,7 +384,7 @@ def test_a_locked_store_is_503_and_the_retry_is_stored_once(tmp_path: Path) -> N
         assert running.store.count_events() == 0
         retried = running.sender.github_example("issues.opened", delivery=refused.delivery_id)
         assert (retried.status, retried.text) == (200, "stored")
-        assert [e.source_id for e in running.store.events(channel_inbox(OPS))] == [
+        assert [e.source_id for e in running.store.events(InboxId.conversation(OPS))] == [
             refused.delivery_id
         ]
     finally:

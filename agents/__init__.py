@@ -1,0 +1,80 @@
+"""Everything an agent author needs, in one import: `from wakeful.agents import ...`.
+
+An agent is a factory `factory(setup: Setup) -> Agent`, named by WAKEFUL_AGENT
+(`package.module:factory`). wakeful calls `agent.run(run)` with each batch of one inbox's typed
+events; the agent answers through `run` (replies, approvals, durable steps, timers, saved
+state), and wakeful writes what the run asked for in one fenced transaction, then posts it.
+The guide is docs/agents.md; `wakeful.agents.testing` runs an agent without Slack.
+
+Nothing here can post, finish, requeue or write to the store: what an agent does goes through
+its run. The modules behind these names may change; these names are the contract.
+"""
+
+from wakeful.agents.base import Agent, Block
+from wakeful.bot.blocks import utc
+from wakeful.bot.blocks import when as slack_date
+from wakeful.bot.events import AssistantThreadStarted, Feedback, HomeOpened
+from wakeful.bot.home import HomeView, NextTimer, Pending, default_home, header, section
+from wakeful.bot.slack_text import inert
+from wakeful.core.agent import AgentSettings, Setup, Zone
+from wakeful.core.effects import Timer
+from wakeful.core.errors import InvalidInput, LeaseLost, SessionUnusable, WakefulError
+from wakeful.core.events import (
+    ApprovalAnswer,
+    Command,
+    Conversation,
+    Event,
+    Message,
+    TimerTick,
+    Unknown,
+    WebhookDelivery,
+)
+from wakeful.core.inbox_id import InboxId
+from wakeful.core.query import Query
+from wakeful.core.records import ApprovalState, DeadLetters, StepRecord, TimerState
+from wakeful.core.records import Event as StoredEvent
+from wakeful.core.run import Run, Steps, Tool, step_key
+
+__all__ = [
+    "Agent",
+    "AgentSettings",
+    "ApprovalAnswer",
+    "ApprovalState",
+    "AssistantThreadStarted",
+    "Block",
+    "Command",
+    "Conversation",
+    "DeadLetters",
+    "Event",
+    "Feedback",
+    "HomeOpened",
+    "HomeView",
+    "InboxId",
+    "InvalidInput",
+    "LeaseLost",
+    "Message",
+    "NextTimer",
+    "Pending",
+    "Query",
+    "Run",
+    "SessionUnusable",
+    "Setup",
+    "StepRecord",
+    "Steps",
+    "StoredEvent",
+    "Timer",
+    "TimerState",
+    "TimerTick",
+    "Tool",
+    "Unknown",
+    "WakefulError",
+    "WebhookDelivery",
+    "Zone",
+    "default_home",
+    "header",
+    "inert",
+    "section",
+    "slack_date",
+    "step_key",
+    "utc",
+]

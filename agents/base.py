@@ -1,0 +1,53 @@
+"""The class an agent subclasses: `run` is required; the rest has defaults that work."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from wakeful.bot.home import HomeView
+    from wakeful.core.run import Run, Tool
+
+Block = dict[str, Any]
+"""One Block Kit block (https://docs.slack.dev/reference/block-kit/blocks), as a dict."""
+
+GREETING = "Hi! Ask me anything here; I answer in this thread."
+
+
+class Agent:
+    """An agent: `run(run)` is called with each claimed batch of one inbox's events and asks
+    for what should happen through `run` (replies, approvals, timers, saved state). It never
+    sends anything itself: wakeful writes what the run asked for in one fenced transaction,
+    then posts it, paced.
+
+    Override the class attributes and methods below to change what people see around the
+    conversation; the defaults work for any agent."""
+
+    tools: Sequence[Tool] = ()
+    """The tools this agent may ask a person to approve (`run.ask`); on yes wakeful runs the
+    tool once, as a durable step keyed by the request id."""
+
+    greeting: ClassVar[str] = GREETING
+    """Posted when a person opens a new assistant thread with the app."""
+
+    suggested_prompts: ClassVar[Sequence[tuple[str, str]]] = ()
+    """(title, message) pairs shown under the greeting (at most 4; Slack shows them as
+    buttons that send the message)."""
+
+    failure_text: ClassVar[str | None] = None
+    """Told once to the person whose message could not be handled (its attempts ran out);
+    None: the WAKEFUL_FAILURE_TEXT setting, or wakeful's own line."""
+
+    def run(self, run: Run) -> None:
+        """Handle one batch. Raising fails every event of the batch: each is retried with
+        backoff, and set aside (dead) after WAKEFUL_MAX_ATTEMPTS."""
+        raise NotImplementedError(f"{type(self).__name__} must define run(self, run)")
+
+    def home(self, view: HomeView) -> list[Block] | None:
+        """The person's App Home tab, refreshed after each of their runs once they opened it.
+        The default lists their pending approvals (with working buttons), their next timers
+        and, for approvers, every approval they may answer and what needs an operator."""
+        from wakeful.bot.home import default_home
+
+        return default_home(view)

@@ -1,0 +1,173 @@
+"""Loading the configured agent: its factory found (WAKEFUL_AGENT, WAKEFUL_AGENT_PATH), checked,
+and called with a `Setup`; the runner that puts it behind the worker, with the Slack edge's
+surfaces around it."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from slack_sdk import WebClient
+
+from wakeful.bot.config import SECRET_VARIABLES, Config, ConfigError
+from wakeful.core.agent import AgentSettings, Setup, Zone
+from wakeful.core.clock import Clock, wall_clock
+from wakeful.core.errors import InvalidInput
+from wakeful.core.query import Query
+from wakeful.core.rules.schedule import zone as check_zone
+from wakeful.core.run import RunServices, Steps, Tool
+from wakeful.core.runner import Agent, RunHook, Runner
+from wakeful.core.store import Store
+
+BUILT_IN = {
+    "refund-desk": "wakeful.bot.agents.refund_desk:factory",
+    "claude": "wakeful.bot.agents.claude:factory",
+}
+Factory = Callable[[Setup], Any]
+EXPECTED = "a factory taking one argument, setup: wakeful.agents.Setup, and returning the agent"
+
+
+def agent_path(env: Mapping[str, str]) -> list[str]:
+    """The folders an agent module is looked for in, before the installed packages: those of
+    WAKEFUL_AGENT_PATH (separated by os.pathsep), then the current directory."""
+    extra = [p for p in env.get("WAKEFUL_AGENT_PATH", "").split(os.pathsep) if p.strip()]
+    return [*extra, os.getcwd()]
+
+
+def load_factory(spec: str, env: Mapping[str, str] | None = None) -> Factory:
+    """The factory `spec` names (`module.path:name`, or a built-in agent's name), checked:
+    ConfigError with one line saying what is wrong and where it was looked for."""
+    env = os.environ if env is None else env
+    target = BUILT_IN.get(spec, spec)
+    module_name, _, name = target.partition(":")
+    for folder in reversed(agent_path(env)):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        if spec == "claude" and "anthropic" in str(exc):
+            raise ConfigError(
+                "WAKEFUL_AGENT=claude needs the anthropic package: pip install 'wakeful[claude]'"
+            ) from exc
+        looked = ", ".join(agent_path(env))
+        raise ConfigError(
+            f"WAKEFUL_AGENT {spec!r} cannot be loaded: {exc} (looked in {looked} and the "
+            "installed packages; set WAKEFUL_AGENT_PATH to the folder holding the module)"
+        ) from exc
+    factory = getattr(module, name, None)
+    if factory is None:
+        raise ConfigError(f"WAKEFUL_AGENT {spec!r}: module {module_name} has no {name!r}")
+    check_factory(spec, factory)
+    return factory  # type: ignore[no-any-return]
+
+
+def check_factory(spec: str, factory: Any) -> None:
+    """A factory must be callable with exactly one positional argument (the setup)."""
+    if not callable(factory):
+        raise ConfigError(f"WAKEFUL_AGENT {spec!r} is not callable: expected {EXPECTED}")
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: let the call say
+    try:
+        signature.bind(object())
+    except TypeError:
+        shown = str(signature)
+        raise ConfigError(
+            f"WAKEFUL_AGENT {spec!r} takes {shown}: expected {EXPECTED} (the factory of "
+            "wakeful before 0.2 took (config, store, tz_lookup))"
+        ) from None
+
+
+def make_setup(
+    config: Config,
+    store: Store,
+    zone: Callable[[str], str],
+    env: Mapping[str, str],
+    clock: Clock = wall_clock,
+) -> Setup:
+    """What an agent may know: settings, approvers, a time-zone look-up, read-only queries, and
+    the environment without Slack's secrets."""
+    s = config.settings
+
+    def time_zone(user: str) -> Zone:
+        name = zone(user)
+        if not name:
+            return Zone("UTC", known=False, reason="your Slack time zone could not be read")
+        try:
+            check_zone(name)
+        except InvalidInput:  # Slack named a zone this machine's tz database lacks
+            why = f"your Slack time zone {name} is not known on this host"
+            return Zone("UTC", known=False, reason=why)
+        return Zone(name)
+
+    hidden = set(SECRET_VARIABLES) - {"ANTHROPIC_API_KEY"}
+    return Setup(
+        settings=AgentSettings(
+            approval_ttl=s.approval_ttl,
+            max_attempts=s.max_attempts,
+            outbox_gap=s.outbox_gap,
+            lease_ttl=s.lease_ttl,
+            max_approvals_per_run=s.max_approvals_per_run,
+            max_open_approvals=s.max_open_approvals,
+            quiet_digests=config.quiet_digests,
+            failure_text=config.failure_text,
+        ),
+        approvers=config.approvers,
+        time_zone=time_zone,
+        query=Query(store, config.approvers),
+        steps=Steps(store, clock),
+        env={k: v for k, v in env.items() if k not in hidden},
+    )
+
+
+def build_runner(
+    config: Config,
+    store: Store,
+    client: WebClient | None,
+    factory: Factory | None = None,
+    env: Mapping[str, str] | None = None,
+    clock: Clock = wall_clock,
+) -> Runner:
+    """The configured agent behind the worker: its tools, the Slack approval prompts, and the
+    hooks of the Slack surfaces (the Home tab, the assistant thread's status and greeting)."""
+    from wakeful.bot.surfaces import SlackApprovals, surface_hooks
+    from wakeful.bot.zones import ZoneLookup
+
+    env = os.environ if env is None else env
+    made = factory or load_factory(config.agent, env)
+    setup = make_setup(config, store, ZoneLookup(client), env, clock)
+    agent = made(setup)
+    if not callable(getattr(agent, "run", None)):
+        raise ConfigError(
+            f"WAKEFUL_AGENT {config.agent!r} returned {type(agent).__name__}, which has no "
+            "run(self, run) method"
+        )
+    tools: dict[str, Tool] = {}
+    for tool in getattr(agent, "tools", ()) or ():
+        if not isinstance(tool, Tool):
+            raise ConfigError(f"{type(agent).__name__}.tools must hold wakeful.agents.Tool")
+        tools[tool.name] = tool
+    services = RunServices(
+        ledger=store,
+        query=setup.query,
+        budget=store.approval_budget,
+        approvers=config.approvers,
+        approval_ttl=config.settings.approval_ttl,
+        view=SlackApprovals(),
+        tools=tools,
+    )
+    hooks: list[RunHook] = surface_hooks(store, config, agent)
+    runner_agent: Agent = agent
+    return Runner(
+        runner_agent,
+        services,
+        tuple(hooks),
+        config.settings.max_attempts,
+        failure_text=config.failure_text,
+    )

@@ -1,0 +1,55 @@
+"""Whose inbox: the one place an inbox key is built and read.
+
+A person's inbox is `<team>:<user>` (one per person per workspace); the inbox of a Slack
+conversation that webhook reports go to is `channel:<id>`, so the two can never meet. An
+`InboxId` is a `str` (every store operation takes the key as text) that knows its parts.
+"""
+
+from __future__ import annotations
+
+CONVERSATION_PREFIX = "channel"
+
+
+class InboxId(str):
+    """An inbox key that knows its parts. Any text is a key (engine tests use `i1`); only
+    the two shapes above have a team and user, or a channel."""
+
+    __slots__ = ()
+
+    @classmethod
+    def person(cls, team: str, user: str) -> InboxId:
+        if not team or not user:
+            raise ValueError("a person's inbox needs a team and a user")
+        return cls(f"{team}:{user}")
+
+    @classmethod
+    def conversation(cls, channel: str) -> InboxId:
+        if not channel:
+            raise ValueError("a conversation's inbox needs its channel id")
+        return cls(f"{CONVERSATION_PREFIX}:{channel}")
+
+    @property
+    def channel(self) -> str | None:
+        """The conversation of a `channel:<id>` inbox, else None."""
+        head, sep, tail = self.partition(":")
+        return tail if sep and head == CONVERSATION_PREFIX and tail else None
+
+    @property
+    def team(self) -> str | None:
+        """The workspace of a person's inbox, else None."""
+        return self._person()[0]
+
+    @property
+    def user(self) -> str | None:
+        """The person of a person's inbox (a Slack user id), else None."""
+        return self._person()[1]
+
+    @property
+    def is_person(self) -> bool:
+        return self.user is not None
+
+    def _person(self) -> tuple[str | None, str | None]:
+        team, sep, user = self.partition(":")
+        if not sep or team == CONVERSATION_PREFIX or not team or not user.startswith(("U", "W")):
+            return None, None
+        return team, user

@@ -1,0 +1,388 @@
+"""One run of an agent: the batch it was woken for, and everything it may do about it.
+
+A `Run` is what an agent's `run(run)` receives. Nothing it asks for happens during the run:
+replies, approvals, timers and the saved state are collected here and written by the worker's
+fenced finish, in one transaction, or not at all (a worker that lost its lease writes nothing).
+The one exception is a durable step (`step`), whose result is recorded as soon as it returns,
+because the point of a step is that a retried run does not call it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from wakeful.core import effects as fx
+from wakeful.core.effects import ApprovalRequest, Effects, Timer, check_json
+from wakeful.core.errors import InvalidInput
+from wakeful.core.events import (
+    ApprovalAnswer,
+    Command,
+    Conversation,
+    Event,
+    Message,
+    timer_payload,
+)
+from wakeful.core.inbox_id import InboxId
+from wakeful.core.rules import digest as digests
+from wakeful.core.rules.approvals import ApprovalBudget
+from wakeful.core.settings import DEFAULTS
+
+if TYPE_CHECKING:
+    from wakeful.core.query import Query
+
+T = TypeVar("T")
+
+
+class StepLedger(Protocol):
+    """Where step results are kept (the store): looked up before a call, recorded after."""
+
+    def step_result(self, key: str) -> tuple[bool, Any]:
+        """(found, the recorded result)."""
+        ...
+
+    def record_step(
+        self, key: str, inbox: str | None, name: str, args: Any, result: Any, now: int
+    ) -> Any:
+        """Record a step's result unless one is recorded; return the result that stands."""
+        ...
+
+
+class ApprovalView(Protocol):
+    """How an approval is shown and rewritten once answered: the Slack edge renders Block Kit
+    with Approve / Deny buttons (bot/surfaces.py); the engine's default is plain text."""
+
+    def prompt(self, request: ApprovalRequest, to: Conversation) -> fx.Message: ...
+
+    def outcome(self, answer: ApprovalAnswer) -> fx.Message | None: ...
+
+
+class PlainApprovals:
+    """An approval shown as a line of text (for runs with no Slack edge: tests, the harness)."""
+
+    def prompt(self, request: ApprovalRequest, to: Conversation) -> fx.Message:
+        text = f"Approval needed: {request.summary} (request {request.id})"
+        return fx.Message(to.channel, text, thread_ts=to.thread_ts, priority="urgent")
+
+    def outcome(self, answer: ApprovalAnswer) -> fx.Message | None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool an agent offers for approval-gated calls (`run.ask`).
+
+    `fn(args, key)` does the work; `key` is the approval's request id, stable across retries:
+    pass it to the system you call as its idempotency key. It runs at least once after a yes
+    (a crash between the call and the recording of its result calls it again, with the same
+    key) and its result is recorded, so a retried run does not call it again."""
+
+    name: str
+    fn: Callable[[Any, str], Any]
+    description: str = ""
+
+
+@dataclass
+class RunServices:
+    """What the engine lends a run: the step ledger, the read-only queries, the approval
+    policy and view, and the agent's tools. Built once per worker."""
+
+    ledger: StepLedger
+    query: Query
+    budget: Callable[[str], ApprovalBudget]
+    """What a run of an inbox may still ask under the approval caps (store.approval_budget)."""
+    approvers: tuple[str, ...] = ()
+    approval_ttl: int = DEFAULTS.approval_ttl
+    view: ApprovalView = field(default_factory=PlainApprovals)
+    tools: Mapping[str, Tool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Durable steps keyed by a key of the agent's own choosing (an order id), across every
+    inbox: for a tool that must act once per business object, whoever asks."""
+
+    _ledger: StepLedger
+    _clock: Callable[[], int]
+
+    def once(self, key: str, fn: Callable[[str], T], *, name: str) -> T:
+        """`fn(key)` unless a result is recorded under `key`; the result that stands (the
+        first recorded: two racing callers both get it). At least once, like `Run.step`."""
+        found, value = self._ledger.step_result(key)
+        if found:
+            return value  # type: ignore[no-any-return]
+        result = fn(key)
+        check_json(result, f"the result of step {name!r}")
+        stood = self._ledger.record_step(key, None, name, None, result, self._clock())
+        return stood  # type: ignore[no-any-return]
+
+
+def step_key(inbox: str, cause: Event, name: str) -> str:
+    """A durable step's idempotency key: the inbox, the event that caused the step (by its
+    source key, the same in every retry and in every copy of the store) and the step's name."""
+    raw = "\x1f".join((inbox, cause.source, cause.key, name))
+    return "wk-" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def _no_heartbeat() -> None:
+    return None
+
+
+class Run:
+    """One claimed batch of one inbox, and what the agent asks for in answer to it."""
+
+    def __init__(
+        self,
+        inbox: str,
+        events: Sequence[Event],
+        session: Any,
+        now: int,
+        services: RunServices,
+        heartbeat: Callable[[], None] = _no_heartbeat,
+    ) -> None:
+        self.inbox = InboxId(inbox)
+        """Whose inbox this is: a person's (`.team`, `.user`) or a conversation's."""
+        self.events: tuple[Event, ...] = tuple(events)
+        """The batch, oldest first: a person's quick messages arrive together."""
+        self.now = now
+        """The engine's clock (integer seconds) when the run started."""
+        self._session = session
+        self._services = services
+        self._heartbeat = heartbeat
+        self._effects = Effects()
+        self._asked_for: dict[tuple[str, str], int] = {}
+        self._budget: ApprovalBudget | None = None
+        self._not_asked_in: Conversation | None = None
+        self._untold = 0
+
+    # -- reading -----------------------------------------------------------------------
+
+    @property
+    def session(self) -> Any:
+        """The state this inbox's last finished run saved (`save`), or None."""
+        return self._session
+
+    @property
+    def query(self) -> Query:
+        """Read-only questions about the store: open approvals, timers, dead events, ..."""
+        return self._services.query
+
+    def heartbeat(self) -> None:
+        """Renew the inbox's lease between long steps; raises LeaseLost when another worker
+        has taken over (nothing this run asked for will then be written)."""
+        self._heartbeat()
+
+    # -- asking ------------------------------------------------------------------------
+
+    def reply(
+        self,
+        text: str,
+        *,
+        to: Event | Conversation,
+        blocks: list[dict[str, Any]] | None = None,
+        urgent: bool | None = None,
+        private: bool = False,
+        user: str | None = None,
+    ) -> None:
+        """Answer in a conversation: `to` is an event (its conversation and thread) or a
+        `Conversation`. Replies to a person's message, command or approval are urgent (they
+        skip the outbox's gap); others wait for it and merge into one post. A reply to a
+        `Command`, or with `private=True`, is shown to that one person only (`user`, or the
+        person of the event)."""
+        where = _where(to)
+        rush = (to.urgent if isinstance(to, Event) else False) if urgent is None else urgent
+        priority: fx.Priority = "urgent" if rush else "normal"
+        if isinstance(to, Command) and not private:
+            message = fx.Message(
+                where.channel,
+                text,
+                blocks=blocks,
+                kind="respond",
+                ref=to.response_url or None,
+                user=to.user,
+                priority="urgent",
+            )
+        elif private:
+            person = user or _person(to)
+            if person is None:
+                raise InvalidInput("a private reply needs the person it is for: user=...")
+            message = fx.Message(
+                where.channel,
+                text,
+                thread_ts=where.thread_ts,
+                blocks=blocks,
+                kind="ephemeral",
+                user=person,
+                priority="urgent",
+            )
+        else:
+            message = fx.Message(
+                where.channel, text, thread_ts=where.thread_ts, blocks=blocks, priority=priority
+            )
+        self._effects.messages.append(message)
+
+    def digest(self, facts: digests.Facts, *, to: Event | Conversation) -> None:
+        """A digest, as facts (core/rules/digest.py): digests the outbox holds back merge into
+        one covering the whole span, counts added up."""
+        where = _where(to)
+        text = digests.render(facts)
+        self._effects.messages.append(
+            fx.Message(where.channel, text, thread_ts=where.thread_ts, kind="digest", facts=facts)
+        )
+
+    def ask(
+        self,
+        tool: str,
+        args: Any,
+        *,
+        summary: str,
+        to: Event | Conversation,
+        requester: str | None = None,
+        ttl: int | None = None,
+        id: str | None = None,
+    ) -> str | None:
+        """Ask a person to approve a call of `tool` with `args`: wakeful posts `summary` with
+        Approve / Deny buttons in `to`'s conversation, lets only the requester and the
+        approvers answer, and rewrites the prompt with the answer that stands. On yes the tool
+        runs as a durable step keyed by the request id; the agent then gets an
+        `ApprovalAnswer` with its result (or `no` / `expired`, and the tool never runs).
+
+        Returns the request id, or None when the caps say no (too many asked in this run or
+        open in this inbox): the person is told once, in this run's finish, how many were not
+        asked and why."""
+        if tool not in self._services.tools:
+            known = ", ".join(sorted(self._services.tools)) or "none"
+            raise InvalidInput(f"no tool {tool!r} to ask about (the agent's tools: {known})")
+        if not isinstance(summary, str) or not summary.strip():
+            raise InvalidInput("an approval needs a one-line summary of what it does")
+        where = _where(to)
+        who = requester or _person(to)
+        if not who:
+            raise InvalidInput("an approval needs the person asking: requester=...")
+        if self._budget is None:
+            self._budget = self._services.budget(self.inbox)
+        if not self._budget.take():
+            self._not_asked_in = self._not_asked_in or where
+            self._untold += 1
+            return None
+        cause = (
+            to if isinstance(to, Event) and to.key else (self.events[0] if self.events else None)
+        )
+        request_id = id or self._request_id(tool, cause)
+        request = ApprovalRequest(
+            id=request_id,
+            tool=tool,
+            args=args,
+            requester=who,
+            deadline=self.now + (ttl or self._services.approval_ttl),
+            approvers=self._services.approvers,
+            summary=summary.strip(),
+            channel=where.channel,
+            thread_ts=where.thread_ts,
+        )
+        self._effects.approvals.append(
+            _with_prompt(request, self._services.view.prompt(request, where))
+        )
+        return request_id
+
+    def not_asked_note(self) -> str | None:
+        """The line saying how many approvals the caps held back since this was last asked
+        (None: none), for an agent that says it in its own reply; wakeful then does not."""
+        if not self._untold or self._budget is None:
+            return None
+        note = self._budget.note(self._untold)
+        self._untold = 0
+        return note
+
+    def step(self, name: str, fn: Callable[[str], T], *, cause: Event | None = None) -> T:
+        """Run `fn(key)` once per `(cause, name)` and record what it returns.
+
+        The key is stable across retries (see `step_key`): pass it to the system you call as
+        its idempotency key. A retried or resumed run gets the recorded result back without
+        calling `fn` again. The step itself is at-least-once: a crash after `fn` acted and
+        before its result was recorded calls it again with the same key, so the system it
+        calls must honour the key. `cause` defaults to the run's only event."""
+        origin = cause or self._only_event(name)
+        key = step_key(self.inbox, origin, name)
+        found, value = self._services.ledger.step_result(key)
+        if found:
+            return value  # type: ignore[no-any-return]
+        result = fn(key)
+        check_json(result, f"the result of step {name!r}")
+        stood = self._services.ledger.record_step(key, self.inbox, name, None, result, self.now)
+        return stood  # type: ignore[no-any-return]
+
+    def set_timer(self, timer: Timer, *, to: Event | Conversation | None = None) -> None:
+        """Add or replace the inbox's timer of that name; its ticks answer in `to`."""
+        where = None if to is None else _where(to)
+        if where is not None:
+            timer = Timer(**{**_fields(timer), "payload": timer_payload(timer.payload, where)})
+        self._effects.timers.append(timer)
+
+    def cancel_timer(self, name: str) -> None:
+        self._effects.cancel_timers.append(name)
+
+    def save(self, state: Any) -> None:
+        """Keep `state` (JSON) for this inbox's next run; written with the finish."""
+        self._effects.set_session(state)
+        self._session = state
+
+    # -- the engine's side -------------------------------------------------------------
+
+    def effects(self) -> Effects:
+        """Everything asked for, with the one note about approvals the caps held back."""
+        note = self.not_asked_note()
+        where = self._not_asked_in
+        if note is not None and where is not None:
+            self._effects.messages.append(
+                fx.Message(where.channel, note, thread_ts=where.thread_ts, priority="urgent")
+            )
+            self._not_asked_in = None
+        return self._effects
+
+    def _request_id(self, tool: str, cause: Event | None) -> str:
+        """A readable request id, the same in a retried run (numbered per causing event) and
+        unique across inboxes and store copies (a short hash of the event's source key)."""
+        if cause is None:
+            raise InvalidInput("an approval outside any event needs an id=")
+        n = self._asked_for.get((cause.source, cause.key), 0)
+        self._asked_for[(cause.source, cause.key)] = n + 1
+        origin = step_key(self.inbox, cause, f"ask:{tool}:{n}")[3:11]
+        return f"{tool.replace('_', '-')}-{cause.id}-{n}-{origin}"
+
+    def _only_event(self, name: str) -> Event:
+        if len(self.events) != 1:
+            raise InvalidInput(
+                f"step {name!r}: this run has {len(self.events)} events; say which one caused "
+                "the step: run.step(name, fn, cause=event)"
+            )
+        return self.events[0]
+
+
+def _where(to: Event | Conversation) -> Conversation:
+    if isinstance(to, Conversation):
+        return to
+    where = to.reply_to
+    if where is None:
+        raise InvalidInput(
+            f"a {type(to).__name__} names no conversation to answer in: pass to=Conversation(...)"
+        )
+    return where
+
+
+def _person(to: Event | Conversation) -> str | None:
+    if isinstance(to, (Message, Command)):
+        return to.user
+    if isinstance(to, ApprovalAnswer):
+        return to.requester
+    return None
+
+
+def _with_prompt(request: ApprovalRequest, prompt: fx.Message) -> ApprovalRequest:
+    return ApprovalRequest(**{**_fields(request), "prompt": prompt})
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    return {name: getattr(value, name) for name in value.__slots__}

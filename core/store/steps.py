@@ -1,0 +1,77 @@
+"""Durable steps: the result of a call to the outside world, recorded under its idempotency key
+as soon as it returns, so a retried or resumed run gets it back instead of calling again.
+
+The first result recorded under a key stands: a second recording (a stale worker that made the
+same call, a race of two answers) changes nothing and gets the first back. An approved tool's
+step is keyed by the approval's request id; an agent's own step by its inbox, cause and name
+(core/run.py `step_key`); a step may also be keyed by a business key of the agent's choosing
+(`refund_order:<order>`), across every inbox.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from wakeful.core.effects import check_json
+from wakeful.core.records import StepRecord
+from wakeful.core.storable import check_name, is_storable
+from wakeful.core.store.base import StoreBase
+from wakeful.core.store.rows import require
+from wakeful.core.store.sql import Row
+
+
+class Steps(StoreBase):
+    def record_step(
+        self, key: str, inbox: str | None, name: str, args: Any, result: Any, now: int
+    ) -> Any:
+        """Record `result` under `key` unless a result is recorded; the one that stands."""
+        require(key=key, name=name)
+        if inbox is not None:
+            check_name("inbox", inbox)
+        body = check_json(result, "step result")
+        params: dict[str, Any] = {
+            "key": key,
+            "inbox": inbox,
+            "name": name,
+            "args": None if args is None else check_json(args, "step args"),
+            "result": body,
+            "now": now,
+        }
+        with self._tx() as tx:
+            if tx.run("insert_step", params):
+                return json.loads(body)
+            row = tx.one("get_step", {"key": key})
+        assert row is not None
+        return json.loads(row["result"])
+
+    def step_result(self, key: str) -> tuple[bool, Any]:
+        """(whether a result is recorded under `key`, that result)."""
+        found = self.recorded_step(key)
+        return (False, None) if found is None else (True, found.result)
+
+    def recorded_step(self, key: str) -> StepRecord | None:
+        if not is_storable(key):
+            return None  # no such key can have been recorded
+        with self._tx(write=False) as tx:
+            row = tx.one("get_step", {"key": key})
+        return None if row is None else step_record(row)
+
+    def recorded_steps(
+        self, inbox: str | None = None, name: str | None = None, limit: int = 1000
+    ) -> list[StepRecord]:
+        """Recorded steps, newest first, of one inbox and/or one name."""
+        with self._tx(write=False) as tx:
+            rows = tx.all("list_steps", {"inbox": inbox, "name": name, "limit": limit})
+        return [step_record(r) for r in rows]
+
+
+def step_record(row: Row) -> StepRecord:
+    return StepRecord(
+        key=str(row["key"]),
+        inbox=row["inbox"],
+        name=str(row["name"]),
+        args=None if row["args"] is None else json.loads(row["args"]),
+        result=json.loads(row["result"]),
+        created_at=int(row["created_at"]),
+    )
