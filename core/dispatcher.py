@@ -85,38 +85,28 @@ class Dispatcher(Loop):
         """Flights waiting for their next part's turn (a heap by when it comes)."""
         self._order = itertools.count()
         self._landing = threading.Event()
+        self._running = False
 
     # -- the running loop ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Claim and send until `stop` is set. A claimed batch is handed to the send threads
-        and the loop goes on claiming: it never waits for a batch to finish. A store outage
-        is logged and retried, never fatal."""
-        self._landing.clear()
+        """The loop (Loop.run), with the send threads and the turn-taker beside it: each tick
+        only starts what is due and goes back to claiming; it never waits for a send."""
         self._pool = self._pool or self._new_pool()
         turns = threading.Thread(target=self._take_turns, name="wakeful-turns", daemon=True)
         turns.start()
+        self._running = True
         try:
-            while not stop.is_set():
-                try:
-                    busy = self._launch(self.clock())
-                except StoreUnavailable as exc:
-                    log.warning("Dispatcher: store unavailable, retrying: %s", exc)
-                    busy = False
-                except Exception:
-                    log.exception("Dispatcher: tick failed")
-                    busy = False
-                if not busy and not stop.is_set():
-                    self.sleep(self.wakeup, stop)
+            super().run(stop)
         finally:
+            self._running = False
             self._land()
             turns.join(5)
+            self._landing.clear()
 
-    def _launch(self, now: int) -> bool:
+    def _launch(self, now: int) -> int:
         """Claim what is due for destinations not already in flight here and start each
-        batch; True when there may be more to claim at once."""
-        if now < self._paused_until:
-            return False
+        batch on the send threads; how many started."""
         with self._lock:
             busy = set(self._flights)
         batches = self.store.claim_batches(now, busy=busy)
@@ -125,7 +115,7 @@ class Dispatcher(Loop):
             with self._lock:
                 self._flights[flight.destination] = flight
             self._submit(flight)
-        return False
+        return len(batches)
 
     def _new_pool(self) -> ThreadPoolExecutor:
         return ThreadPoolExecutor(self.concurrency, thread_name_prefix="wakeful-send")
@@ -202,16 +192,18 @@ class Dispatcher(Loop):
         now = self.clock()
         self.store.renew_batch(flight.batch.dispatch_id, flight.held, now)
 
-    # -- one pass, waited for (tests on a manual clock, one-shot drains) -----------------------
+    # -- one pass --------------------------------------------------------------------------------
 
     def tick(self, now: int) -> int:
-        """One whole pass, waited for: claim what is due, send it, record it; the parts sent.
+        """One pass. Under `run` it only starts each due batch (how many started) and returns.
 
-        The running loop (`run`) never waits like this; a pass is for tests that drive the
-        clock by hand and for one-shot drains. Every send it started ends before it returns,
-        even when one of them fails."""
+        Called alone (tests that drive the clock by hand, one-shot drains) it is a whole pass,
+        waited for: it claims what is due, sends it and returns the parts sent; every send it
+        started ends before it returns, even when one of them fails."""
         if now < self._paused_until:
             return 0
+        if self._running:
+            return self._launch(now)
         flights = [_Flight(b, b.until) for b in self.store.claim_batches(now)]
         if len(flights) <= 1 or self.concurrency <= 1:
             for flight in flights:
