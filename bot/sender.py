@@ -3,7 +3,11 @@ wakeful posts to Slack.
 
 Posts carry message metadata (`wakeful_dispatch` with the part id), so when a batch is retried
 after a crash or a timeout the sender first looks in the conversation for that id and never posts
-the same part twice. Slack errors map to core's transient / permanent failures.
+the same part twice. Only posts can be looked up: an update, a Home view or an assistant status
+sent again rewrites the same thing (harmless); an ephemeral or a slash command's answer cannot be
+found, but the dispatcher records each part the moment it is sent, so a retry repeats one only
+when its dispatcher died between Slack's answer and that commit. Slack errors map to core's
+transient / permanent failures.
 """
 
 from __future__ import annotations
