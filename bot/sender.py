@@ -3,7 +3,11 @@ wakeful posts to Slack.
 
 Posts carry message metadata (`wakeful_dispatch` with the part id), so when a batch is retried
 after a crash or a timeout the sender first looks in the conversation for that id and never posts
-the same part twice. Slack errors map to core's transient / permanent failures.
+the same part twice. Only posts can be looked up: an update, a Home view or an assistant status
+sent again rewrites the same thing (harmless); an ephemeral or a slash command's answer cannot be
+found, but the dispatcher records each part the moment it is sent, so a retry repeats one only
+when its dispatcher died between Slack's answer and that commit. Slack errors map to core's
+transient / permanent failures.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ TRANSIENT_ERRORS = frozenset(
     }
 )
 LOOKBACK = 200
+UNPACED = frozenset({"update", "ephemeral", "respond", "home", "status", "prompts"})
+"""Kinds that do not post in the conversation, so Slack's per-channel pace does not apply."""
 
 
 def make_client(token: str, api_url: str, timeout: int = 10) -> KeepAliveWebClient:
@@ -64,11 +70,16 @@ class SlackSender:
         client: WebClient,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        interval: float = PER_CHANNEL_INTERVAL,
     ) -> None:
         self.client = client
         self._sleep = sleep
         self._clock = clock
+        self._interval = interval
         self._last_post: dict[str, float] = {}
+        """Per channel: when its latest post was (or is reserved to be) made."""
+        self._turns: dict[str, float] = {}
+        """Turns taken by `reserve`, by part id: when that part's post may go."""
         self._lock = threading.Lock()
         self._assistant_off: set[str] = set()
 
@@ -87,6 +98,8 @@ class SlackSender:
             if part.retry:
                 found = self.find_posted(part)
                 if found is not None:
+                    with self._lock:
+                        self._turns.pop(part.part_id, None)
                     log.info("part %s already posted as %s; not posting again", part.part_id, found)
                     return found
             return self._post(part)
@@ -104,17 +117,39 @@ class SlackSender:
             metrics.SLACK_ERRORS.labels(_METHODS.get(part.kind, "unknown"), "network").inc()
             raise TransientSendError(f"network: {exc}", retry_after=5) from exc
 
-    def _pace(self, channel: str) -> None:
+    def reserve(self, part: Part) -> float:
+        """Take `part`'s turn in its channel's pace and return the seconds until it comes (0:
+        now). Its `send` then posts at that turn instead of taking another, so a dispatcher can
+        wait for the turn without holding a thread. Only posts are paced: anything else has no
+        turn to wait for."""
+        if part.kind in UNPACED:
+            return 0.0
         with self._lock:
-            last = self._last_post.get(channel)
             now = self._clock()
-            wait = 0.0 if last is None else PER_CHANNEL_INTERVAL - (now - last)
-            self._last_post[channel] = now + max(0.0, wait)
-        if wait > 0:
-            self._sleep(wait)
+            if len(self._turns) > 10_000:  # turns reserved but never used (a batch given up)
+                self._turns = {k: at for k, at in self._turns.items() if at > now - 60}
+            at = self._turns[part.part_id] = self._take_turn(part.channel, now)
+        return max(0.0, at - now)
+
+    def _take_turn(self, channel: str, now: float) -> float:
+        """The next free turn of `channel`, taken (call with the lock held)."""
+        last = self._last_post.get(channel)
+        at = now if last is None else max(now, last + self._interval)
+        self._last_post[channel] = at
+        return at
+
+    def _pace(self, part: Part) -> None:
+        """Wait for the part's turn: the one it reserved, or the next free one."""
+        with self._lock:
+            now = self._clock()
+            at = self._turns.pop(part.part_id, None)
+            if at is None:
+                at = self._take_turn(part.channel, now)
+        if at > now:
+            self._sleep(at - now)
 
     def _post(self, part: Part) -> str | None:
-        self._pace(part.channel)
+        self._pace(part)
         metadata = {
             "event_type": EVENT_TYPE,
             "event_payload": {"dispatch_id": part.dispatch_id, "part_id": part.part_id},

@@ -1,7 +1,15 @@
-"""The dispatcher loop: sends claimed outbox batches through a Sender, paced and fenced."""
+"""The dispatcher loop: sends claimed outbox batches through a Sender, paced and fenced.
+
+Each destination's batch is a flight of its own: it goes out part by part, each part recorded
+as soon as it is sent, while the loop keeps claiming other destinations. No conversation waits
+for another: a long batch at Slack's pace (a post a second per channel) holds a send thread
+only for the length of one Web API call at a time, never for its whole run.
+"""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -10,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from wakeful.core import metrics
-from wakeful.core.errors import PermanentSendError, TransientSendError
+from wakeful.core.errors import PermanentSendError, StoreUnavailable, TransientSendError
 from wakeful.core.rules.outbox import Batch, Part
 from wakeful.core.wakeups import Loop
 
@@ -23,103 +31,286 @@ class Sender(Protocol):
     When `part.retry` is set an earlier attempt may have reached the destination: look for
     `part.part_id` there first and return the existing id instead of posting twice. Raise
     TransientSendError or PermanentSendError on failure.
+
+    A sender that paces its posts (Slack: about one a second per channel) may also offer
+    `reserve(part) -> float`: take the part's turn and return the seconds until it comes, so
+    the running dispatcher waits for the turn without holding a send thread; `send(part)`
+    then posts at that turn instead of taking a new one.
     """
 
     def send(self, part: Part) -> str | None: ...
+
+
+@dataclass(eq=False)
+class _Flight:
+    """One claimed batch on its way out: how far it got, and the claim's deadline as this
+    dispatcher last wrote it (the fence: it changes when another dispatcher takes over)."""
+
+    batch: Batch
+    held: int
+    next: int = 0
+    sent: int = 0
+    turn_taken: bool = False
+
+    @property
+    def destination(self) -> tuple[str, str]:
+        return self.batch.channel, self.batch.thread_ts
 
 
 @dataclass(kw_only=True)
 class Dispatcher(Loop):
     """Sends claimed batches; never holds a database lock while a sender is on the network.
 
-    Batches of different destinations go out in parallel (`concurrency` threads), the parts of
-    one batch in order. A rate-limit answer pauses every send until its Retry-After has passed:
-    Slack's limits are per app, so pushing on in other conversations would only earn more 429s.
+    Batches of different destinations go out independently (`concurrency` send threads), the
+    parts of one batch in order. Before each part the claim's deadline is renewed, fenced: a
+    dispatcher that lost its claim (it stalled past `send_timeout` and another one took the
+    batch over) stops before posting anything more of it. A rate-limit answer pauses every
+    send until its Retry-After has passed: Slack's limits are per app, so pushing on in other
+    conversations would only earn more 429s.
     """
 
     sender: Sender
     concurrency: int = 32
-    """Send threads. A send waits at its conversation's pace (about a post a second), holding
-    its thread, so after a backlog a pass needs a thread per conversation it sends to: with 8,
-    100 conversations drained at 8 posts a second."""
+    """Send threads: Web API calls in flight at once. A part waiting for its channel's turn
+    holds none."""
 
     def __post_init__(self) -> None:
         self._paused_until = 0
         self._pause_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Condition()
+        self._flights: dict[tuple[str, str], _Flight] = {}
+        """Destinations with a batch in flight in this process: the loop does not claim them."""
+        self._turns: list[tuple[float, int, _Flight]] = []
+        """Flights waiting for their next part's turn (a heap by when it comes)."""
+        self._order = itertools.count()
+        self._landing = threading.Event()
+        self._running = False
+
+    # -- the running loop ----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """The loop (Loop.run), with the send threads and the turn-taker beside it: each tick
+        only starts what is due and goes back to claiming; it never waits for a send."""
+        self._pool = self._pool or self._new_pool()
+        turns = threading.Thread(target=self._take_turns, name="wakeful-turns", daemon=True)
+        turns.start()
+        self._running = True
+        try:
+            super().run(stop)
+        finally:
+            self._running = False
+            self._land()
+            turns.join(5)
+            self._landing.clear()
+
+    def _launch(self, now: int) -> int:
+        """Claim what is due for destinations not already in flight here and start each
+        batch on the send threads; how many started."""
+        with self._lock:
+            busy = set(self._flights)
+        batches = self.store.claim_batches(now, busy=busy)
+        for batch in batches:
+            flight = _Flight(batch, batch.until)
+            with self._lock:
+                self._flights[flight.destination] = flight
+            self._submit(flight)
+        return len(batches)
+
+    def _new_pool(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(self.concurrency, thread_name_prefix="wakeful-send")
+
+    def _submit(self, flight: _Flight) -> None:
+        assert self._pool is not None
+        self._pool.submit(self._fly_logged, flight)
+
+    def _fly_logged(self, flight: _Flight) -> None:
+        """A send thread's task: the flight until it lands or waits for a turn; any failure is
+        logged and the batch left `sending`, to be retried (looking first) after its deadline."""
+        try:
+            if self._landing.is_set():
+                self._release(flight)
+            elif not self._fly(flight, turns=True):
+                return  # waiting for its turn; the turn-taker resumes it
+        except StoreUnavailable as exc:
+            log.warning("Dispatcher: store unavailable mid-batch, retried later: %s", exc)
+        except Exception:
+            log.exception("Dispatcher: batch %s failed", flight.batch.dispatch_id)
+        self._landed(flight)
+
+    def _park(self, flight: _Flight, delay: float) -> None:
+        """Wait for a part's turn without a send thread."""
+        with self._lock:
+            if not self._landing.is_set():
+                due = time.monotonic() + delay
+                first = not self._turns or due < self._turns[0][0]
+                heapq.heappush(self._turns, (due, next(self._order), flight))
+                if first:
+                    self._lock.notify_all()
+                return
+        self._release(flight)  # stopping: nothing more starts
+        self._landed(flight)
+
+    def _take_turns(self) -> None:
+        """Hand parked flights back to the send threads when their turn comes."""
+        with self._lock:
+            while not self._landing.is_set():
+                now = time.monotonic()
+                while self._turns and self._turns[0][0] <= now:
+                    _, _, flight = heapq.heappop(self._turns)
+                    self._submit(flight)
+                timeout = self._turns[0][0] - now if self._turns else None
+                self._lock.wait(timeout)
+
+    def _landed(self, flight: _Flight) -> None:
+        """A flight is over: its destination may be claimed again (the loop looks at once)."""
+        with self._lock:
+            if self._flights.get(flight.destination) is flight:
+                del self._flights[flight.destination]
+        self.wakeup.kick()
+
+    def _land(self) -> None:
+        """On stop: no part starts any more; batches not finished are released at once, so
+        the next dispatcher takes them over (looking first) instead of waiting out their
+        deadline."""
+        self._landing.set()
+        with self._lock:
+            parked = [flight for _, _, flight in self._turns]
+            self._turns.clear()
+            self._lock.notify_all()
+        for flight in parked:
+            try:
+                self._release(flight)
+            except Exception:
+                log.exception("Dispatcher: releasing batch %s failed", flight.batch.dispatch_id)
+            self._landed(flight)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _release(self, flight: _Flight) -> None:
+        now = self.clock()
+        self.store.renew_batch(flight.batch.dispatch_id, flight.held, now)
+
+    # -- one pass --------------------------------------------------------------------------------
 
     def tick(self, now: int) -> int:
+        """One pass. Under `run` it only starts each due batch (how many started) and returns.
+
+        Called alone (tests that drive the clock by hand, one-shot drains) it is a whole pass,
+        waited for: it claims what is due, sends it and returns the parts sent; every send it
+        started ends before it returns, even when one of them fails."""
         if now < self._paused_until:
             return 0
-        batches = self.store.claim_batches(now)
-        if len(batches) <= 1 or self.concurrency <= 1:
-            results = [self._send_batch(b) for b in batches]
-            errors: list[BaseException] = []
+        if self._running:
+            return self._launch(now)
+        flights = [_Flight(b, b.until) for b in self.store.claim_batches(now)]
+        if len(flights) <= 1 or self.concurrency <= 1:
+            for flight in flights:
+                self._fly(flight, turns=False)
         else:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="wakeful-send")
-            futures = [self._pool.submit(self._send_batch, b) for b in batches]
-            # Every send of this pass ends before the pass does, even when one of them fails:
-            # a send still in flight when the next pass reclaims its batch could post twice.
+            self._pool = self._pool or self._new_pool()
+            futures = [self._pool.submit(self._fly, f, False) for f in flights]
             wait(futures)
-            results = [f.result() for f in futures if f.exception() is None]
             errors = [e for f in futures if (e := f.exception()) is not None]
-        # One commit records the whole pass. A crash before it leaves the rows `sending`: once
-        # their deadline passes they are retried, and the sender finds the posts already there.
-        self._record([done for _, unrecorded in results for done in unrecorded])
-        if errors:
-            raise errors[0]
-        return sum(count for count, _ in results)
+            if errors:
+                raise errors[0]
+        return sum(f.sent for f in flights)
 
-    def _record(self, sent: list[tuple[Part, str | None]]) -> None:
-        self.store.mark_sent_many(sent, self.clock())
-        for part, _ in sent:
-            if part.final:
-                metrics.ROWS_SENT.inc(len(part.row_ids))
+    # -- one batch -----------------------------------------------------------------------------
 
-    def _send_batch(self, batch: Batch) -> tuple[int, list[tuple[Part, str | None]]]:
-        """Send a batch's parts in order: how many went out, and those not yet recorded."""
-        sent: list[tuple[Part, str | None]] = []
-        count = 0
-        for part in batch.parts:
-            if self.clock() < self._paused_until:
-                self.store.defer_batch(
-                    batch.dispatch_id, self._paused_until, "paused: rate limited", self.clock()
-                )
-                break
-            started = time.perf_counter()
-            try:
-                if part.kind == "update":
-                    self._record(sent)  # the prompt this rewrites may be among them
-                    sent = []
-                    part = self._resolve_target(part)
-                ts = self.sender.send(part)
-            except TransientSendError as exc:
-                _count_part(part, "retry", started)
-                # The clock counts whole seconds (floored): one more second guarantees at least
-                # Retry-After has passed in real time.
-                until = self.clock() + max(1, exc.retry_after) + (1 if exc.retry_after else 0)
-                if exc.retry_after:
-                    with self._pause_lock:
-                        self._paused_until = max(self._paused_until, until)
-                    metrics.PAUSES.inc()
-                    metrics.PAUSED_SECONDS.inc(exc.retry_after)
-                self.store.defer_batch(part.dispatch_id, until, str(exc), self.clock())
-                break
-            except PermanentSendError as exc:
-                _count_part(part, "failed", started)
-                log.warning(
-                    "outbox rows %s parked: Slack refused them for good (%s); "
-                    "`wakeful dead-letters`, then `wakeful requeue outbox ID`",
-                    list(part.row_ids),
-                    exc,
-                )
-                self.store.fail_part(part, str(exc), self.clock())
-                continue
-            _count_part(part, "sent", started)
-            sent.append((part, ts))
-            count += 1
-        return count, sent
+    def _fly(self, flight: _Flight, turns: bool) -> bool:
+        """Send a flight's parts in order, each recorded once sent; False when it stopped to
+        wait for a part's turn (with `turns`; otherwise the sender waits for it itself)."""
+        parts = flight.batch.parts
+        while flight.next < len(parts) and not self._landing.is_set():
+            part = parts[flight.next]
+            if turns and not flight.turn_taken:
+                flight.turn_taken = True
+                delay = self._reserve(part)
+                if delay > 0:
+                    self._park(flight, delay)
+                    return False
+            flight.turn_taken = False
+            if not self._send(flight, part):
+                return True
+            flight.next += 1
+        if flight.next < len(parts):
+            self._release(flight)
+        return True
+
+    def _reserve(self, part: Part) -> float:
+        reserve = getattr(self.sender, "reserve", None)
+        return 0.0 if reserve is None else float(reserve(part))
+
+    def _send(self, flight: _Flight, part: Part) -> bool:
+        """Send one part and record the outcome; False when the batch must stop here."""
+        if self.clock() < self._paused_until:
+            self._defer(flight, self._paused_until, "paused: rate limited")
+            return False
+        if not self._renew(flight):
+            log.info(
+                "batch %s was taken over by another dispatcher; this one stops sending it",
+                flight.batch.dispatch_id,
+            )
+            return False
+        started = time.perf_counter()
+        try:
+            if part.kind == "update":
+                part = self._resolve_target(part)
+            ts = self.sender.send(part)
+        except TransientSendError as exc:
+            _count_part(part, "retry", started)
+            # The clock counts whole seconds (floored): one more second guarantees at least
+            # Retry-After has passed in real time.
+            until = self.clock() + max(1, exc.retry_after) + (1 if exc.retry_after else 0)
+            if exc.retry_after:
+                with self._pause_lock:
+                    self._paused_until = max(self._paused_until, until)
+                metrics.PAUSES.inc()
+                metrics.PAUSED_SECONDS.inc(exc.retry_after)
+            self._defer(flight, until, str(exc))
+            return False
+        except PermanentSendError as exc:
+            _count_part(part, "failed", started)
+            log.warning(
+                "outbox rows %s parked: Slack refused them for good (%s); "
+                "`wakeful dead-letters`, then `wakeful requeue outbox ID`",
+                list(part.row_ids),
+                exc,
+            )
+            self.store.fail_part(part, str(exc), self.clock())
+            return True
+        _count_part(part, "sent", started)
+        self._record(part, ts)
+        flight.sent += 1
+        return True
+
+    def _renew(self, flight: _Flight) -> bool:
+        """Keep the claim alive for one more part: False when another dispatcher has it.
+
+        A claim written this very second is still a whole `send_timeout` from its deadline:
+        nobody can have taken it over, and the write is spared."""
+        timeout = self.store.settings.send_timeout
+        until = self.clock() + timeout
+        if flight.held >= until:
+            return True
+        if not self.store.renew_batch(flight.batch.dispatch_id, flight.held, until):
+            return False
+        flight.held = until
+        return True
+
+    def _defer(self, flight: _Flight, until: int, error: str) -> None:
+        self.store.defer_batch(
+            flight.batch.dispatch_id, until, error, self.clock(), held=flight.held
+        )
+
+    def _record(self, part: Part, ts: str | None) -> None:
+        """A sent part in the store at once (a crash later never sends it again); the metrics
+        after the commit."""
+        self.store.mark_sent(part, ts, self.clock())
+        if part.final:
+            metrics.ROWS_SENT.inc(len(part.row_ids))
 
     def _resolve_target(self, part: Part) -> Part:
         """An update rewrites the approval prompt: find where that prompt was posted."""

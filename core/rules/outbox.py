@@ -47,6 +47,8 @@ class Batch:
     thread_ts: str
     parts: tuple[Part, ...]
     retry: bool
+    until: int = 0
+    """The claim's deadline as the claim wrote it: its sender's fence (see `renew_batch`)."""
 
 
 def ready(rows: Sequence[OutboxRow], last_sent_at: int | None, now: int, gap: int) -> bool:

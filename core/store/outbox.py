@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from wakeful.core.effects import PACED_KINDS, Message
 from wakeful.core.records import OutboxRow
@@ -31,23 +31,27 @@ class Outbox(StoreBase):
         with self._tx(urgent=True) as tx:
             queue(tx, prepared, now)
 
-    def claim_batches(self, now: int, limit: int = 100) -> list[Batch]:
-        """Claim what may be sent now, one batch per destination, rows marked `sending`.
+    def claim_batches(
+        self, now: int, limit: int = 100, busy: Collection[tuple[str, str]] = ()
+    ) -> list[Batch]:
+        """Claim what may be sent now, one batch per destination, rows marked `sending` until
+        `now + send_timeout` (the batch's `until`, which its sender renews part by part).
 
-        A batch left `sending` past its deadline (a crashed dispatcher, or a transient failure
-        whose wait is over) is handed out again with the same dispatch id and `retry` set, before
-        anything newer for that destination, so order holds and the sender can look first.
+        A batch left `sending` past its deadline (a crashed or stalled dispatcher, or a
+        transient failure whose wait is over) is handed out again with the same dispatch id and
+        `retry` set, before anything newer for that destination, so order holds and the sender
+        can look first. Destinations in `busy` (a batch of the caller's still on its way) and
+        those with a batch in flight anywhere are passed over.
         """
         # Most wake-ups find nothing to send (rows held by the gap, or already in flight): look
         # first without the write lock, which the HTTP front's inserts are waiting for.
         with self._tx(write=False) as tx:
-            dests = tx.all("open_destinations", {"limit": limit})
-            if not any(self._claimable(tx, d["channel"], d["thread_ts"], now) for d in dests):
+            dests = self._open(tx, now, limit, busy)
+            if not any(self._claimable(tx, channel, thread, now) for channel, thread in dests):
                 return []
         batches: list[Batch] = []
         with self._tx() as tx:
-            for dest in tx.all("open_destinations", {"limit": limit}):
-                channel, thread = str(dest["channel"]), str(dest["thread_ts"])
+            for channel, thread in self._open(tx, now, limit, busy):
                 lock = tx.one("lock_destination", {"channel": channel, "thread_ts": thread})
                 if lock is None or not lock["ok"]:
                     continue  # another dispatcher is on this destination
@@ -69,8 +73,26 @@ class Outbox(StoreBase):
                             "claim_row", {"id": r.id, "dispatch_id": dispatch_id, "until": until}
                         )
                 parts = plan_parts(dispatch_id, rows, retry)
-                batches.append(Batch(dispatch_id, channel, thread, parts, retry))
+                batches.append(Batch(dispatch_id, channel, thread, parts, retry, until))
         return batches
+
+    @staticmethod
+    def _open(
+        tx: Tx, now: int, limit: int, busy: Collection[tuple[str, str]]
+    ) -> list[tuple[str, str]]:
+        """Destinations that may have something to claim, oldest first."""
+        found = tx.all("open_destinations", {"limit": limit + len(busy), "now": now})
+        dests = [(str(d["channel"]), str(d["thread_ts"])) for d in found]
+        return [d for d in dests if d not in busy][:limit]
+
+    def renew_batch(self, dispatch_id: str, held: int, until: int) -> bool:
+        """Move a claimed batch's deadline from `held` (as its sender last wrote it) to `until`:
+        False when the deadline is no longer `held`, because another dispatcher took the batch
+        over (or it is done). The sender's fence: it renews before each part, and stops when
+        this fails. `until = now` releases the batch to whoever claims next."""
+        params = {"dispatch_id": dispatch_id, "held": held, "until": until}
+        with self._tx() as tx:
+            return tx.run("renew_batch", params) > 0
 
     def _claimable(
         self, tx: Tx, channel: str, thread: str, now: int
@@ -121,13 +143,12 @@ class Outbox(StoreBase):
                 if part.kind == "post" and part.ref and ts:
                     tx.run("set_prompt", {"id": part.ref, "channel": part.channel, "ts": ts})
 
-    def defer_batch(self, dispatch_id: str, until: int, error: str, now: int) -> None:
-        """A transient failure: keep the batch `sending` and retry it whole after `until`."""
+    def defer_batch(self, dispatch_id: str, until: int, error: str, now: int, *, held: int) -> None:
+        """A transient failure: keep the batch `sending` and retry it whole after `until`.
+        Fenced like `renew_batch`: a sender that lost the batch cannot move its deadline."""
+        params = {"dispatch_id": dispatch_id, "until": until, "error": error[:2000], "now": now}
         with self._tx() as tx:
-            tx.run(
-                "defer_batch",
-                {"dispatch_id": dispatch_id, "until": until, "error": error[:2000], "now": now},
-            )
+            tx.run("defer_batch", {**params, "held": held})
 
     def fail_part(self, part: Part, error: str, now: int) -> None:
         """A permanent failure: park the part's rows as `failed`, visible and requeueable."""

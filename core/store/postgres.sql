@@ -215,11 +215,13 @@ VALUES (%(inbox)s, %(kind)s, %(channel)s, %(thread_ts)s, %(text)s, %(blocks)s, %
         %(facts)s, %(now)s);
 
 -- name: open_destinations
--- Destinations with pending or sending rows, oldest first.
+-- Destinations with pending or sending rows, oldest first, but none with a batch still in
+-- flight (its deadline not passed): those have nothing to claim yet.
 SELECT channel, thread_ts, MIN(id) AS first
 FROM outbox
 WHERE status IN ('pending', 'sending')
 GROUP BY channel, thread_ts
+HAVING MAX(CASE WHEN status = 'sending' AND in_flight_until > %(now)s THEN 1 ELSE 0 END) = 0
 ORDER BY first
 LIMIT %(limit)s;
 
@@ -252,9 +254,16 @@ UPDATE outbox SET in_flight_until = %(until)s, attempts = attempts + 1
 WHERE dispatch_id = %(dispatch_id)s AND status = 'sending' AND in_flight_until <= %(now)s;
 
 -- name: defer_batch
--- A transient failure: keep the batch sending, retry after `until`.
+-- A transient failure: keep the batch sending, retry after `until`; only by its holder (the
+-- deadline it last wrote, `held`, is still there).
 UPDATE outbox SET in_flight_until = %(until)s, error = %(error)s
-WHERE dispatch_id = %(dispatch_id)s AND status = 'sending';
+WHERE dispatch_id = %(dispatch_id)s AND status = 'sending' AND in_flight_until = %(held)s;
+
+-- name: renew_batch
+-- Keep a claimed batch in flight until `until`, fenced: only while its deadline is still the
+-- one its sender last wrote (`held`), i.e. no other dispatcher has taken the batch over.
+UPDATE outbox SET in_flight_until = %(until)s
+WHERE dispatch_id = %(dispatch_id)s AND status = 'sending' AND in_flight_until = %(held)s;
 
 -- name: mark_row_sent
 -- A delivered row, with the posted message's ts.

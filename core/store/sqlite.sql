@@ -207,11 +207,13 @@ VALUES (:inbox, :kind, :channel, :thread_ts, :text, :blocks, :priority, :ref, :u
         :facts, :now);
 
 -- name: open_destinations
--- Destinations with pending or sending rows, oldest first.
+-- Destinations with pending or sending rows, oldest first, but none with a batch still in
+-- flight (its deadline not passed): those have nothing to claim yet.
 SELECT channel, thread_ts, MIN(id) AS first
 FROM outbox
 WHERE status IN ('pending', 'sending')
 GROUP BY channel, thread_ts
+HAVING MAX(CASE WHEN status = 'sending' AND in_flight_until > :now THEN 1 ELSE 0 END) = 0
 ORDER BY first
 LIMIT :limit;
 
@@ -244,9 +246,16 @@ UPDATE outbox SET in_flight_until = :until, attempts = attempts + 1
 WHERE dispatch_id = :dispatch_id AND status = 'sending' AND in_flight_until <= :now;
 
 -- name: defer_batch
--- A transient failure: keep the batch sending, retry after `until`.
+-- A transient failure: keep the batch sending, retry after `until`; only by its holder (the
+-- deadline it last wrote, `held`, is still there).
 UPDATE outbox SET in_flight_until = :until, error = :error
-WHERE dispatch_id = :dispatch_id AND status = 'sending';
+WHERE dispatch_id = :dispatch_id AND status = 'sending' AND in_flight_until = :held;
+
+-- name: renew_batch
+-- Keep a claimed batch in flight until `until`, fenced: only while its deadline is still the
+-- one its sender last wrote (`held`), i.e. no other dispatcher has taken the batch over.
+UPDATE outbox SET in_flight_until = :until
+WHERE dispatch_id = :dispatch_id AND status = 'sending' AND in_flight_until = :held;
 
 -- name: mark_row_sent
 -- A delivered row, with the posted message's ts.

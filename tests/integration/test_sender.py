@@ -287,6 +287,23 @@ def test_posts_to_different_channels_do_not_wait(
     assert len(emu.messages("C2")) == 1
 
 
+def test_a_reserved_turn_is_the_one_the_post_goes_at(
+    emu: SlackEmulator, sender: SlackSender, fake: FakeTime
+) -> None:
+    # The running dispatcher takes a post's turn first and waits for it without a thread; the
+    # post then goes at that turn without waiting again, and the next post comes after it.
+    assert sender.reserve(part("one", row=1)) == 0
+    assert sender.reserve(part("two", row=2)) == pytest.approx(1.0)
+    assert sender.reserve(part("only you", kind="ephemeral", user="U7", row=3)) == 0
+    sender.send(part("one", row=1))
+    fake.now += 1.0  # the dispatcher waited for the second turn
+    sender.send(part("two", row=2))
+    assert fake.sleeps == []
+    sender.send(part("three", row=4))  # no turn reserved: the next free one, a second later
+    assert fake.sleeps == [pytest.approx(1.0)]
+    assert [m["text"] for m in emu.messages("C1")] == ["one", "two", "three"]
+
+
 # -- classify ------------------------------------------------------------------------------
 
 

@@ -1,0 +1,128 @@
+"""Issue 21 through `wakeful serve` and the emulator, on both stores: one conversation's pacing
+never delays another conversation's posts.
+
+Slack takes about one post a second per channel, so a conversation with a long queue sends for
+minutes. Another user's answer must not wait for it: it goes out as soon as it is due. Latency
+is read from the emulator's record of each call (when Slack received it), measured from the
+moment the test sent the user's message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.test_slack_app import (
+    APP_SETTINGS,
+    BATCH_WINDOW,
+    BOT_USER,
+    TEAM,
+    TOKEN,
+    Wakeful,
+    dm,
+    inbox,
+    launch,
+    pg_schema_url,
+    shut_down,
+)
+from wakeful.core.effects import Message
+from wakeful.devtools.emulator import SlackEmulator
+
+FLOOD_ROWS = 500
+VICTIM_BOUND = 2.0
+"""Issue 21: with one conversation holding 500 paced rows, another user's reply within 2 s."""
+MENTIONS = 12
+DM_AFTER_MENTIONS = 1.5
+"""Issue 21: a DM sent 1.5 s after 12 people mentioned the bot in one channel ..."""
+DM_BOUND = BATCH_WINDOW + 1.0
+"""... is answered within the batch window + 1 s."""
+PATIENCE = 30.0
+"""How long to wait for a reply before calling it missing (today's code took ~200 s)."""
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
+def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Wakeful]:
+    """A `wakeful serve` of the test's own: a flood it starts must not outlive it."""
+    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
+        if request.param == "sqlite":
+            running = launch(tmp_path, emu, str(tmp_path / "wakeful.db"), APP_SETTINGS)
+            try:
+                yield running
+            finally:
+                shut_down(running)
+            return
+        with pg_schema_url() as url:
+            running = launch(tmp_path, emu, url, APP_SETTINGS, backend="postgres")
+            try:
+                yield running
+            finally:
+                shut_down(running)
+
+
+def first_post_at(app: Wakeful, channel: str, needle: str) -> float | None:
+    """When Slack received the first post containing `needle` in `channel`."""
+    for call in app.emu.calls("chat.postMessage"):
+        if call.params.get("channel") == channel and needle in str(call.params.get("text")):
+            return call.at
+    return None
+
+
+def reply_latency(app: Wakeful, user: str, sent_at: float) -> float:
+    """Seconds from `sent_at` to the bot's answer in `user`'s DM reaching Slack."""
+    channel = dm(user)
+    app.emu.wait_for(lambda _e: first_post_at(app, channel, "Handled") is not None, PATIENCE)
+    at = first_post_at(app, channel, "Handled")
+    assert at is not None, f"{user} got no answer within {PATIENCE} s:\n{app.tail()}"
+    return at - sent_at
+
+
+def flood_row(channel: str, n: int) -> Message:
+    """Text and block posts alternate, so no two merge: each row is a post of its own."""
+    if n % 2:
+        block = {"type": "section", "text": {"type": "mrkdwn", "text": f"flood {n}"}}
+        return Message(channel, f"flood {n}", blocks=[block])
+    return Message(channel, f"flood {n}")
+
+
+def test_a_reply_is_not_held_behind_another_conversations_500_paced_rows(app: Wakeful) -> None:
+    flooded, victim = "U21000", "U21001"
+    rows = [flood_row(dm(flooded), n) for n in range(FLOOD_ROWS)]
+    app.store.post(inbox(flooded), rows, int(time.time()))
+    started = app.emu.wait_for(lambda e: len(e.messages(dm(flooded))) >= 3, 15)
+    assert started, f"the flood never started:\n{app.tail()}"
+
+    sent_at = time.time()
+    assert app.sender.message(victim, "hello, anyone there?").status == 200
+    latency = reply_latency(app, victim, sent_at)
+
+    assert latency <= VICTIM_BOUND, f"answered after {latency:.2f} s"
+    # The flood was still going: the reply overtook it rather than waiting for its end.
+    assert len(app.emu.messages(dm(flooded))) < FLOOD_ROWS
+
+
+def test_a_dm_is_not_held_behind_twelve_mentions_in_one_channel(app: Wakeful) -> None:
+    channel, user = "C21100", "U21113"
+    mentions = [f"U211{n:02d}" for n in range(MENTIONS)]
+    for mentioner in mentions:
+        assert app.sender.mention(mentioner, "status?", channel=channel).status == 200
+    time.sleep(DM_AFTER_MENTIONS)  # the scenario's own timing, not a wait for a state
+
+    sent_at = time.time()
+    assert app.sender.message(user, "quick question").status == 200
+    latency = reply_latency(app, user, sent_at)
+
+    assert latency <= DM_BOUND, f"answered after {latency:.2f} s"
+    # Every mention is answered (in its thread, at Slack's pace for the channel) ...
+    done = app.emu.wait_for(
+        lambda e: sum("Handled" in str(m.get("text")) for m in e.messages(channel)) >= MENTIONS,
+        MENTIONS * 2 + PATIENCE,
+    )
+    assert done, f"not every mention was answered:\n{app.tail()}"
+    # ... and the channel was still busy when the DM's answer went out.
+    last_mention = max(
+        c.at for c in app.emu.calls("chat.postMessage") if c.params.get("channel") == channel
+    )
+    assert last_mention > sent_at + latency
