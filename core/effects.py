@@ -7,21 +7,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from wakeful.core import kinds
 from wakeful.core.errors import InvalidInput
 from wakeful.core.storable import check_name, needs_cleaning, storable_value
 
 Priority = Literal["normal", "urgent"]
-MessageKind = Literal[
-    "post", "update", "ephemeral", "digest", "respond", "home", "status", "prompts"
-]
-MESSAGE_KINDS = ("post", "update", "ephemeral", "digest", "respond", "home", "status", "prompts")
-PACED_KINDS = frozenset({"post", "digest"})
-"""Kinds held by the outbox gap and posted in the conversation; the others answer a person at
-once or draw on a surface of their own (App Home, the assistant thread's status)."""
 MissedPolicy = Literal["coalesce", "catch_up"]
-
-SLACK_TEXT_LIMIT = 40_000
-SLACK_BLOCK_LIMIT = 50
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 
 
@@ -43,7 +34,8 @@ class Message:
     thread_ts: str | None = None
     blocks: list[dict[str, Any]] | None = None
     priority: Priority = "normal"
-    kind: MessageKind = "post"
+    kind: str = "post"
+    """A kind of core/kinds.py (the engine's, or a surface the Slack edge registered)."""
     ref: str | None = None
     user: str | None = None
     facts: Any = None
@@ -54,23 +46,26 @@ class Message:
             raise InvalidInput("message channel must not be empty")
         if not isinstance(self.text, str):
             raise InvalidInput("message text must be a string")
-        if not self.text and not self.blocks and self.kind != "status":
+        kind = kinds.get(self.kind)
+        if kind is None:
+            known = ", ".join(kinds.known())
+            raise InvalidInput(f"unknown message kind {self.kind!r} (known: {known})")
+        if not self.text and not self.blocks and not kind.may_be_empty:
             raise InvalidInput("message needs text or blocks")
         if self.priority not in ("normal", "urgent"):
             raise InvalidInput(f"priority must be 'normal' or 'urgent', got {self.priority!r}")
-        if self.kind not in MESSAGE_KINDS:
-            raise InvalidInput(f"unknown message kind {self.kind!r}")
-        if self.kind == "update" and not self.ref:
-            raise InvalidInput("an update message needs the ref of the approval it rewrites")
-        if self.kind in ("ephemeral", "respond", "home") and not self.user:
+        if kind.needs_ref and not self.ref:
+            raise InvalidInput(f"a {self.kind} message needs the ref of what it rewrites")
+        if kind.needs_user and not self.user:
             raise InvalidInput(f"a {self.kind} message needs a user")
-        if self.kind in ("status", "prompts") and not self.thread_ts:
-            raise InvalidInput(f"a {self.kind} message needs the assistant thread's ts")
-        if self.kind == "digest" and not isinstance(self.facts, dict):
-            raise InvalidInput("a digest message needs its facts")
+        if kind.needs_thread and not self.thread_ts:
+            raise InvalidInput(f"a {self.kind} message needs its thread's ts")
+        if kind.needs_facts and not isinstance(self.facts, dict):
+            raise InvalidInput(f"a {self.kind} message needs its facts")
         check_json(self.facts, "message facts")
-        if self.blocks is not None and len(self.blocks) > SLACK_BLOCK_LIMIT:
-            raise InvalidInput(f"a message may carry at most {SLACK_BLOCK_LIMIT} blocks")
+        most = kinds.limits().blocks
+        if most and self.blocks is not None and len(self.blocks) > most:
+            raise InvalidInput(f"a message may carry at most {most} blocks")
         names = {"channel": self.channel, "thread_ts": self.thread_ts, "ref": self.ref}
         for what, name in {**names, "user": self.user}.items():
             check_name(f"message {what}", name)

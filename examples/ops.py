@@ -18,7 +18,15 @@ import urllib.request
 from typing import Any
 
 from wakeful.agents import (
-    Agent, ApprovalAnswer, Message, Run, Setup, Timer, TimerTick, Tool, inert,
+    Agent,
+    ApprovalAnswer,
+    Message,
+    Run,
+    Setup,
+    Timer,
+    TimerTick,
+    Tool,
+    inert,
 )
 
 RESTART = re.compile(r"^restart ([a-z][a-z0-9-]{0,40})$")
@@ -34,8 +42,8 @@ def restart(args: Any, key: str) -> Any:
 
 
 class Ops(Agent):
-    tools = [Tool("restart", restart, "Restart a service")]
-    suggested_prompts = [("Restart", "restart web"), ("Daily report", "report daily at 09:00")]
+    tools = (Tool("restart", restart, "Restart a service"),)
+    suggested_prompts = (("Restart", "restart web"), ("Daily report", "report daily at 09:00"))
 
     def __init__(self, setup: Setup) -> None:
         self.zone = setup.time_zone

@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from wakeful.core.effects import PACED_KINDS, SLACK_BLOCK_LIMIT, SLACK_TEXT_LIMIT
+from wakeful.core import kinds
+from wakeful.core.kinds import Kind
 from wakeful.core.records import OutboxRow
-from wakeful.core.rules import digest
 
 SEPARATOR = "\n\n"
 
@@ -60,7 +60,7 @@ def ready(rows: Sequence[OutboxRow], last_sent_at: int | None, now: int, gap: in
     """
     if not rows:
         return False
-    if any(r.priority == "urgent" or r.kind not in PACED_KINDS for r in rows):
+    if any(r.priority == "urgent" or not kinds.paced(r.kind) for r in rows):
         return True
     return last_sent_at is None or now - last_sent_at >= gap
 
@@ -81,32 +81,21 @@ def _chunks(text: str, limit: int) -> list[str]:
     return out
 
 
-def _keep_last(rows: Sequence[OutboxRow]) -> tuple[str, Any]:
-    """Only the latest matters (a Home view, an assistant status): the rest are replaced."""
-    return rows[-1].text, rows[-1].blocks
+def _kind(name: str) -> Kind:
+    return kinds.get(name) or Kind(name)
 
 
-def _merge_digests(rows: Sequence[OutboxRow]) -> tuple[str, Any]:
-    """ONE digest covering the span of all of them, counts summed (core/rules/digest.py)."""
-    facts = [r.facts for r in rows if isinstance(r.facts, dict)]
-    if len(facts) != len(rows):  # a row without facts: say everything rather than lose any
-        return SEPARATOR.join(r.text for r in rows), None
-    return digest.render(digest.merge(facts)), None
+def _joined(kind: Kind) -> bool:
+    """A paced kind with no merge of its own (a post): consecutive rows join their texts."""
+    return kind.paced and kind.merge is None
 
 
-Merge = Callable[[Sequence[OutboxRow]], tuple[str, Any]]
-MERGES: dict[str, Merge] = {
-    "digest": _merge_digests,
-    "home": _keep_last,
-    "status": _keep_last,
-    "prompts": _keep_last,
-}
-"""How held rows of one kind become one Slack call: a function of the kind. `post` rows are
-joined with SEPARATOR (and cut at Slack's limits) in `plan_parts`; `update`, `ephemeral` and
-`respond` rows each stand alone."""
-GATHERED = frozenset({"digest", "home"})
-"""Kinds whose rows in a batch all merge, wherever they stand, into one at the place of the
-latest: several digests held by the gap become one; only the last Home view is published."""
+def _text_limit() -> int:
+    return kinds.limits().text or 10**12
+
+
+def _block_limit() -> int:
+    return kinds.limits().blocks or 10**12
 
 
 def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tuple[Part, ...]:
@@ -114,10 +103,10 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
 
     Text posts merge with text posts and block posts with block posts (joining a text row into
     a blocks message would hide it); a switch, an approval prompt, an update or an ephemeral
-    starts a new part. A
-    part never exceeds 40,000 characters or 50 blocks; one row longer than that is cut into
-    several posts in order. Each part id is `<dispatch id>:<first row id>.<chunk>`. Rows of a
-    kind in MERGES merge by that kind's function (GATHERED kinds across the whole batch).
+    starts a new part. A part never exceeds the destination's limits (core/kinds.py: Slack's
+    40,000 characters and 50 blocks); one row longer than that is cut into several posts in
+    order. Each part id is `<dispatch id>:<first row id>.<chunk>`. Rows of a kind with a merge
+    merge by it (a gathered kind across the whole batch).
     """
     parts: list[Part] = []
     group: list[OutboxRow] = []
@@ -128,18 +117,19 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
         if not group:
             return
         first = group[0]
+        kind = _kind(first.kind)
         ids = tuple(sorted(i for r in group for i in carried.get(r.id, (r.id,))))
-        normal = first.kind in PACED_KINDS and any(r.priority == "normal" for r in group)
-        if first.kind == "post" and first.blocks is None:
-            texts = _chunks(SEPARATOR.join(r.text for r in group), SLACK_TEXT_LIMIT)
+        normal = kind.paced and any(r.priority == "normal" for r in group)
+        if _joined(kind) and first.blocks is None:
+            texts = _chunks(SEPARATOR.join(r.text for r in group), _text_limit())
             for i, text in enumerate(texts):
                 part = _part(dispatch_id, first, i, text, None, ids, retry, normal)
                 if i < len(texts) - 1:
                     part = replace(part, final=False)
                 parts.append(part)
-        elif first.kind in MERGES:
-            text, blocks = MERGES[first.kind](group)
-            texts = _chunks(text, SLACK_TEXT_LIMIT) if first.kind == "digest" else [text]
+        elif kind.merge is not None:
+            text, blocks = kind.merge(group)
+            texts = _chunks(text, _text_limit()) if kind.paced else [text]
             for i, chunk in enumerate(texts):
                 part = _part(dispatch_id, group[-1], i, chunk, blocks, ids, retry, normal)
                 part = replace(part, part_id=f"{dispatch_id}:{first.id}.{i}")
@@ -148,22 +138,26 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
             blocks = None
             if first.blocks is not None:
                 blocks = [b for r in group for b in (r.blocks or [])]
-            text = SEPARATOR.join(r.text for r in group if r.text)[:SLACK_TEXT_LIMIT]
+            text = SEPARATOR.join(r.text for r in group if r.text)[: _text_limit()]
             parts.append(_part(dispatch_id, first, 0, text, blocks, ids, retry, normal))
         group.clear()
 
-    gathered = {k: [r for r in rows if r.kind == k] for k in GATHERED}
+    gathered: dict[str, list[OutboxRow]] = {}
     for row in rows:
-        if row.kind in GATHERED:
+        if _kind(row.kind).gathered:
+            gathered.setdefault(row.kind, []).append(row)
+    for row in rows:
+        kind = _kind(row.kind)
+        if kind.gathered:
             if row is not gathered[row.kind][-1]:
                 continue  # merged into the latest of its kind
-            if row.kind == "digest" and row.blocks is None:
-                # ONE digest for the span, and still one Slack post per gap: its text joins
-                # the other posts of the batch (a separate post would wait out Slack's
-                # one-post-a-second pacing in the same conversation).
-                text, _ = MERGES["digest"](gathered["digest"])
-                row = replace(row, kind="post", text=text, facts=None, ref=None)
-                carried[row.id] = tuple(r.id for r in gathered["digest"])
+            if kind.paced and kind.merge is not None and row.blocks is None:
+                # ONE digest for the span, and still one post per gap: its text joins the
+                # other posts of the batch (a separate post would wait out the destination's
+                # pacing in the same conversation).
+                text, _ = kind.merge(gathered[row.kind])
+                row = replace(row, kind=kinds.POST.name, text=text, facts=None, ref=None)
+                carried[row.id] = tuple(r.id for r in gathered[kind.name])
                 if group and not _joins(group, row):
                     flush()
                 group.append(row)
@@ -175,7 +169,7 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
         if group and not _joins(group, row):
             flush()
         group.append(row)
-        if row.kind not in ("post", *MERGES):
+        if not (_joined(kind) or kind.merge is not None):
             flush()
     flush()
     return tuple(parts)
@@ -185,9 +179,10 @@ def _joins(group: list[OutboxRow], row: OutboxRow) -> bool:
     last = group[-1]
     if row.kind != last.kind:
         return False
-    if row.kind in MERGES:
+    kind = _kind(row.kind)
+    if kind.merge is not None:
         return row.user == last.user
-    if row.kind != "post":
+    if not _joined(kind):
         return False
     if row.ref or last.ref:
         return False  # an approval prompt stands alone, so it can be rewritten on its own
@@ -196,7 +191,7 @@ def _joins(group: list[OutboxRow], row: OutboxRow) -> bool:
     if row.blocks is not None:
         blocks = sum(len(r.blocks or []) for r in group) + len(row.blocks)
         text = sum(len(r.text) + len(SEPARATOR) for r in group) + len(row.text)
-        return blocks <= SLACK_BLOCK_LIMIT and text <= SLACK_TEXT_LIMIT
+        return blocks <= _block_limit() and text <= _text_limit()
     return True
 
 

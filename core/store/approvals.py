@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from wakeful.core import metrics
 from wakeful.core.effects import Message, check_json
 from wakeful.core.errors import InvalidInput
+from wakeful.core.events import ApprovalAnswer
 from wakeful.core.records import AnswerOutcome, ApprovalState
 from wakeful.core.rules.approvals import ApprovalBudget, decide, not_asked
 from wakeful.core.settings import Settings
@@ -71,19 +72,19 @@ def request_all(
 
 def store_answer(tx: Tx, state: ApprovalState, outcome: str, user: str | None, now: int) -> bool:
     """Store the answer event and mark the approval; False when an answer was stored first."""
-    payload = {
-        "approval": state.id,
-        "answer": outcome,
-        "user": user,
-        "tool": state.tool,
-        "args": state.args,
-        "answered_at": now,
-        "summary": state.summary or "",
-        "channel": state.channel,
-        "thread_ts": state.thread_ts,
-        "requester": state.requester,
-    }
-    body = check_json(payload, "answer")
+    answer = ApprovalAnswer(
+        request_id=state.id,
+        answer=outcome,  # type: ignore[arg-type]
+        tool=state.tool,
+        args=state.args,
+        by=user,
+        answered_at=now,
+        summary=state.summary or "",
+        channel=state.channel or state.prompt_channel,
+        thread_ts=state.thread_ts,
+        requester=state.requester,
+    )
+    body = check_json(answer.to_wire(), "answer")
     if insert_event(tx, state.inbox, "approval", state.id, body, now) is None:
         return False
     tx.run("set_answer", {"id": state.id, "answer": outcome, "user": user, "now": now})

@@ -6,7 +6,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Iterable, Sequence
 
-from wakeful.core.effects import PACED_KINDS, Message
+from wakeful.core import kinds
+from wakeful.core.effects import Message
 from wakeful.core.records import OutboxRow
 from wakeful.core.rules.outbox import Batch, Part, plan_parts, ready
 from wakeful.core.store import threads
@@ -133,9 +134,9 @@ class Outbox(StoreBase):
                         "mark_row_sent",
                         {"id": row_id, "dispatch_id": part.dispatch_id, "ts": ts, "now": now},
                     )
-                if part.kind in PACED_KINDS and part.thread_ts and ts:
+                if kinds.paced(part.kind) and part.thread_ts and ts:
                     threads.remember(tx, part.channel, part.thread_ts, "posted", now)
-                if part.kind in PACED_KINDS and part.normal:
+                if kinds.paced(part.kind) and part.normal:
                     tx.run(
                         "touch_destination",
                         {"channel": part.channel, "thread_ts": part.thread_ts, "now": now},

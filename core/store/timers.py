@@ -7,6 +7,7 @@ import json
 
 from wakeful.core import metrics
 from wakeful.core.effects import Timer, check_json
+from wakeful.core.events import TimerTick
 from wakeful.core.records import TimerFired, TimerState
 from wakeful.core.rules.schedule import missed
 from wakeful.core.store.approvals import store_answer
@@ -76,16 +77,15 @@ class Timers(StoreBase):
                 )
                 payload = json.loads(t["payload"])
                 for at in shown:
-                    body = {
-                        "timer": t["id"].split("/", 1)[-1],
-                        "timer_id": t["id"],
-                        "scheduled_for": at,
-                        "late_by": now - at,
-                        "skipped": count - 1 if t["policy"] == "coalesce" else 0,
-                        "payload": payload,
-                    }
+                    tick = TimerTick(
+                        name=t["id"].split("/", 1)[-1],
+                        scheduled_for=at,
+                        late_by=now - at,
+                        skipped=count - 1 if t["policy"] == "coalesce" else 0,
+                        data=payload,  # with the conversation it answers in (events.py)
+                    )
                     key = f"{t['id']}@{at}"
-                    body_json = check_json(body, "timer event")
+                    body_json = check_json(tick.to_wire(), "timer event")
                     if insert_event(tx, t["inbox"], "timer", key, body_json, now) is not None:
                         fired += 1
                         metrics.TIMER_LATENESS.observe(now - at)

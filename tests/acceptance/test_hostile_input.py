@@ -11,7 +11,7 @@ The rules under test (bot/front.py, bot/payloads.py, bot/signature.py):
 - never a 5xx, never a hang (client timeout CLIENT_TIMEOUT), never a dropped connection.
 
 "Stores nothing" is checked on every table the front could touch (events, approvals and their
-answers, outbox, tool_calls, timers, sessions) before and after each request.
+answers, outbox, recorded steps, timers, sessions) before and after each request.
 
 The fuzz tests count the requests they send; the total is printed at the end (run with -s).
 """
@@ -336,7 +336,7 @@ def as_form(payload: Any) -> bytes:
 class Snapshot:
     events: int
     outbox: int
-    tool_calls: int
+    steps: int
     approvals: int
     answered: int
     timers: int
@@ -356,7 +356,7 @@ def snapshot(live: Live) -> Snapshot:
         return Snapshot(
             events=store.count_events(),
             outbox=len(store.outbox()),
-            tool_calls=len(store.tool_calls()),
+            steps=len(store.recorded_steps()),
             approvals=count("SELECT count(*) FROM approvals"),
             answered=count("SELECT count(*) FROM approvals WHERE answer IS NOT NULL"),
             timers=count("SELECT count(*) FROM timers"),
@@ -385,7 +385,7 @@ def assert_nothing_stored(live: Live, before: Snapshot, answer: Answer | str) ->
 def assert_only_ephemerals_for(live: Live, before: Snapshot, clicker: Any, answer: Answer) -> None:
     """A click that changes nothing may leave one thing: an ephemeral note to the clicker."""
     after = snapshot(live)
-    unchanged = ("events", "tool_calls", "approvals", "answered", "timers", "sessions")
+    unchanged = ("events", "steps", "approvals", "answered", "timers", "sessions")
     for name in unchanged:
         assert getattr(after, name) == getattr(before, name), (
             f"{name} changed after {answer}: {getattr(before, name)} -> {getattr(after, name)}"
@@ -1416,11 +1416,11 @@ def test_fuzz_mutated_envelopes_store_only_well_typed_events(
     before = snapshot(live)
     answer = send(live, body, signed(body))
     after = snapshot(live)
-    assert (after.outbox, after.approvals, after.answered, after.tool_calls) == (
+    assert (after.outbox, after.approvals, after.answered, after.steps) == (
         before.outbox,
         before.approvals,
         before.answered,
-        before.tool_calls,
+        before.steps,
     ), f"{changes!r}: {answer}"
     stored = new_events(live, before)
     assert len(stored) <= 1, f"{changes!r}: one request stored {len(stored)} events"

@@ -287,7 +287,7 @@ def message_at(app: Wakeful, channel: str, ts: str) -> dict[str, Any]:
 
 
 def refund_calls(app: Wakeful, key: str) -> list[dict[str, Any]]:
-    return [r for r in app.store.tool_calls(tool="refund_order") if r["key"] == key]
+    return [r for r in app.store.recorded_steps(name="refund_order") if r.key == key]
 
 
 def http_request(
@@ -881,7 +881,7 @@ def test_a_click_with_an_unknown_request_id_stores_nothing(app: Wakeful) -> None
     assert app.store.approval(rid).answer is None  # type: ignore[union-attr]
     assert len(app.store.events(inbox(user))) == events_before
     assert refund_calls(app, rid) == []
-    assert all(r["key"] not in tampered for r in app.store.tool_calls())
+    assert all(r.key not in tampered for r in app.store.recorded_steps())
     app.sender.block_action(user, "deny", rid, channel=channel, message_ts=prompt_ts)
     app.wait_post(channel, "Refund for order 83 denied")
     assert app.posts(channel, "Refunded") == []

@@ -52,7 +52,7 @@ def test_aged_history_is_pruned_and_everything_open_dead_or_parked_stays(
     handle(store, "T1:U2", "recent", recent)
     # Kept whatever their age: a pending event, a dead one, a parked row, an open approval.
     assert store.ingest("T1:U3", "slack", "pending", {"text": "x"}, old).stored
-    assert store.record_tool_call("refund-old", "refund_order", {}, "T1:U1", old)
+    assert store.record_step("refund-old", "T1:U1", "refund_order", {}, True, old)
     open_req = ApprovalRequest("open-approval", "refund_order", {}, "U4", old + 10 * DAY)
     handle(store, "T1:U4", "asks", old, approvals=[open_req])
     store.post("T1:U5", [Message("C-gone", "never delivered")], old)
@@ -70,7 +70,7 @@ def test_aged_history_is_pruned_and_everything_open_dead_or_parked_stays(
     open_state = store.approval("open-approval")
     assert open_state is not None and open_state.answer is None
     assert [r.text for r in store.outbox(status="failed")] == ["never delivered"]
-    assert [c["key"] for c in store.tool_calls()] == ["refund-old"]
+    assert [c.key for c in store.recorded_steps()] == ["refund-old"]
     assert [r.inbox for r in store.runs()] == ["T1:U2"]
     assert store.prune(old + RETENTION + 5).total == 0
 

@@ -152,9 +152,9 @@ def test_names_from_outside_are_refused_or_unknown_alike(store: Store) -> None:
     with pytest.raises(InvalidInput):
         store.remember_thread("C1", "1.2\x00", "mentioned", T0)
     with pytest.raises(InvalidInput):
-        store.record_tool_call("refund-1\x00", "refund_order", {}, f"{TEAM}:U1", T0)
-    assert store.record_tool_call("refund-1", "refund_order", {"why": "a\x00"}, "T1:U1", T0)
-    assert [json.loads(c["args"]) for c in store.tool_calls()] == [{"why": f"a{FFFD}"}]
+        store.record_step("refund-1\x00", f"{TEAM}:U1", "refund_order", {}, True, T0)
+    assert store.record_step("refund-1", "T1:U1", "refund_order", {"why": "a\x00"}, True, T0)
+    assert [c.args for c in store.recorded_steps()] == [{"why": f"a{FFFD}"}]
 
 
 # -- through the HTTP front ------------------------------------------------------------------

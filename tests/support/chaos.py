@@ -440,7 +440,7 @@ def run_chaos(
         if call.response.get("ok") and text.startswith("Refunded order "):
             refunds[(call.params.get("channel"), text)] += 1
     figures.double_refunds = sum(n - 1 for n in refunds.values() if n > 1)
-    keys = collections.Counter(r["key"] for r in store.tool_calls(tool="refund_order"))
+    keys = collections.Counter(r.key for r in store.recorded_steps(name="refund_order"))
     figures.double_refunds += sum(n - 1 for n in keys.values() if n > 1)
     hooks.check(store, emu, figures)
     emu.stop()
