@@ -19,10 +19,12 @@ from tests.conftest import T0
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.webhook_front import OPS, PAY, RecordingSender, Served, serve
+from wakeful.agents import InboxId, Message, Setup
 from wakeful.bot.agents.claude import ClaudeAgent
 from wakeful.bot.agents.conversation import NO_REPLY
+from wakeful.bot.config import Config
+from wakeful.bot.loading import build_runner
 from wakeful.core.clock import ManualClock
-from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Dispatcher, Scheduler, Worker
 from wakeful.core.store import Store
 from wakeful.devtools.webhooks import github_payload, stripe_event
@@ -35,10 +37,18 @@ class World:
         self.clock = ManualClock(T0)
         self.front: Served = serve(store, clock=self.clock)
         self.slack = RecordingSender()
-        self.agent = ClaudeAgent(
-            store, api_key="test-key", base_url=fake.base_url, model="claude-test", timeout=10
-        )
-        self.worker = Worker(store=store, agent=self.agent, clock=self.clock, holder="w")
+
+        def factory(setup: Setup) -> ClaudeAgent:
+            return ClaudeAgent(
+                setup, api_key="test-key", base_url=fake.base_url, model="claude-test", timeout=10
+            )
+
+        # The runner `wakeful serve` builds: the agent, its Slack prompts and surface hooks.
+        config = Config(settings=store.settings)
+        runner = build_runner(config, store, None, factory=factory, env={}, clock=self.clock)
+        assert isinstance(runner.agent, ClaudeAgent)
+        self.agent: ClaudeAgent = runner.agent
+        self.worker = Worker(store=store, clock=self.clock, runner=runner, holder="w")
         self.dispatcher = Dispatcher(store=store, clock=self.clock, sender=self.slack)
         self.scheduler = Scheduler(store=store, clock=self.clock)
 
@@ -145,17 +155,16 @@ def test_a_payload_cannot_close_its_label_or_page_the_channel(world: World) -> N
 def test_a_digest_in_the_webhook_channel_tells_the_model_the_deliveries(world: World) -> None:
     """A person asks in #ops for a digest; when it fires, the facts the model is given count
     the deliveries reported there since, by source."""
-    payload = {
-        "kind": "mention",
-        "text": "<@UBOT> digest every hour",
-        "channel": OPS,
-        "ts": f"{T0}.000100",
-        "thread_ts": None,
-        "user": "U1",
-        "team": "T1",
-        "channel_type": "channel",
-    }
-    world.store.ingest("T1:U1", "slack", "Ev1", payload, T0)
+    mention = Message(
+        text="<@UBOT> digest every hour",
+        user="U1",
+        team="T1",
+        channel=OPS,
+        ts=f"{T0}.000100",
+        channel_type="channel",
+        mention=True,
+    )
+    world.store.ingest(InboxId.person("T1", "U1"), "slack", "Ev1", mention.to_wire(), T0)
     world.fake.script(
         api.tool_use("set_digest", {"mode": "every", "every_seconds": 3600}, "toolu_d"),
         api.text("Digest set."),
