@@ -266,7 +266,8 @@ class ClaudeAgent(Agent, ClaudeTools):
         awaiting: dict[str, str] = dict(open_call.get("awaiting") or {})
         lead: list[Block] = list(open_call.get("results") or [])
         said = any(isinstance(e, Message | Command) for e in run.events)
-        tz = self.setup.time_zone(ctx.user).name if said else None
+        zone = self.setup.time_zone(ctx.user) if said else None
+        tz = zone.name if zone is not None and zone.known else None  # UTC standing in: not said
         body: list[Block] = [
             text_block(f"<wakeful_run{label_attrs(now=utc(run.now), user_tz=tz)} />"),
         ]

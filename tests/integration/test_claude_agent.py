@@ -461,6 +461,23 @@ def test_set_digest(store: Store, fake: FakeAnthropic, mode: str) -> None:
     assert world.session()["stats"]["messages"] == 0  # counts restart after each digest
 
 
+def test_the_model_is_told_the_persons_zone_but_not_one_slack_could_not_give(
+    store: Store, fake: FakeAnthropic
+) -> None:
+    world = World(store, fake, zones={USER: ""})  # users.info failed, or has not answered yet
+    world.say("what time is it for me?")
+    fake.script(api.text("I don't know your time zone yet."))
+    world.tick()
+    [label] = [line for line in user_text(fake.requests[0]).splitlines() if "<wakeful_run" in line]
+    assert "user_tz" not in label  # UTC stands in for the replies; the model is not told it
+    zones = {USER: "America/New_York"}
+    later = World(store, fake, clock=world.clock, sender=world.sender, zones=zones)
+    later.say("and now?")
+    fake.script(api.text("It is morning in New York."))
+    later.tick(T0 + 60)
+    assert 'user_tz="America/New_York"' in user_text(fake.requests[1])
+
+
 def test_status_reports_open_approvals_and_a_pending_call_is_answered_later(
     world: World,
 ) -> None:
