@@ -187,7 +187,10 @@ class ClaudeAgent(Agent, ClaudeTools):
             api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
         )
         self.tool_specs = [self._spec(name) for name in TOOL_SPECS]
-        self.tools = [Tool(REFUND_TOOL, self._refund_tool, TOOL_SPECS[REFUND_TOOL]["description"])]
+        # A denied tool is not offered to the engine either: an approval asked before the
+        # policy became `deny` and answered yes after runs nothing.
+        refund = Tool(REFUND_TOOL, self._refund_tool, TOOL_SPECS[REFUND_TOOL]["description"])
+        self.tools = [refund] if self.policies[REFUND_TOOL] != "deny" else []
 
     def close(self) -> None:
         self.client.close()

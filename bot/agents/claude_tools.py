@@ -208,7 +208,8 @@ class ClaudeTools:
         if e.answer == "yes":
             stats["approved"] += 1
             if e.error:
-                ok, text = False, f"Approved by <@{who}>, but refused: {e.error}; nothing was done."
+                why = f"tool {e.tool!r} is not permitted" if self._denied(e.tool) else e.error
+                ok, text = False, f"Approved by <@{who}>, but refused: {why}; nothing was done."
             elif isinstance(e.result, dict) and e.result.get("refunded") is False:
                 already = e.result.get("already")
                 ok, text = False, f"Approved by <@{who}>, but refused: {already}; nothing was done."
@@ -226,6 +227,9 @@ class ClaudeTools:
             ok, text = False, f"The approval request expired unanswered: {e.tool} did not run."
             stats["expired"] += 1
         return text, ok
+
+    def _denied(self, tool: str) -> bool:
+        return self.policies.get(tool) == "deny"
 
     def _refund_tool(self, args: Any, key: str) -> Any:
         """The refund, run once per request id (and once per order, whoever asks)."""

@@ -648,6 +648,33 @@ def test_no_or_expiry_resumes_with_a_result_that_says_so_and_runs_nothing(
     assert state is not None and state.answer == outcome
 
 
+def test_an_approval_answered_once_the_tool_is_denied_runs_nothing(
+    store: Store, fake: FakeAnthropic
+) -> None:
+    world = World(store, fake)
+    _, request_id = _ask_for_refund(world)
+    # The operator denies refunds and restarts while the approval is open; then it is approved.
+    denied = World(
+        store,
+        fake,
+        clock=world.clock,
+        sender=world.sender,
+        holder="worker-b",
+        policies={"refund_order": "deny"},
+    )
+    assert store.answer(request_id, "yes", BOSS, T0 + 30) == "yes"
+    fake.script(api.text("Refunds are not allowed here; nothing was refunded."))
+    denied.tick(T0 + 30)
+    [result] = tool_results(fake.requests[1])
+    assert result["tool_use_id"] == "toolu_a1" and result["is_error"] is True
+    assert result["content"] == (
+        f"Approved by <@{BOSS}>, but refused: tool 'refund_order' is not permitted; "
+        "nothing was done."
+    )
+    assert store.recorded_steps() == []
+    assert world.replies()[-1].text == "Refunds are not allowed here; nothing was refunded."
+
+
 def test_a_deny_policy_refuses_the_tool_without_running_it(
     store: Store, fake: FakeAnthropic
 ) -> None:
