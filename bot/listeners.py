@@ -18,6 +18,7 @@ from typing import Any
 from slack_bolt import Ack, App, BoltRequest, BoltResponse
 from slack_bolt.authorization import AuthorizeResult
 
+import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
 from wakeful.bot import blocks, payloads
 from wakeful.bot.events import AssistantThreadStarted, HomeOpened
 from wakeful.core.effects import Message

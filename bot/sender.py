@@ -25,8 +25,9 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookClient
 
+import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
 from wakeful.bot.web_client import KeepAliveWebClient
-from wakeful.core import metrics
+from wakeful.core import kinds, metrics
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.rules.outbox import Part
 
@@ -51,8 +52,6 @@ TRANSIENT_ERRORS = frozenset(
     }
 )
 LOOKBACK = 200
-UNPACED = frozenset({"update", "ephemeral", "respond", "home", "status", "prompts"})
-"""Kinds that do not post in the conversation, so Slack's per-channel pace does not apply."""
 
 
 def make_client(token: str, api_url: str, timeout: int = 10) -> KeepAliveWebClient:
@@ -87,10 +86,12 @@ class SlackSender:
         try:
             if part.kind == "update":
                 return self._update(part)
+            if part.kind == "ephemeral" and part.ref:
+                return self._respond(part)  # the answer to a command: its response_url first
             if part.kind == "ephemeral":
                 return self._ephemeral(part)
             if part.kind == "respond":
-                return self._respond(part)
+                return self._respond(part)  # rows written before 0.2
             if part.kind == "home":
                 return self._home(part)
             if part.kind in ("status", "prompts"):
@@ -122,7 +123,7 @@ class SlackSender:
         now). Its `send` then posts at that turn instead of taking another, so a dispatcher can
         wait for the turn without holding a thread. Only posts are paced: anything else has no
         turn to wait for."""
-        if part.kind in UNPACED:
+        if not kinds.paced(part.kind):  # not a post in the conversation: no pace applies
             return 0.0
         with self._lock:
             now = self._clock()

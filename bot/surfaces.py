@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
 from wakeful.bot import blocks
 from wakeful.bot.config import Config
 from wakeful.bot.events import AssistantThreadStarted

@@ -98,9 +98,7 @@ KEEP_LAST: Merge = _keep_last
 
 POST = register(Kind("post", paced=True))
 """A reply in a conversation: held by the gap, merged with the conversation's others."""
-DIGEST = register(
-    Kind("digest", paced=True, merge=_merge_digests, gathered=True, needs_facts=True)
-)
+DIGEST = register(Kind("digest", paced=True, merge=_merge_digests, gathered=True, needs_facts=True))
 """A paced post whose facts let held digests merge into ONE covering the span."""
 UPDATE = register(Kind("update", needs_ref=True))
 """A rewrite of an approval's prompt (`ref`: the request id) with the answer that stands."""

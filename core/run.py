@@ -199,7 +199,7 @@ class Run:
                 where.channel,
                 text,
                 blocks=blocks,
-                kind="respond",
+                kind="ephemeral",
                 ref=to.response_url or None,
                 user=to.user,
                 priority="urgent",

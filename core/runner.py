@@ -87,7 +87,7 @@ class Runner:
             return fx.Message(
                 where.channel,
                 text,
-                kind="respond",
+                kind="ephemeral",
                 ref=typed_event.response_url,
                 user=person,
                 priority="urgent",

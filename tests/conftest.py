@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import wakeful.bot.kinds  # noqa: F401 (the Slack edge's outbox kinds, as every wakeful process has them)
 from wakeful.core.settings import Settings
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.stores import fresh_postgres

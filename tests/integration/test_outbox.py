@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import T0
 from tests.support.approvals import ApprovalRequest
+from wakeful.bot.kinds import SLACK_TEXT_LIMIT
 from wakeful.core.clock import ManualClock
-from wakeful.core.effects import SLACK_TEXT_LIMIT, Effects, Message
+from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.loops import Dispatcher
 from wakeful.core.records import Ingested

@@ -217,7 +217,7 @@ def test_a_slash_command_with_a_nul_is_answered(front: Front) -> None:
     sent = front.slack.command("U3", "remind me in 1 seconds to a\x00b")
     assert sent.status == 200, sent
     front.tick(T0)
-    [answer] = [p for p in front.sent.parts if p.kind == "respond"]
+    [answer] = [p for p in front.sent.parts if p.kind == "ephemeral" and p.ref]
     assert answer.text == f"I'll remind you in 1 seconds: a{FFFD}b"
     front.tick(T0 + 1)
     assert front.texts("D3")[-1] == f"Reminder: a{FFFD}b"

@@ -1,0 +1,28 @@
+"""The Slack surfaces the outbox carries beside the engine's own kinds, and Slack's limits.
+
+Registered with the engine's kind registry (core/kinds.py) at import; every process that
+writes or sends these rows imports this module (the sender, the listeners, the surfaces), so a
+new surface is a line here and a method in bot/sender.py, never a schema change.
+"""
+
+from __future__ import annotations
+
+from wakeful.core import kinds
+from wakeful.core.kinds import KEEP_LAST, Kind, Limits
+
+SLACK_TEXT_LIMIT = 40_000
+"""Characters of one chat.postMessage text (Slack truncates past it)."""
+SLACK_BLOCK_LIMIT = 50
+"""Blocks of one message (Slack refuses more)."""
+
+RESPOND = kinds.register(Kind("respond", needs_user=True))
+"""A slash command's answer through its response_url (rows written before 0.2; a reply to a
+command is now an ephemeral whose `ref` is the response_url)."""
+HOME = kinds.register(Kind("home", merge=KEEP_LAST, gathered=True, needs_user=True))
+"""A person's App Home view (views.publish): only the latest of a batch is published."""
+STATUS = kinds.register(Kind("status", merge=KEEP_LAST, needs_thread=True, may_be_empty=True))
+"""An assistant thread's "is thinking…" (assistant.threads.setStatus; empty clears it)."""
+PROMPTS = kinds.register(Kind("prompts", merge=KEEP_LAST, needs_thread=True))
+"""An assistant thread's suggested prompts (assistant.threads.setSuggestedPrompts)."""
+
+kinds.set_limits(Limits(text=SLACK_TEXT_LIMIT, blocks=SLACK_BLOCK_LIMIT))
