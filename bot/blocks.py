@@ -20,6 +20,7 @@ def when(ts: int) -> str:
 
 
 def utc(ts: int) -> str:
+    """`2026-12-01 09:00 UTC`: a time every reader reads alike (logs, texts the model sees)."""
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 

@@ -125,6 +125,7 @@ def timer_label(timer: NextTimer) -> str:
 
 
 def header(text: str) -> Block:
+    """A Home tab heading (plain text, cut at Slack's 150 characters)."""
     return {"type": "header", "text": {"type": "plain_text", "text": text[:150]}}
 
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from wakeful.core import effects as fx
 from wakeful.core.errors import LeaseLost, SessionUnusable, StoreUnavailable
-from wakeful.core.events import ApprovalAnswer, Command, Event, decode
+from wakeful.core.events import ApprovalAnswer, Command, Conversation, Event, Message, decode
 from wakeful.core.records import Claim
 from wakeful.core.records import Event as Stored
 from wakeful.core.run import PlainApprovals, Run, RunServices, Tool
@@ -127,9 +127,7 @@ class Runner:
         )
         notice = exc.notice
         if isinstance(notice, str):
-            where = next(
-                (t.reply_to for t in map(typed, reversed(claim.events)) if t.reply_to), None
-            )
+            where = _conversation_of(claim)
             notice = (
                 None
                 if where is None
@@ -177,6 +175,16 @@ class Runner:
         if not answer.channel:
             return None
         return self.services.view.outcome(answer)
+
+
+def _conversation_of(claim: Claim) -> Conversation | None:
+    """Where a notice about the whole batch goes: the latest person's message or command,
+    else the latest event that names a conversation (a timer's, an approval's)."""
+    events = [typed(e) for e in reversed(claim.events)]
+    for e in events:
+        if isinstance(e, Message | Command):
+            return e.reply_to
+    return next((e.reply_to for e in events if e.reply_to is not None), None)
 
 
 def runner_for(agent: Agent, store: Any) -> Runner:

@@ -64,3 +64,41 @@ def test_the_edge_reaches_the_dev_tools_only_from_their_commands(path: Path) -> 
 def test_no_production_module_is_over_500_lines(folder: str) -> None:
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in modules(folder)}
     assert not {p: n for p, n in sizes.items() if n > 500}
+
+
+AGENT_MODULES = sorted((ROOT / "bot" / "agents").glob("*.py")) + sorted(
+    (ROOT / "examples").glob("*.py")
+)
+
+
+@pytest.mark.parametrize("path", AGENT_MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_built_in_agents_and_the_examples_use_the_public_api_alone(path: Path) -> None:
+    """Dogfooding: the refund desk, the Claude agent and the examples are written on
+    `wakeful.agents` as a user's agent is (their shared helpers in bot/agents too)."""
+    own = ("wakeful.agents", "wakeful.bot.agents")
+    bad = [m for m, _ in imports(path) if m.startswith("wakeful") and not m.startswith(own)]
+    assert not bad, f"{path} imports {bad}"
+
+
+def test_every_public_name_of_the_agent_api_says_what_it_is() -> None:
+    import wakeful.agents as api
+
+    missing = [
+        name
+        for name in api.__all__
+        if callable(getattr(api, name)) and not (getattr(api, name).__doc__ or "").strip()
+    ]
+    assert not missing, f"no docstring: {missing}"
+    assert (ROOT / "agents" / "py.typed").exists()
+
+
+def test_the_engine_alone_knows_only_its_own_outbox_kinds() -> None:
+    """No Slack surface is named in core: the edge registers them (bot/kinds.py)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import wakeful.core.store, wakeful.core.worker, wakeful.core.kinds as k; print(k.known())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "('digest', 'ephemeral', 'post', 'update')"
