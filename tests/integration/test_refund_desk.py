@@ -2,7 +2,9 @@
 
 Each test drives a real store with the three loops (Scheduler, Worker, Dispatcher) tick by tick
 and asserts what a Slack user would see: the outbox rows the runs wrote and the parts a
-recording sender was handed. Events are ingested exactly as the Slack front stores them.
+recording sender was handed. The agent is built by its factory and run behind the runner
+`wakeful serve` builds (`build_runner`: Slack approval prompts, the surfaces' hooks); events are
+the typed events the Slack front stores (`Message(...).to_wire()`).
 """
 
 from __future__ import annotations
@@ -20,19 +22,23 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from tests.conftest import T0, MakeStore
+from wakeful.agents import Agent, ApprovalAnswer, InvalidInput, Message, Run, Setup, Tool
 from wakeful.bot.agents.refund_desk import RefundDesk
-from wakeful.core.agent import Agent, Run, Tool, Toolbox
+from wakeful.bot.config import Config
+from wakeful.bot.loading import build_runner, make_setup
+from wakeful.bot.zones import ZoneLookup
 from wakeful.core.clock import ManualClock
-from wakeful.core.effects import Effects
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Dispatcher, Scheduler, Worker
 from wakeful.core.records import OutboxRow
 from wakeful.core.rules.outbox import Part
+from wakeful.core.runner import Runner
 from wakeful.core.store import Store
 
 TEAM = "T1"
 USER = "U1"
 BOSS = "UBOSS"
-INBOX = f"{TEAM}:{USER}"
+INBOX = InboxId.person(TEAM, USER)
 TTL = 600
 HOUR = 3600
 DAY = 86400
@@ -57,6 +63,59 @@ class RecordingSender:
         return ts
 
 
+class Poisonable:
+    """The refund desk, failing every run that holds an event it cannot read (`Unknown`: a
+    half-stored Slack message): the way a test makes an event that dies."""
+
+    def __init__(self, inner: RefundDesk) -> None:
+        self.inner = inner
+        self.tools = inner.tools
+        self.greeting = inner.greeting
+        self.suggested_prompts = inner.suggested_prompts
+        self.home = inner.home
+
+    def run(self, run: Run) -> None:
+        unread = [e.id for e in run.events if type(e).__name__ == "Unknown"]
+        if unread:
+            raise ValueError(f"cannot read events {unread}")
+        self.inner.run(run)
+
+
+def desk_config(store: Store, *, ttl: int = TTL, quiet_digests: bool = False) -> Config:
+    """The configuration `wakeful serve` would read: the boss approves, the store's settings
+    with the test's approval window."""
+    settings = dataclasses.replace(store.settings, approval_ttl=ttl)
+    return Config(approvers=(BOSS,), quiet_digests=quiet_digests, settings=settings)
+
+
+def desk_setup(
+    store: Store,
+    config: Config,
+    clock: Callable[[], int],
+    tz_lookup: Callable[[str], str] | None = None,
+) -> Setup:
+    """The Setup the refund desk's factory is given (a zone look-up without Slack: UTC)."""
+    return make_setup(config, store, tz_lookup or ZoneLookup(None), {}, clock)
+
+
+def desk_runner(
+    store: Store,
+    *,
+    clock: Callable[[], int] = lambda: T0,
+    ttl: int = TTL,
+    quiet_digests: bool = False,
+    tz_lookup: Callable[[str], str] | None = None,
+    wrap: Callable[[Any], Any] | None = None,
+) -> tuple[RefundDesk, Runner]:
+    """The refund desk built by production's loader, and the runner around it."""
+    config = desk_config(store, ttl=ttl, quiet_digests=quiet_digests)
+    desk = RefundDesk(desk_setup(store, config, clock, tz_lookup))
+    agent = Poisonable(desk)
+    wrapped = wrap(agent) if wrap else agent
+    runner = build_runner(config, store, None, factory=lambda _setup: wrapped, env={}, clock=clock)
+    return desk, runner
+
+
 class Desk:
     """One user's world: RefundDesk, the three loops, a clock and a recording sender."""
 
@@ -68,22 +127,22 @@ class Desk:
         sender: RecordingSender | None = None,
         holder: str = "worker-a",
         tz_lookup: Callable[[str], str] | None = None,
-        wrap: Callable[[Agent], Agent] | None = None,
+        wrap: Callable[[Any], Any] | None = None,
         ttl: int = TTL,
         quiet_digests: bool = False,
     ) -> None:
         self.store = store
         self.clock = clock or ManualClock(T0)
         self.sender = sender or RecordingSender()
-        self.agent = RefundDesk(
+        self.agent, self.runner = desk_runner(
             store,
-            approval_ttl=ttl,
-            approvers=(BOSS,),
-            tz_lookup=tz_lookup,
+            clock=self.clock,
+            ttl=ttl,
             quiet_digests=quiet_digests,
+            tz_lookup=tz_lookup,
+            wrap=wrap,
         )
-        agent: Agent = wrap(self.agent) if wrap else self.agent
-        self.worker = Worker(store=store, agent=agent, clock=self.clock, holder=holder)
+        self.worker = Worker(store=store, clock=self.clock, runner=self.runner, holder=holder)
         self.scheduler = Scheduler(store=store, clock=self.clock)
         self.dispatcher = Dispatcher(store=store, clock=self.clock, sender=self.sender)
 
@@ -103,22 +162,24 @@ class Desk:
     ) -> int:
         """Store a Slack message or mention as the app does; return its event id."""
         n = next(_event_ids)
-        body = payload or {
-            "kind": kind,
-            "text": text,
-            "channel": channel,
-            "ts": ts or f"{self.now}.{n:06d}",
-            "thread_ts": thread_ts,
-            "user": USER,
-            "team": TEAM,
-            "channel_type": "im" if kind == "message" else "channel",
-        }
+        message = Message(
+            text=text,
+            user=USER,
+            team=TEAM,
+            channel=channel,
+            ts=ts or f"{self.now}.{n:06d}",
+            thread_ts=thread_ts,
+            channel_type="im" if kind == "message" else "channel",
+            mention=kind == "mention",
+        )
+        body = payload or message.to_wire()
         result = self.store.ingest(INBOX, "slack", f"Ev{n:08d}", body, self.now)
         assert result.event_id is not None
         return result.event_id
 
     def poison(self) -> int:
-        """An event the agent cannot handle (no channel): every run of it fails."""
+        """An event the agent cannot handle (a Slack message stored without its conversation):
+        every run of it fails."""
         return self.say("", payload={"kind": "message", "text": "?", "user": USER})
 
     def tick(self, at: int | None = None) -> None:
@@ -151,17 +212,17 @@ class CrashAfterDelegatingOnce:
     """Runs the real agent, then fails the first run that handled an approval answer: the
     refund tool has run, `finish` has not."""
 
-    def __init__(self, inner: Agent, crash: BaseException) -> None:
+    def __init__(self, inner: Any, crash: BaseException) -> None:
         self.inner = inner
+        self.tools = inner.tools
         self.crash = crash
         self.crashed = False
 
-    def run(self, run: Run) -> Effects:
-        effects = self.inner.run(run)
-        if not self.crashed and any(e.source == "approval" for e in run.events):
+    def run(self, run: Run) -> None:
+        self.inner.run(run)
+        if not self.crashed and any(isinstance(e, ApprovalAnswer) for e in run.events):
             self.crashed = True
             raise self.crash
-        return effects
 
 
 class ProcessDied(BaseException):
@@ -253,13 +314,13 @@ def test_refund_order_asks_for_approval_with_buttons(desk: Desk, text: str, orde
     desk.tick()
     [approval] = desk.store.approvals(INBOX)
     assert approval.tool == "refund_order"
-    assert desk.agent.tools.policy("refund_order") == "ask"
+    assert [t.name for t in desk.agent.tools] == ["refund_order"]
     assert approval.args["order_id"] == order
     assert approval.requester == USER
     assert approval.approvers == (BOSS,)
     assert approval.deadline == T0 + TTL
     assert approval.answer is None
-    assert desk.store.tool_calls(tool="refund_order") == []  # nothing refunded before a yes
+    assert desk.store.recorded_steps(name="refund_order") == []  # nothing refunded before a yes
 
     [prompt] = [r for r in desk.rows() if r.ref == approval.id]
     assert (prompt.kind, prompt.channel, prompt.priority) == ("post", "D1", "urgent")
@@ -272,8 +333,8 @@ def test_refund_order_asks_for_approval_with_buttons(desk: Desk, text: str, orde
     [part] = [p for p in desk.sender.parts if p.ref == approval.id]
     stored = desk.store.approval(approval.id)
     assert stored is not None and stored.prompt_ts == desk.sender.ts[part.part_id]
-    # The run that asked saved its session: the pending call is remembered between runs.
-    assert approval.id in json.dumps(desk.store.session(INBOX))
+    # The approval keeps where it was asked: its answer is posted there, whatever runs it.
+    assert (stored.channel, stored.thread_ts or None) == ("D1", None)
 
 
 def test_text_without_refund_order_asks_for_nothing(desk: Desk) -> None:
@@ -310,15 +371,15 @@ def test_yes_refunds_once_even_when_the_answer_run_is_retried(
     else:
         with pytest.raises(ProcessDied):
             crashing.tick(T0 + 60)
-    assert len(store.tool_calls(tool="refund_order")) == 1  # the refund went through...
+    assert len(store.recorded_steps(name="refund_order")) == 1  # the refund went through...
     assert not desk.with_prefix("Refunded")  # ...but the run never finished
 
     # Past the backoff and the lapsed lease, another worker runs the answer again.
     retry = Desk(store, clock=desk.clock, sender=desk.sender, holder="worker-c")
     retry.tick(T0 + 60 + 1000)
-    calls = store.tool_calls(tool="refund_order")
+    calls = store.recorded_steps(name="refund_order")
     assert len(calls) == 1
-    assert calls[0]["key"] == approval.id
+    assert calls[0].key == approval.id
     refunded = desk.with_prefix("Refunded")
     assert [(r.text, r.priority, r.status) for r in refunded] == [
         ("Refunded order 42.", "urgent", "sent")
@@ -368,7 +429,7 @@ def test_no_or_expiry_refunds_nothing_and_says_so(desk: Desk, outcome: str, text
         desk.tick(approval.deadline)
     state = desk.store.approval(approval.id)
     assert state is not None and state.answer == outcome
-    assert desk.store.tool_calls(tool="refund_order") == []
+    assert desk.store.recorded_steps(name="refund_order") == []
     [row] = [r for r in desk.rows("post") if r.text == text]
     assert (row.channel, row.priority, row.status) == ("D1", "urgent", "sent")
     [update] = desk.rows("update")
@@ -578,9 +639,8 @@ def test_a_retried_run_does_not_double_count_or_ask_twice(make_store: MakeStore)
     # Worker A claims the batch, runs the agent, then stalls: its lease lapses unfinished.
     claim = store.acquire_and_claim(INBOX, "worker-a", T0 + 10)
     assert claim is not None and len(claim.events) == 3
-    stalled = RefundDesk(store, approval_ttl=2 * HOUR, approvers=(BOSS,)).run(
-        Run(INBOX, claim.events, store.session(INBOX), T0 + 10, lambda: None)
-    )
+    _, runner_a = desk_runner(store, clock=desk.clock, ttl=2 * HOUR)
+    stalled = runner_a.run(claim, lambda: store.session(INBOX), T0 + 10, lambda: None)
     [asked] = stalled.approvals
     # Worker B takes over once the lease has lapsed and runs the same events again.
     desk.tick(T0 + 10 + store.settings.lease_ttl + 1)
@@ -601,64 +661,177 @@ def test_a_retried_run_does_not_double_count_or_ask_twice(make_store: MakeStore)
 
 
 def test_the_agent_is_never_given_a_token(store: Store) -> None:
-    assert not [f.name for f in dataclasses.fields(Run) if "token" in f.name.lower()]
+    env = {
+        "SLACK_BOT_TOKEN": "xoxb-secret",
+        "SLACK_APP_TOKEN": "xapp-secret",
+        "SLACK_SIGNING_SECRET": "signing-secret",
+        "REFUND_LEDGER_URL": "http://127.0.0.1:9/ledger",
+    }
+    setup = make_setup(desk_config(store), store, ZoneLookup(None), env)
+    assert not [f.name for f in dataclasses.fields(Setup) if "token" in f.name.lower()]
+    assert dict(setup.env) == {"REFUND_LEDGER_URL": "http://127.0.0.1:9/ledger"}
+    assert not [name for name in inspect.signature(Run).parameters if "token" in name.lower()]
     params = inspect.signature(RefundDesk).parameters
     assert not [name for name in params if "token" in name.lower()]
     with pytest.raises(TypeError):
-        RefundDesk(store, token="xoxb-secret")  # type: ignore[call-arg]
+        RefundDesk(setup, token="xoxb-secret")  # type: ignore[call-arg]
 
 
-def test_toolbox_allow_runs_the_tool() -> None:
-    calls: list[tuple[dict[str, Any], str]] = []
+class Spy:
+    """A tool that counts its calls: (args, idempotency key) each time it acts."""
 
-    def look(args: Any, key: str) -> str:
-        calls.append((dict(args), key))
-        return "found"
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, str]] = []
 
-    box = Toolbox([Tool("look_up", "allow", look)])
-    result = box.call("look_up", {"order_id": "1"}, "k-1")
-    assert (result.status, result.value) == ("ran", "found")
-    assert calls == [({"order_id": "1"}, "k-1")]
+    def __call__(self, args: Any, key: str) -> dict[str, Any]:
+        self.calls.append((args, key))
+        return {"done": args, "call": len(self.calls)}
 
 
-def test_toolbox_deny_refuses_without_running() -> None:
-    calls: list[str] = []
-    box = Toolbox([Tool("wipe", "deny", lambda args, key: calls.append(key))])
-    assert box.call("wipe", {}, "k-1").status == "refused"
-    assert box.run_approved("wipe", {}, "k-2").status == "refused"
-    assert box.call("not_a_tool", {}, "k-3").status == "refused"
-    assert calls == []
+class Asker(Agent):
+    """`ask <what>` asks for `tool` with {"what": ...}; `step` runs an own step; an answer is
+    told with the tool's result. `fail_once` fails the first run after it acted."""
+
+    def __init__(self, tool: Spy | None = None, *, fail_once: bool = False) -> None:
+        self.tools = [Tool("tool", tool)] if tool else []
+        self.looked: list[str] = []
+        self.fail_once = fail_once
+
+    def run(self, run: Run) -> None:
+        for e in run.events:
+            if isinstance(e, Message) and e.text.startswith("ask "):
+                for what in e.text.split()[1:]:
+                    try:
+                        asked = run.ask("tool", {"what": what}, summary=f"do {what}", to=e)
+                    except InvalidInput as exc:
+                        asked = f"refused: {exc}"
+                    run.reply(f"asked: {asked}", to=e)
+            elif isinstance(e, Message) and e.text == "step":
+                found = run.step("look_up", self._look)
+                run.reply(f"looked up: {found}", to=e)
+            elif isinstance(e, ApprovalAnswer):
+                run.reply(f"{e.answer}: {json.dumps(e.result)} {e.error or ''}".strip(), to=e)
+        if self.fail_once:
+            self.fail_once = False
+            raise RuntimeError("the run fails after acting")
+
+    def _look(self, key: str) -> str:
+        self.looked.append(key)
+        return f"order 1 is late ({len(self.looked)})"
 
 
-def test_toolbox_ask_needs_approval_without_running() -> None:
-    calls: list[str] = []
-    box = Toolbox([Tool("refund", "ask", lambda args, key: calls.append(key))])
-    assert box.call("refund", {"order_id": "1"}, "r-1").status == "needs_approval"
-    assert calls == []
+class World:
+    """A custom agent behind production's runner, the loops, a clock and a sender."""
 
-
-def test_run_approved_runs_an_idempotent_tool_once_per_key(store: Store) -> None:
-    done: list[str] = []
-
-    def refund(args: Any, key: str) -> bool:
-        first = store.record_tool_call(key, "refund", dict(args), INBOX, T0)
-        if first:
-            done.append(key)
-        return first
-
-    box = Toolbox([Tool("refund", "ask", refund)])
-    results = [box.run_approved("refund", {"order_id": "1"}, key) for key in ("r-1", "r-1", "r-2")]
-    assert [(r.status, r.value) for r in results] == [("ran", True), ("ran", False), ("ran", True)]
-    assert done == ["r-1", "r-2"]
-    assert sorted(c["key"] for c in store.tool_calls(tool="refund")) == ["r-1", "r-2"]
-
-    # The built-in refund tool keys the same way.
-    desk = RefundDesk(store)
-    for _ in range(2):
-        assert desk.tools.run_approved("refund_order", {"order_id": "5"}, "refund-x").status == (
-            "ran"
+    def __init__(self, store: Store, agent: Any, clock: ManualClock | None = None) -> None:
+        self.store = store
+        self.clock = clock or ManualClock(T0)
+        config = desk_config(store)
+        runner = build_runner(
+            config, store, None, factory=lambda _s: agent, env={}, clock=self.clock
         )
-    assert [c["key"] for c in store.tool_calls(tool="refund_order")] == ["refund-x"]
+        self.worker = Worker(store=store, clock=self.clock, runner=runner)
+        self.scheduler = Scheduler(store=store, clock=self.clock)
+        self.dispatcher = Dispatcher(store=store, clock=self.clock, sender=RecordingSender())
+
+    def say(self, text: str) -> None:
+        n = next(_event_ids)
+        message = Message(text=text, user=USER, team=TEAM, channel="D1", ts=f"{T0}.{n:06d}")
+        self.store.ingest(INBOX, "slack", f"Ev{n:08d}", message.to_wire(), self.clock.now)
+
+    def tick(self, at: int) -> None:
+        self.clock.now = at
+        self.scheduler.tick(at)
+        self.worker.tick(at)
+        self.dispatcher.tick(at)
+
+    def texts(self) -> list[str]:
+        return [r.text for r in self.store.outbox(inbox=INBOX) if r.kind == "post"]
+
+
+def test_an_own_step_runs_at_once_with_its_key_and_a_retry_gets_its_result(store: Store) -> None:
+    """What a tool allowed without asking was: it runs in the run, with a stable key; a retried
+    run gets its recorded result back instead of calling it again."""
+    agent = Asker(fail_once=True)
+    world = World(store, agent)
+    world.say("step")
+    world.tick(T0)
+    assert len(agent.looked) == 1 and world.texts() == []  # it acted; the run failed after
+    world.tick(T0 + 100)  # past the backoff: the retry
+    assert len(agent.looked) == 1
+    assert world.texts() == ["looked up: order 1 is late (1)"]
+    [step] = store.recorded_steps(inbox=INBOX, name="look_up")
+    assert (step.key, step.result) == (agent.looked[0], "order 1 is late (1)")
+
+
+def test_a_tool_the_agent_does_not_offer_is_neither_asked_for_nor_run(store: Store) -> None:
+    """What a denied tool was: refused without running, whether asked for or answered."""
+    spy = Spy()
+    world = World(store, Asker(spy))
+    world.say("ask wipe")
+    world.tick(T0)
+    [approval] = store.approvals(INBOX)
+    # The agent no longer offers the tool (a new version) when the yes arrives: nothing runs.
+    later = World(store, Asker(None), clock=world.clock)
+    assert store.answer(approval.id, "yes", BOSS, T0 + 5) == "yes"
+    later.tick(T0 + 5)
+    assert spy.calls == []
+    assert store.recorded_steps(inbox=INBOX) == []
+    assert world.texts()[-1] == "yes: null the agent has no tool 'tool'; nothing ran"
+    # And it cannot ask for a tool it does not offer.
+    later.say("ask wipe")
+    later.tick(T0 + 10)
+    assert world.texts()[-1] == (
+        "asked: refused: no tool 'tool' to ask about (the agent's tools: none)"
+    )
+    assert len(store.approvals(INBOX)) == 1
+
+
+def test_asking_runs_nothing_and_a_yes_runs_the_tool_once_per_request(store: Store) -> None:
+    """What an `ask` tool was: nothing runs before a yes; after it the tool runs once per
+    request id (its idempotency key), also when the answer's run fails and is retried."""
+    spy = Spy()
+    agent = Asker(spy)
+    world = World(store, agent)
+    world.say("ask one two")
+    world.tick(T0)
+    first, second = store.approvals(INBOX)
+    assert spy.calls == []
+    assert world.texts()[:2] == [f"asked: {first.id}", f"asked: {second.id}"]
+    prompts = [r for r in store.outbox(inbox=INBOX) if r.ref in (first.id, second.id)]
+    assert [r.text for r in prompts] == [
+        f"Approval needed: do one for <@{USER}>",
+        f"Approval needed: do two for <@{USER}>",
+    ]
+    agent.fail_once = True
+    for approval in (first, second):
+        assert store.answer(approval.id, "yes", BOSS, T0 + 5) == "yes"
+    world.tick(T0 + 5)  # both tools run; the run fails after
+    for at in (T0 + 200, T0 + 400):  # the retries (each answer alone) get their results back
+        world.tick(at)
+    assert spy.calls == [({"what": "one"}, first.id), ({"what": "two"}, second.id)]
+    assert sorted(t for t in world.texts() if t.startswith("yes")) == [
+        'yes: {"done": {"what": "one"}, "call": 1}',
+        'yes: {"done": {"what": "two"}, "call": 2}',
+    ]
+    assert sorted(s.key for s in store.recorded_steps(name="tool")) == sorted([first.id, second.id])
+
+
+def test_the_refund_tool_refunds_once_per_request_and_once_per_order(store: Store) -> None:
+    desk, _ = desk_runner(store)
+    [refund] = desk.tools
+    assert refund.name == "refund_order"
+    results = [refund.fn({"order_id": "5"}, key) for key in ("refund-x", "refund-x", "refund-y")]
+    assert results[:2] == [{"refunded": True, "order_id": "5"}] * 2
+    assert results[2]["refunded"] is False
+    assert results[2]["already"] == (
+        f"Order 5 was already refunded on {utc(T0)} (request refund-x)."
+    )
+    [record] = store.recorded_steps(name="refund_order:once")
+    assert (record.key, record.result) == (
+        "refund_order:5",
+        {"order_id": "5", "request": "refund-x"},
+    )
 
 
 # -- quiet digests and merged digests (issue 13) --------------------------------------------
