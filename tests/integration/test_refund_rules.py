@@ -2,30 +2,93 @@
 one minimum digest period, and an order refunded once however often it is asked for.
 
 The refund desk runs through the engine's loops (tests/integration/test_refund_desk.py's Desk);
-Claude runs on the local fake of the Messages API (test_claude_agent.py's World).
+Claude runs on the local fake of the Messages API, built by its own class behind the runner
+`wakeful serve` builds (`ClaudeDesk` below).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.conftest import T0
-from tests.integration.test_claude_agent import World, tool_results
-from tests.integration.test_refund_desk import BOSS, INBOX, Desk, utc
+from tests.integration.test_refund_desk import (
+    BOSS,
+    INBOX,
+    TEAM,
+    USER,
+    Desk,
+    RecordingSender,
+    desk_config,
+    desk_runner,
+    utc,
+)
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
+from wakeful.agents import Message, Setup
+from wakeful.bot.agents.claude import ClaudeAgent
 from wakeful.bot.agents.claude_tools import TOOL_SPECS
 from wakeful.bot.agents.common import MIN_DIGEST_SECONDS
-from wakeful.bot.agents.refund_desk import RefundDesk
-from wakeful.core.agent import Run
+from wakeful.bot.loading import build_runner
+from wakeful.core.clock import ManualClock
+from wakeful.core.inbox_id import InboxId
+from wakeful.core.loops import Dispatcher, Scheduler, Worker
 from wakeful.core.store import Store
 
 TOO_OFTEN = (
     "Digest not set: every {n} is too often; the shortest period is 60 seconds "
     "(e.g. `digest every 1 hour`)."
 )
+_ids = itertools.count(1)
+
+
+class ClaudeDesk:
+    """ClaudeAgent on the fake Messages API, behind production's runner and the three loops."""
+
+    def __init__(self, store: Store, fake: FakeAnthropic) -> None:
+        self.store = store
+        self.clock = ManualClock(T0)
+        self.agent: ClaudeAgent | None = None
+
+        def factory(setup: Setup) -> ClaudeAgent:
+            self.agent = ClaudeAgent(
+                setup, api_key="test-key", base_url=fake.base_url, model="claude-test", timeout=10
+            )
+            return self.agent
+
+        runner = build_runner(
+            desk_config(store), store, None, factory=factory, env={}, clock=self.clock
+        )
+        self.worker = Worker(store=store, clock=self.clock, runner=runner)
+        self.scheduler = Scheduler(store=store, clock=self.clock)
+        self.dispatcher = Dispatcher(store=store, clock=self.clock, sender=RecordingSender())
+
+    def say(self, text: str) -> None:
+        n = next(_ids)
+        message = Message(
+            text=text, user=USER, team=TEAM, channel="D1", ts=f"{self.clock.now}.{n:06d}"
+        )
+        self.store.ingest(INBOX, "slack", f"Ev-claude-{n}", message.to_wire(), self.clock.now)
+
+    def tick(self, at: int | None = None) -> None:
+        if at is not None:
+            self.clock.now = at
+        self.scheduler.tick(self.clock.now)
+        self.worker.tick(self.clock.now)
+        self.dispatcher.tick(self.clock.now)
+
+    def close(self) -> None:
+        if self.agent is not None:
+            self.agent.close()
+
+
+def tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool results of the request's last (user) turn: what the model was told."""
+    turn = request["messages"][-1]
+    return [b for b in turn["content"] if b["type"] == "tool_result"]
 
 
 @pytest.fixture
@@ -42,10 +105,10 @@ def fake() -> Iterator[FakeAnthropic]:
 
 
 @pytest.fixture
-def world(store: Store, fake: FakeAnthropic) -> Iterator[World]:
-    made = World(store, fake)
+def world(store: Store, fake: FakeAnthropic) -> Iterator[ClaudeDesk]:
+    made = ClaudeDesk(store, fake)
     yield made
-    made.agent.close()
+    made.close()
 
 
 def digest_timers(store: Store, inbox: str = INBOX) -> list[str]:
@@ -81,7 +144,7 @@ def test_the_refund_desk_sets_a_digest_of_a_minute(desk: Desk) -> None:
 
 
 def test_claudes_set_digest_refuses_a_period_under_the_minimum(
-    world: World, fake: FakeAnthropic
+    world: ClaudeDesk, fake: FakeAnthropic
 ) -> None:
     world.say("digest every second please")
     fake.script(
@@ -116,7 +179,7 @@ def test_a_refunded_order_is_answered_with_its_refund_not_asked_again(desk: Desk
     line = f"Order 1005 was already refunded on {utc(T0 + 1)} (request {first})."
     assert desk.texts()[-1] == f"Handled 1 message.\n{line}"
     assert len(desk.store.approvals(INBOX)) == 1
-    assert [c["key"] for c in desk.store.tool_calls(tool="refund_order")] == [first]
+    assert [c.key for c in desk.store.recorded_steps(name="refund_order")] == [first]
 
 
 def test_an_order_waiting_for_approval_is_not_asked_again(desk: Desk, store: Store) -> None:
@@ -139,16 +202,16 @@ def test_an_order_waiting_for_approval_is_not_asked_again(desk: Desk, store: Sto
 def test_two_approvals_for_one_order_refund_it_once(store: Store) -> None:
     """Two people ask at the same moment, so both runs ask before either finishes (the race a
     check alone cannot close); both are approved; the order is refunded once."""
-    desk = RefundDesk(store, approvers=(BOSS,))
+    _, runner = desk_runner(store)
     claims = []
     for user in ("U7", "U8"):
-        inbox = f"T1:{user}"
-        payload = {"kind": "message", "text": "refund order 9", "channel": f"D{user}"}
-        store.ingest(inbox, "slack", f"Ev-{user}", {**payload, "user": user}, T0)
+        inbox = InboxId.person(TEAM, user)
+        message = Message(text="refund order 9", user=user, team=TEAM, channel=f"D{user}", ts="1.1")
+        store.ingest(inbox, "slack", f"Ev-{user}", message.to_wire(), T0)
         claim = store.acquire_and_claim(inbox, f"w-{user}", T0)
         assert claim is not None
         claims.append(claim)
-    runs = [desk.run(Run(c.inbox, c.events, None, T0, lambda: None)) for c in claims]
+    runs = [runner.run(c, lambda: None, T0, lambda: None) for c in claims]
     outcomes = store.finish_and_claim_many(list(zip(claims, runs, strict=True)), T0)
     assert [finished for finished, _ in outcomes] == [True, True]
     approvals = store.open_approvals("refund_order")
@@ -157,15 +220,21 @@ def test_two_approvals_for_one_order_refund_it_once(store: Store) -> None:
         assert store.answer(approval.id, "yes", BOSS, T0 + 10 + n) == "yes"
     worker = Desk(store)
     worker.tick(T0 + 20)
-    [refund] = store.tool_calls(tool="refund_order")
-    assert refund["key"] in {a.id for a in approvals}
+    # Each approved request's tool ran once (a step under its request id); one of them refunded.
+    ran = store.recorded_steps(name="refund_order")
+    assert sorted(s.key for s in ran) == sorted(a.id for a in approvals)
+    [refund] = [s for s in ran if s.result["refunded"]]
+    [order] = store.recorded_steps(name="refund_order:once")
+    assert (order.key, order.result["request"]) == ("refund_order:9", refund.key)
     texts = [r.text for inbox in ("T1:U7", "T1:U8") for r in store.outbox(inbox=inbox)]
     assert texts.count("Refunded order 9.") == 1
-    line = f"Order 9 was already refunded on {utc(T0 + 20)} (request {refund['key']})."
+    line = f"Order 9 was already refunded on {utc(T0 + 20)} (request {refund.key})."
     assert texts.count(f"{line} Not refunded again.") == 1
 
 
-def test_claude_answers_a_refunded_order_with_its_refund(world: World, fake: FakeAnthropic) -> None:
+def test_claude_answers_a_refunded_order_with_its_refund(
+    world: ClaudeDesk, fake: FakeAnthropic
+) -> None:
     world.say("refund A-7 please")
     fake.script(
         api.tool_use("refund_order", {"order_id": "A-7", "reason": "broken"}, "toolu_1"),
@@ -202,4 +271,4 @@ def test_claude_answers_a_refunded_order_with_its_refund(world: World, fake: Fak
         f"Order A-7 was already refunded on {utc(T0 + 10)} (request {approval.id})."
     )
     assert len(world.store.approvals(INBOX)) == 1
-    assert [c["key"] for c in world.store.tool_calls(tool="refund_order")] == [approval.id]
+    assert [c.key for c in world.store.recorded_steps(name="refund_order")] == [approval.id]
