@@ -8,31 +8,27 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
 
+from wakeful.agents import Agent, Run, Setup
 from wakeful.bot.agents.refund_desk import RefundDesk
-from wakeful.bot.config import Config
-from wakeful.core.agent import Run
-from wakeful.core.effects import Effects
-from wakeful.core.store import Store
 
 
-class TimedDesk:
+class TimedDesk(Agent):
     def __init__(self, inner: RefundDesk, path: str) -> None:
         self.inner = inner
+        self.tools = inner.tools
         self.path = path
         self.lock = threading.Lock()
 
-    def run(self, run: Run) -> Effects:
+    def run(self, run: Run) -> None:
         start = time.time()
         try:
-            return self.inner.run(run)
+            self.inner.run(run)
         finally:
             line = json.dumps({"inbox": run.inbox, "start": start, "end": time.time()})
             with self.lock, open(self.path, "a") as out:
                 out.write(line + "\n")
 
 
-def build(config: Config, store: Store, tz_lookup: Callable[[str], str]) -> TimedDesk:
-    desk = RefundDesk(store, approvers=config.approvers, tz_lookup=tz_lookup)
-    return TimedDesk(desk, os.environ["WAKEFUL_E2E_RUNS"])
+def build(setup: Setup) -> TimedDesk:
+    return TimedDesk(RefundDesk(setup), os.environ["WAKEFUL_E2E_RUNS"])

@@ -145,6 +145,7 @@ def render_inbox(view: InboxView, header: str) -> str:
                 for e in view.events
             ],
         ),
+        *_tracebacks(view.events),
         "",
         f"runs (latest {len(view.runs)}, from the run log)",
         table(
@@ -213,6 +214,26 @@ def _answer(a: dict[str, Any], now: int) -> str:
         return "open"
     by = f" by {a['answered_by']}" if a["answered_by"] else ""
     return f"{a['answer']}{by} {ago(a['answered_at'], now)}"
+
+
+TRACEBACK_LINES = 12
+"""Lines of a failed run's traceback shown per event (its end: where it was raised)."""
+
+
+def _tracebacks(events: Sequence[dict[str, Any]]) -> list[str]:
+    """The traceback the agent raised, for each shown event that still has one (failed and
+    retried, or dead): the end of it, where the error was raised."""
+    out: list[str] = []
+    for e in events:
+        trace = str(e.get("traceback") or "").rstrip()
+        if not trace or e["status"] == "done":
+            continue
+        lines = trace.splitlines()
+        cut = lines[-TRACEBACK_LINES:]
+        more = f" (last {len(cut)} of {len(lines)} lines)" if len(lines) > len(cut) else ""
+        out += ["", f"traceback of event {e['id']}, attempt {e['attempts']}{more}:"]
+        out += [f"  {line}" for line in cut]
+    return out
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -79,8 +79,7 @@ def check_factory(spec: str, factory: Any) -> None:
     except TypeError:
         shown = str(signature)
         raise ConfigError(
-            f"WAKEFUL_AGENT {spec!r} takes {shown}: expected {EXPECTED} (the factory of "
-            "wakeful before 0.2 took (config, store, tz_lookup))"
+            f"WAKEFUL_AGENT {spec!r} takes {shown}: expected {EXPECTED}"
         ) from None
 
 

@@ -612,22 +612,26 @@ LIMIT %(limit)s;
 -- Inspect one inbox: its latest events, newest first; each status read backwards from the
 -- status index up to the limit, so an inbox's long history is never walked.
 SELECT * FROM (
-    SELECT id, source, source_id, status, attempts, gen, error, created_at, updated_at
+    SELECT id, source, source_id, status, attempts, gen, error, traceback, created_at,
+           updated_at
     FROM events WHERE status = 'pending' AND inbox = %(inbox)s ORDER BY id DESC LIMIT %(limit)s
 ) AS p
 UNION ALL
 SELECT * FROM (
-    SELECT id, source, source_id, status, attempts, gen, error, created_at, updated_at
+    SELECT id, source, source_id, status, attempts, gen, error, traceback, created_at,
+           updated_at
     FROM events WHERE status = 'running' AND inbox = %(inbox)s ORDER BY id DESC LIMIT %(limit)s
 ) AS r
 UNION ALL
 SELECT * FROM (
-    SELECT id, source, source_id, status, attempts, gen, error, created_at, updated_at
+    SELECT id, source, source_id, status, attempts, gen, error, traceback, created_at,
+           updated_at
     FROM events WHERE status = 'done' AND inbox = %(inbox)s ORDER BY id DESC LIMIT %(limit)s
 ) AS d
 UNION ALL
 SELECT * FROM (
-    SELECT id, source, source_id, status, attempts, gen, error, created_at, updated_at
+    SELECT id, source, source_id, status, attempts, gen, error, traceback, created_at,
+           updated_at
     FROM events WHERE status = 'dead' AND inbox = %(inbox)s ORDER BY id DESC LIMIT %(limit)s
 ) AS x
 ORDER BY id DESC

@@ -600,22 +600,26 @@ LIMIT :limit;
 -- Inspect one inbox: its latest events, newest first; each status read backwards from the
 -- status index up to the limit, so an inbox's long history is never walked.
 SELECT * FROM (
-    SELECT id, source, source_id, status, attempts, gen, error, created_at, updated_at
+    SELECT id, source, source_id, status, attempts, gen, error, traceback, created_at,
+           updated_at
     FROM events WHERE status = 'pending' AND inbox = :inbox ORDER BY id DESC LIMIT :limit
 ) AS p
 UNION ALL
 SELECT * FROM (
-    SELECT id, source, source_id, status, attempts, gen, error, created_at, updated_at
+    SELECT id, source, source_id, status, attempts, gen, error, traceback, created_at,
+           updated_at
     FROM events WHERE status = 'running' AND inbox = :inbox ORDER BY id DESC LIMIT :limit
 ) AS r
 UNION ALL
 SELECT * FROM (
-    SELECT id, source, source_id, status, attempts, gen, error, created_at, updated_at
+    SELECT id, source, source_id, status, attempts, gen, error, traceback, created_at,
+           updated_at
     FROM events WHERE status = 'done' AND inbox = :inbox ORDER BY id DESC LIMIT :limit
 ) AS d
 UNION ALL
 SELECT * FROM (
-    SELECT id, source, source_id, status, attempts, gen, error, created_at, updated_at
+    SELECT id, source, source_id, status, attempts, gen, error, traceback, created_at,
+           updated_at
     FROM events WHERE status = 'dead' AND inbox = :inbox ORDER BY id DESC LIMIT :limit
 ) AS x
 ORDER BY id DESC

@@ -35,7 +35,7 @@ def test_wakeful_demo_plays_every_scene_and_exits_zero(tmp_path: Path) -> None:
         "Slack [#refunds] (thread)  wakeful: Handled 1 message.\n",
         "(the channel chatter was acknowledged, HTTP 200, and dropped)",
         "| == Pending approvals ==",
-        "| *Approval needed:* refund_order 1005",
+        "| *Approval needed:* refund order 1005",  # the Home tab says what the prompt says
         "| [Approve]  [Deny]",
         "| == Recent refunds ==",
         "then redelivers it (same X-GitHub-Delivery): HTTP 200 'stored', then 200 "

@@ -47,8 +47,10 @@ from wakeful.bot.agents.webhook_report import report_line
 from wakeful.bot.config import WebhookSource
 from wakeful.bot.front import SlackFront
 from wakeful.bot.webhooks import STRIPE_TOLERANCE
+from wakeful.core.events import WebhookDelivery
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import Event
+from wakeful.core.runner import typed
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.webhooks import (
     GITHUB_EVENTS,
@@ -123,13 +125,13 @@ def assert_one_well_typed_delivery(live: Live, source: str, delivery: str, answe
     """A 200 stored exactly this delivery, in the shape every agent is promised."""
     event = live.store.event_by_key(source, delivery)
     assert event is not None, f"{answer} but nothing stored under ({source}, {delivery!r})"
-    p = event.payload
     assert event.inbox == InboxId.conversation(OPS)
-    assert (p["kind"], p["source"], p["delivery"]) == ("webhook", source, delivery)
-    assert p["channel"] == OPS
-    assert isinstance(p["body"], dict), p
-    assert p["type"] is None or isinstance(p["type"], str), p
-    line = report_line(p)
+    got = typed(event)  # what the agent receives
+    assert isinstance(got, WebhookDelivery), event.payload
+    assert (got.source, got.delivery_id, got.channel) == (source, delivery, OPS)
+    assert isinstance(got.body, dict), event.payload
+    assert got.type is None or isinstance(got.type, str), event.payload
+    line = report_line(got)
     assert isinstance(line, str) and line and "\n" not in line, line
     assert "<" not in line and ">" not in line, f"unescaped mrkdwn in {line!r}"
     return event

@@ -28,6 +28,7 @@ from tests.acceptance.test_slack_app import (
     wakeful_cmd,
 )
 from tests.conftest import T0
+from wakeful.core.events import Message
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import SlackEmulator
 
@@ -191,7 +192,8 @@ def test_the_loops_serve_metrics_on_their_own_port(tmp_path: Path, db: str) -> N
         store = open_store(db)
         try:
             for i in range(5):
-                store.ingest(f"T1:U{i}", "slack", f"split-{i}", {"text": "hi", "channel": "D1"}, T0)
+                said = Message(text="hi", user=f"U{i}", team="T1", channel="D1", ts=f"{T0}.{i}")
+                store.ingest(f"T1:U{i}", "slack", f"split-{i}", said.to_wire(), T0)
             assert eventually(lambda: store.count_events("done") == 5), worker.tail()
         finally:
             store.close()

@@ -36,6 +36,7 @@ import pytest
 
 from tests.conftest import need_pg
 from wakeful.bot.front import BODY_CAP
+from wakeful.core.records import StepRecord
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.demo import QUICK_DESK
 from wakeful.devtools.emulator import EventSender, SlackEmulator
@@ -286,7 +287,7 @@ def message_at(app: Wakeful, channel: str, ts: str) -> dict[str, Any]:
     return next(m for m in app.emu.messages(channel) if m.get("ts") == ts)
 
 
-def refund_calls(app: Wakeful, key: str) -> list[dict[str, Any]]:
+def refund_calls(app: Wakeful, key: str) -> list[StepRecord]:
     return [r for r in app.store.recorded_steps(name="refund_order") if r.key == key]
 
 
@@ -761,7 +762,7 @@ def test_refund_prompt_then_approve(core_app: Wakeful) -> None:
     assert len(app.posts(channel, "Refunded order 77.")) == 1
     calls = refund_calls(app, rid)
     assert len(calls) == 1
-    assert json.loads(calls[0]["args"])["order_id"] == "77"
+    assert calls[0].args["order_id"] == "77" and calls[0].result["refunded"] is True
     answered = app.store.approval(rid)
     assert answered is not None and (answered.answer, answered.answered_by) == ("yes", user)
 

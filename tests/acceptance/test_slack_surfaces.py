@@ -189,7 +189,9 @@ def test_the_home_tab_shows_pending_approvals_whose_buttons_work_like_the_prompt
     assert "Dead letters" not in text, "only approvers see the operator's part"
     app.sender.message(user, "refund order 1311")
     _, rid = wait_prompt(app, f"D{user[1:]}", "1311")
-    text = wait_home(app, user, "refund_order 1311")  # refreshed after that run
+    text = wait_home(
+        app, user, "refund order 1311"
+    )  # refreshed after that run, as the prompt says it
     assert "[Approve]  [Deny]" in text
     app.sender.home_action(user, "approve", rid)  # from the Home tab: no channel, no thread
     app.wait_post(f"D{user[1:]}", "Refunded order 1311.")

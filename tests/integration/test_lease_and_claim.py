@@ -194,7 +194,10 @@ def test_finish_writes_every_effect_and_marks_events_done(store: Store) -> None:
     assert claim is not None
     assert store.finish(claim, effects_of_everything(), T0 + 1)
     assert [e.status for e in store.events(INBOX)] == ["done"]
-    assert [r.text for r in store.outbox(inbox=INBOX)] == ["reply"]
+    assert [r.text for r in store.outbox(inbox=INBOX)] == [
+        "reply",
+        "Approval needed: refund_order (request r1)",  # no approval without its prompt
+    ]
     assert store.session(INBOX) == {"turns": 1}
     assert {t.id for t in store.timers(INBOX)} == {f"{INBOX}/ping", f"{INBOX}/approval:r1"}
     approval = store.approval("r1")

@@ -9,12 +9,13 @@ import sqlite3
 from typing import Any
 
 from tests.conftest import T0
+from tests.support.agents import refund_desk
 from wakeful.bot.agents.common import SESSION_RESET
-from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.core.agent import Run
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import SessionUnusable
+from wakeful.core.events import Message as Said
 from wakeful.core.loops import Worker
 from wakeful.core.store import Store
 from wakeful.core.store.sqlite import SQLiteConnector
@@ -41,8 +42,8 @@ class PickyAgent:
 
 
 def say(store: Store, key: str, text: str, at: int) -> None:
-    payload = {"kind": "message", "text": text, "channel": "D1", "ts": f"{at}.1", "user": "U1"}
-    assert store.ingest(INBOX, "slack", key, payload, at).stored
+    said = Said(text=text, user="U1", team="T1", channel="D1", ts=f"{at}.1")
+    assert store.ingest(INBOX, "slack", key, said.to_wire(), at).stored
 
 
 def poison(store: Store, state: Any) -> None:
@@ -156,7 +157,7 @@ def test_refund_desk_sets_aside_a_state_it_cannot_decode_and_says_so_once(
     poison(store, {"stats": {"messages": "many"}, "calls": {}})
     say(store, "E1", "status", T0)
     clock = ManualClock(T0)
-    worker = Worker(store=store, agent=RefundDesk(store), clock=clock)
+    worker = Worker(store=store, agent=refund_desk(store), clock=clock)
     run_until_quiet(worker, clock)
     first = store.event_by_key("slack", "E1")
     assert first is not None and first.status == "dead"

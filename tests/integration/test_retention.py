@@ -62,7 +62,8 @@ def test_aged_history_is_pruned_and_everything_open_dead_or_parked_stays(
     before = store.prune(old + RETENTION - 1)  # nothing is older than the retention yet
     assert before.total == 0
     pruned = store.prune(old + RETENTION + 5)
-    assert pruned.counts == {"events": 4, "outbox": 2, "runs": 4, "approvals": 1, "threads": 0}
+    # outbox: the old reply, the old approval's prompt and the old post, all sent
+    assert pruned.counts == {"events": 4, "outbox": 3, "runs": 4, "approvals": 1, "threads": 0}
     assert [e.source_id for e in store.events("T1:U1")] == []
     assert [e.source_id for e in store.events("T1:U2")] == ["recent"]
     assert [e.source_id for e in store.events("T1:U3")] == ["pending"]

@@ -13,6 +13,8 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 
 from wakeful.bot.front import SlackFront
 from wakeful.core.errors import StoreUnavailable
+from wakeful.core.events import Command
+from wakeful.core.runner import typed
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.emulator import SlackEmulator
 
@@ -132,6 +134,7 @@ def test_a_slash_command_envelope_is_stored_once_before_its_acknowledgement(stor
     assert client.acks == [("env-c", 1)]
     (event,) = store.events("T1:U1")
     assert event.source_id.startswith("command:T1:U1:env-c:")
-    assert (event.payload["kind"], event.payload["text"]) == ("command", "status")
+    command = typed(event)
+    assert isinstance(command, Command) and command.text == "status"
     front.on_socket_request(client, request)  # redelivered as is
     assert client.acks[-1] == ("env-c", 1)

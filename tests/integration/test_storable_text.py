@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0, MakeStore
+from tests.support.agents import refund_desk
 from tests.support.approvals import ApprovalRequest
 from tests.support.webhook_front import (
     GITHUB_SECRET,
@@ -25,7 +26,6 @@ from tests.support.webhook_front import (
     RecordingSender,
     start_server,
 )
-from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.bot.config import WebhookSource
 from wakeful.bot.front import EVENTS_PATH, SlackFront
 from wakeful.core.clock import ManualClock
@@ -176,7 +176,7 @@ class Front:
         self.slack = EventSender(url + EVENTS_PATH, SLACK_SECRET, team_id=TEAM)
         self.github = WebhookSender(url, github_secret=GITHUB_SECRET)
         self.sent = RecordingSender()
-        self.worker = Worker(store=store, agent=RefundDesk(store), clock=self.clock, holder="w")
+        self.worker = Worker(store=store, agent=refund_desk(store), clock=self.clock, holder="w")
         self.scheduler = Scheduler(store=store, clock=self.clock)
         self.dispatcher = Dispatcher(store=store, clock=self.clock, sender=self.sent)
 

@@ -13,8 +13,10 @@ import pytest
 from tests.conftest import T0
 from wakeful.core.effects import Effects, Timer
 from wakeful.core.errors import InvalidInput
+from wakeful.core.events import TimerTick
 from wakeful.core.records import Event
 from wakeful.core.rules.schedule import next_daily
+from wakeful.core.runner import typed
 from wakeful.core.store import Store
 from wakeful.core.store.sqlite import _QUERIES, SQLiteConnector
 
@@ -52,9 +54,9 @@ def test_one_off_fires_once_and_is_removed(store: Store) -> None:
     (ev,) = timer_events(store)
     assert ev.source_id == f"{tid}@{T0 + 60}"
     assert ev.inbox == INBOX and ev.status == "pending"
-    assert ev.payload["payload"] == {"n": 1}
-    assert ev.payload["scheduled_for"] == T0 + 60
-    assert ev.payload["timer"] == "ping" and ev.payload["timer_id"] == tid
+    tick = typed(ev)
+    assert isinstance(tick, TimerTick)
+    assert (tick.name, tick.data, tick.scheduled_for) == ("ping", {"n": 1}, T0 + 60)
     assert store.timers(INBOX) == []
 
     later = store.fire_due_timers(T0 + 10 * DAY)

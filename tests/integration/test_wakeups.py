@@ -13,7 +13,7 @@ from typing import Any
 from slack_sdk.socket_mode.request import SocketModeRequest
 
 from tests.conftest import T0
-from wakeful.bot.agents.refund_desk import RefundDesk
+from tests.support.agents import refund_desk
 from wakeful.bot.config import Config
 from wakeful.bot.front import SlackFront
 from wakeful.bot.runtime import Runtime
@@ -63,7 +63,7 @@ def test_a_worker_in_a_batch_window_still_wakes_for_a_kick_but_lets_kicks_pile_u
     # windows). Under load, though, kicks come hundreds a second: after one it waits a tenth
     # of a window, and the kicks of that moment cost one tick between them.
     store.ingest("T1:U1", "slack", "E1", {"text": "first"}, T0)
-    worker = Worker(store=store, agent=RefundDesk(store), clock=ManualClock(T0), settle=1.0)
+    worker = Worker(store=store, agent=refund_desk(store), clock=ManualClock(T0), settle=1.0)
     assert worker.tick(T0) == 0  # seen, not yet settled: due in a second
     wakeup, stop = Wakeup(), threading.Event()
     wakeup.kick()  # another message arrived
@@ -97,7 +97,7 @@ def test_a_batch_window_counts_from_the_kick_not_from_the_tick_that_saw_it(
     # The worker may look a while after the event was stored (it was busy, or its kicks were
     # piling up): the window is the person's, so it runs from the store's kick.
     work = Wakeup()
-    worker = Worker(store=store, agent=RefundDesk(store), wakeup=work, settle=0.5)
+    worker = Worker(store=store, agent=refund_desk(store), wakeup=work, settle=0.5)
     store.ingest("T1:U1", "slack", "E1", {"text": "hi"}, T0)
     work.kick()
     time.sleep(0.3)  # the worker is elsewhere for 300 ms
@@ -114,7 +114,7 @@ def test_an_inbox_past_the_ready_lists_cut_keeps_the_window_of_its_kick(store: S
     work = Wakeup()
     worker = Worker(
         store=store,
-        agent=RefundDesk(store),
+        agent=refund_desk(store),
         wakeup=work,
         settle=0.5,
         batch_inboxes=1,

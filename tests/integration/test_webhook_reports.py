@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import T0, MakeStore
+from tests.support.agents import refund_desk
 from tests.support.webhook_front import (
     CI_SECRET,
     GITHUB_SECRET,
@@ -22,7 +23,6 @@ from tests.support.webhook_front import (
     RecordingSender,
     serve,
 )
-from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.bot.config import WebhookSource
 from wakeful.core.clock import ManualClock
 from wakeful.core.inbox_id import InboxId
@@ -53,7 +53,7 @@ class Ops:
         self.clock = ManualClock(T0)
         self.front = serve(store, ALL_TO_OPS, self.clock)
         self.slack = RecordingSender()
-        agent = RefundDesk(store)
+        agent = refund_desk(store)
         self.worker = Worker(store=store, agent=agent, clock=self.clock, holder="w")
         self.scheduler = Scheduler(store=store, clock=self.clock)
         self.dispatcher = Dispatcher(store=store, clock=self.clock, sender=self.slack)

@@ -31,7 +31,9 @@ from tests.support.webhook_front import (
 from wakeful.bot.front import BODY_CAP
 from wakeful.bot.webhooks import STRIPE_TOLERANCE
 from wakeful.core import metrics
+from wakeful.core.events import WebhookDelivery
 from wakeful.core.inbox_id import InboxId
+from wakeful.core.runner import typed
 from wakeful.core.settings import MAX_PAYLOAD_BYTES
 from wakeful.core.store import open_store
 from wakeful.devtools.webhooks import (
@@ -66,14 +68,16 @@ def test_a_github_delivery_is_stored_before_its_200_and_once(served: Served, nam
         "github",
         "pending",
     )
-    assert event.payload == {
-        "kind": "webhook",
-        "source": "github",
-        "type": name.split(".")[0],
-        "delivery": sent.delivery_id,
-        "channel": OPS,
-        "body": json.loads(github_payload(name)),
-    }
+    assert typed(event) == WebhookDelivery(
+        id=event.id,
+        source="github",
+        key=sent.delivery_id,
+        received_at=event.created_at,
+        type=name.split(".")[0],
+        delivery_id=sent.delivery_id,
+        channel=OPS,
+        body=json.loads(github_payload(name)),
+    )
     assert served.worker.kicks == 1
 
     again = served.sender.github_example(name, delivery=sent.delivery_id)  # GitHub's redelivery
@@ -110,7 +114,7 @@ def test_a_generic_delivery_is_stored_under_its_delivery_header(served: Served) 
     assert (sent.status, sent.text) == (200, "stored")
     event = served.store.event_by_key("ci", "build-7")
     assert event is not None and event.inbox == InboxId.conversation(OPS)
-    assert (event.payload["source"], event.payload["type"], event.payload["body"]) == (
+    assert (event.source, event.payload["type"], event.payload["body"]) == (
         "ci",
         None,
         {"build": 7, "result": "failed"},

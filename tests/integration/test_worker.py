@@ -67,7 +67,9 @@ def test_a_failing_event_is_retried_alone_then_buried(store: Store) -> None:
     status = {e.source_id: (e.status, e.attempts) for e in store.events("T1:U1")}
     assert status == {"bad": ("dead", 3), "good": ("done", 2)}
     dead = store.events("T1:U1")[0]
-    assert dead.error == "too many attempts"
+    # Dead with the cause kept: the last error the agent raised, and where it raised it.
+    assert dead.error == "too many attempts; last error: RuntimeError: poison"
+    assert dead.traceback is not None and 'raise RuntimeError("poison")' in dead.traceback
 
 
 def test_scheduler_kicks_the_worker_wakeup(store: Store) -> None:

@@ -31,7 +31,7 @@ class Replier:
         self.runs: list[list[str]] = []
 
     def run(self, run: Run) -> Effects:
-        self.runs.append([e.source_id for e in run.events])
+        self.runs.append([e.key for e in run.events])
         return Effects(messages=[Message("D1", f"{run.inbox}: " + "x" * 3000)])
 
 

@@ -1,31 +1,29 @@
 """The agent chaos runs use: refund-desk, plus a deliberate poison pill.
 
-Loaded by worker processes through `WAKEFUL_AGENT=tests.support.chaos_agent:build`.
+Loaded by worker processes through `WAKEFUL_AGENT=tests.support.chaos_agent:build`, the way a
+user's own agent is: a factory of `wakeful.agents.Setup`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from wakeful.agents import Agent, Message, Run, Setup
 from wakeful.bot.agents.refund_desk import RefundDesk
-from wakeful.bot.config import Config
-from wakeful.core.agent import Run
-from wakeful.core.effects import Effects
-from wakeful.core.store import Store
 
 POISON = "poison pill"
 
 
-class PoisonedDesk:
+class PoisonedDesk(Agent):
     def __init__(self, inner: RefundDesk) -> None:
         self.inner = inner
+        self.tools = inner.tools
+        self.greeting = inner.greeting
 
-    def run(self, run: Run) -> Effects:
+    def run(self, run: Run) -> None:
         for e in run.events:
-            if POISON in str((e.payload or {}).get("text", "")):
+            if isinstance(e, Message) and POISON in e.text:
                 raise RuntimeError("deliberately poisoned event")
-        return self.inner.run(run)
+        self.inner.run(run)
 
 
-def build(config: Config, store: Store, tz_lookup: Callable[[str], str]) -> PoisonedDesk:
-    return PoisonedDesk(RefundDesk(store, approvers=config.approvers, tz_lookup=tz_lookup))
+def build(setup: Setup) -> PoisonedDesk:
+    return PoisonedDesk(RefundDesk(setup))

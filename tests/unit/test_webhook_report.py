@@ -9,8 +9,22 @@ from typing import Any
 
 import pytest
 
+from wakeful.agents import WebhookDelivery
 from wakeful.bot.agents.webhook_report import TITLE_CAP, report_line
 from wakeful.devtools.webhooks import github_payload, stripe_event
+
+
+def report(payload: dict[str, Any]) -> str:
+    """The line for a delivery stored as `payload` (the webhook front's shape), as an agent
+    receives it: a typed WebhookDelivery."""
+    delivery = WebhookDelivery(
+        source=str(payload.get("source") or ""),
+        type=payload.get("type"),
+        delivery_id=str(payload.get("delivery") or ""),
+        body=payload.get("body"),
+        channel="C0OPS",
+    )
+    return report_line(delivery)
 
 
 def github(name: str, **changes: Any) -> dict[str, Any]:
@@ -64,7 +78,7 @@ def stripe(event_type: str) -> dict[str, Any]:
     ],
 )
 def test_github_lines(name: str, line: str) -> None:
-    assert report_line(github(name)) == line
+    assert report(github(name)) == line
 
 
 @pytest.mark.parametrize(
@@ -87,7 +101,7 @@ def test_github_lines(name: str, line: str) -> None:
     ],
 )
 def test_stripe_lines(event_type: str, line: str) -> None:
-    assert report_line(stripe(event_type)) == line
+    assert report(stripe(event_type)) == line
 
 
 @pytest.mark.parametrize(
@@ -105,27 +119,27 @@ def test_stripe_amounts_are_shown_in_the_currencys_own_unit(
 ) -> None:
     payload = stripe("charge.succeeded")
     payload["body"]["data"]["object"].update(amount=amount, currency=currency)
-    assert report_line(payload).endswith(f" {shown}")
+    assert report(payload).endswith(f" {shown}")
 
 
 def test_a_stripe_object_without_amount_or_currency_shows_neither() -> None:
     payload = stripe("charge.succeeded")
     del payload["body"]["data"]["object"]["currency"]
-    assert report_line(payload) == "Stripe charge.succeeded ch_1PgafuB7WZ01zgkWXYmPNZs8"
+    assert report(payload) == "Stripe charge.succeeded ch_1PgafuB7WZ01zgkWXYmPNZs8"
     payload["body"]["data"]["object"].update(currency="usd", amount=True)
-    assert report_line(payload) == "Stripe charge.succeeded ch_1PgafuB7WZ01zgkWXYmPNZs8"
+    assert report(payload) == "Stripe charge.succeeded ch_1PgafuB7WZ01zgkWXYmPNZs8"
 
 
 def test_a_generic_line() -> None:
     payload = {"kind": "webhook", "source": "ci", "delivery": "build-7", "body": {"x": 1}}
-    assert report_line(payload) == "ci delivery build-7"
+    assert report(payload) == "ci delivery build-7"
 
 
 def test_outside_text_is_shown_never_obeyed() -> None:
     """An issue titled to page the channel, with newlines, is one escaped line."""
     payload = github("issues.opened")
     payload["body"]["issue"]["title"] = "<!channel> urgent\n\n& <@U123|boss>"
-    line = report_line(payload)
+    line = report(payload)
     assert "\n" not in line and "<" not in line and ">" not in line
     assert "&lt;!channel&gt; urgent &amp; &lt;@U123|boss&gt;" in line
 
@@ -133,12 +147,12 @@ def test_outside_text_is_shown_never_obeyed() -> None:
 def test_a_long_title_is_cut_to_one_short_line() -> None:
     payload = github("issues.opened")
     payload["body"]["issue"]["title"] = "x" * 1000
-    line = report_line(payload)
+    line = report(payload)
     assert "x" * (TITLE_CAP - 1) + "…" in line and "x" * TITLE_CAP not in line
 
 
 def test_a_body_missing_every_field_still_makes_a_line() -> None:
-    assert report_line({"kind": "webhook", "source": "github", "type": "push", "body": {}}) == (
+    assert report({"kind": "webhook", "source": "github", "type": "push", "body": {}}) == (
         "GitHub push"
     )
-    assert report_line({"kind": "webhook", "source": "stripe", "body": []}) == "Stripe ? ?"
+    assert report({"kind": "webhook", "source": "stripe", "body": []}) == "Stripe ? ?"
