@@ -152,7 +152,8 @@ class Harness:
         """A verified delivery from `source` (github, stripe, ...) reporting to `channel`."""
         n = next(self._ids)
         delivery = WebhookDelivery(type=type, delivery_id=f"d-{n}", body=body, channel=channel)
-        return self.send(delivery, InboxId.conversation(channel), source=source)
+        key = delivery.delivery_id  # as the webhook front stores it
+        return self.send(delivery, InboxId.conversation(channel), source=source, key=key)
 
     def open_home(self, *, user: str = "U0USER") -> Outcome:
         """The person opens the Home tab (the agent's `home` view is published after)."""
@@ -160,9 +161,12 @@ class Harness:
         self.store.open_home(inbox, self.now)
         return self.send(HomeOpened(user=user, team=TEAM), inbox)
 
-    def send(self, event: Event, inbox: str, *, source: str = "slack") -> Outcome:
-        """Store any typed event in `inbox` and run everything it wakes."""
-        key = f"harness-{next(self._ids)}"
+    def send(
+        self, event: Event, inbox: str, *, source: str = "slack", key: str | None = None
+    ) -> Outcome:
+        """Store any typed event in `inbox` (under `key`, or a fresh one) and run everything
+        it wakes."""
+        key = key or f"harness-{next(self._ids)}"
         if inbox not in self._inboxes:
             self._inboxes.append(inbox)
         self.store.ingest(inbox, source, key, event.to_wire(), self.now)

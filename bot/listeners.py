@@ -20,7 +20,7 @@ from slack_bolt.authorization import AuthorizeResult
 
 import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
 from wakeful.bot import blocks, payloads
-from wakeful.bot.events import AssistantThreadStarted, HomeOpened
+from wakeful.bot.events import AssistantThreadStarted, Feedback, HomeOpened
 from wakeful.core.effects import Message
 from wakeful.core.errors import InvalidInput, StoreUnavailable
 from wakeful.core.events import Command, Event
@@ -78,6 +78,7 @@ class Listeners:
         self.app.action(blocks.APPROVE)(self._on_approve)
         self.app.action(blocks.DENY)(self._on_deny)
         self.app.action(payloads.REQUEUE)(self._on_requeue)
+        self.app.action(payloads.FEEDBACK)(self._on_feedback)
         self.app.command(payloads.COMMAND)(self._on_command)
         self.app.event("app_home_opened")(self._on_home_opened)
         self.app.event("assistant_thread_started")(self._on_assistant_thread)
@@ -234,6 +235,33 @@ class Listeners:
         if isinstance(user, str) and isinstance(team, str) and team:
             key = f"requeue:{what}:{raw_id}:{user}:{action.get('action_ts')}"
             self._store(InboxId.person(team, user), key, HomeOpened(user=user, team=team))
+        ack()
+
+    def _on_feedback(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """A thumbs up or down under a reply: an inbox event of the person who pressed it,
+        keyed by the message, the person and the value, so a double click is one."""
+        user = (body.get("user") or {}).get("id")
+        team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id")
+        container = body.get("container") or {}
+        channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
+        message_ts = container.get("message_ts") or (body.get("message") or {}).get("ts")
+        thread = container.get("thread_ts") or (body.get("message") or {}).get("thread_ts")
+        value = action.get("value")
+        if value not in ("positive", "negative"):
+            raise InvalidInput("a feedback button's value is positive or negative")
+        fields = (user, team, channel, message_ts)
+        if not all(isinstance(v, str) and v for v in fields):
+            raise InvalidInput("feedback lacks its user, team, channel or message")
+        feedback = Feedback(
+            value=value,
+            user=str(user),
+            team=str(team),
+            channel=str(channel),
+            message_ts=str(message_ts),
+            thread_ts=thread if isinstance(thread, str) and thread else None,
+        )
+        key = f"feedback:{channel}:{message_ts}:{user}:{value}"
+        self._store(InboxId.person(str(team), str(user)), key, feedback)
         ack()
 
     def _on_approve(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:

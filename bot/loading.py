@@ -78,9 +78,7 @@ def check_factory(spec: str, factory: Any) -> None:
         signature.bind(object())
     except TypeError:
         shown = str(signature)
-        raise ConfigError(
-            f"WAKEFUL_AGENT {spec!r} takes {shown}: expected {EXPECTED}"
-        ) from None
+        raise ConfigError(f"WAKEFUL_AGENT {spec!r} takes {shown}: expected {EXPECTED}") from None
 
 
 def make_setup(

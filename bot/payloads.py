@@ -20,6 +20,9 @@ HANDLED_EVENTS = ("message", "app_mention", "app_home_opened", "assistant_thread
 COMMAND = "/wakeful"
 REQUEUE = "wakeful_requeue"
 """The Home tab's Requeue button (approvers only)."""
+FEEDBACK = "wakeful_feedback"
+"""The action_id of the feedback buttons under a reply (Block Kit `feedback_buttons`, whose
+positive and negative buttons carry the values `positive` and `negative`)."""
 _OBJECT_FIELDS = ("user", "team", "channel", "container", "enterprise", "message", "event")
 _TEXT_FIELDS = (
     "type",
@@ -71,7 +74,7 @@ def handled(body: dict[str, Any]) -> bool:
     if kind == "event_callback":
         return body["event"]["type"] in HANDLED_EVENTS
     if kind == "block_actions":
-        ours = (blocks.APPROVE, blocks.DENY, REQUEUE)
+        ours = (blocks.APPROVE, blocks.DENY, REQUEUE, FEEDBACK)
         return any(a["action_id"] in ours for a in body["actions"])
     if kind == "command":
         return body.get("command") == COMMAND

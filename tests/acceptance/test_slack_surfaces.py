@@ -319,3 +319,25 @@ def test_a_run_in_an_assistant_thread_shows_is_thinking_until_the_reply(surfaces
     app.sender.message("U13303", "hello")
     app.wait_post("D13303", "Handled 1 message.")
     assert app.emu.statuses("D13303") == []
+
+
+def test_a_feedback_click_is_one_typed_event_of_the_person_who_clicked(surfaces: Wakeful) -> None:
+    """Slack's feedback buttons under a reply (`feedback_buttons`, action_id
+    `wakeful_feedback`): the click is stored before the ack as a `Feedback` event of the
+    clicker's inbox, keyed by the message, the person and the value (a double click is one)."""
+    from wakeful.bot.events import Feedback
+    from wakeful.core.runner import typed
+
+    app, user, channel, ts = surfaces, "U0FEED", "D0FEED", "1700000000.000900"
+    for _ in range(2):
+        click = app.sender.block_action(user, "wakeful_feedback", "positive", channel, ts)
+        assert click.status == 200, click.body
+    down = app.sender.block_action(user, "wakeful_feedback", "negative", channel, ts)
+    assert down.status == 200
+    stored = [typed(e) for e in app.store.events(inbox(user))]
+    assert [(f.value, f.channel, f.message_ts) for f in stored if isinstance(f, Feedback)] == [
+        ("positive", channel, ts),
+        ("negative", channel, ts),
+    ]
+    bad = app.sender.block_action(user, "wakeful_feedback", "meh", channel, ts)
+    assert bad.status == 400 and len(app.store.events(inbox(user))) == 2

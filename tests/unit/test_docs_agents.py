@@ -24,12 +24,14 @@ def test_the_page_shows_the_examples_as_they_are() -> None:
         assert code == (ROOT / name).read_text(), f"docs/agents.md's copy of {name} drifted"
 
 
-def test_the_harness_sample_prints_what_the_page_says() -> None:
-    [(code, printed)] = RUNS.findall(PAGE)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(code, "docs/agents.md", "exec"), {"__name__": "docs_sample"})
-    assert out.getvalue() == printed
+def test_each_sample_prints_what_the_page_says() -> None:
+    samples = RUNS.findall(PAGE)
+    assert len(samples) == 2  # every event type as received; the harness walk-through
+    for code, printed in samples:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "docs/agents.md", "exec"), {"__name__": "docs_sample"})
+        assert out.getvalue() == printed
 
 
 def test_the_examples_are_short() -> None:
