@@ -130,9 +130,11 @@ def build_runner(
     factory: Factory | None = None,
     env: Mapping[str, str] | None = None,
     clock: Clock = wall_clock,
+    wake_dispatcher: Callable[[], None] | None = None,
 ) -> Runner:
     """The configured agent behind the worker: its tools, the Slack approval prompts, and the
-    hooks of the Slack surfaces (the Home tab, the assistant thread's status and greeting)."""
+    hooks of the Slack surfaces (the Home tab, the "is thinking…" status, the greeting);
+    `wake_dispatcher` sends a status at once."""
     from wakeful.bot.surfaces import SlackApprovals, surface_hooks
     from wakeful.bot.zones import ZoneLookup
 
@@ -159,7 +161,7 @@ def build_runner(
         view=SlackApprovals(),
         tools=tools,
     )
-    hooks: list[RunHook] = surface_hooks(store, config, agent)
+    hooks: list[RunHook] = surface_hooks(store, config, agent, wake_dispatcher)
     runner_agent: Agent = agent
     return Runner(
         runner_agent,

@@ -28,11 +28,13 @@ from wakeful.core.worker import Worker
 log = logging.getLogger("wakeful")
 
 
-def build_runner(config: Config, store: Store, client: WebClient | None) -> Runner:
+def build_runner(
+    config: Config, store: Store, client: WebClient | None, wake: Wakeup | None = None
+) -> Runner:
     """The configured agent behind the worker, with the Slack edge's surfaces (bot/loading.py)."""
     from wakeful.bot.loading import build_runner as build
 
-    return build(config, store, client)
+    return build(config, store, client, wake_dispatcher=None if wake is None else wake.kick)
 
 
 def identify(client: WebClient, api_url: str) -> dict[str, str]:
@@ -100,7 +102,7 @@ class Runtime:
             self.client = make_client(self.config.bot_token, self.config.api_url)
         loops: list[Any] = []
         if "worker" in self.roles:
-            runner = build_runner(self.config, self.store, self.client)
+            runner = build_runner(self.config, self.store, self.client, self.wake_dispatcher)
             loops.append(
                 Worker(
                     store=self.store,

@@ -13,8 +13,8 @@ breakpoint (at most 4, a `1h` one never after a `5m` one, else 400); the longest
 breakpoint (or one of the 20 blocks before it) ends on that was written within its TTL is a
 read (and its TTL starts again), each later breakpoint's prefix is written, unless the prefix
 is shorter than the model's minimum cacheable length, and the rest is `input_tokens`. Tokens
-are estimated as characters / 4 of each block's canonical JSON (the real tokenizer differs; the
-ratios are what the tests and the bench measure). The clock is injectable, so a simulated hour
+are estimated as characters / 4 of each block's canonical JSON, plus the tool-use system prompt
+the API adds (the real tokenizer differs; the ratios are what the tests and the bench measure). The clock is injectable, so a simulated hour
 passes in no time.
 """
 
@@ -51,6 +51,10 @@ TTLS = {"5m": 300, "1h": 3600}
 LOOKBACK = 20
 """Blocks before a breakpoint where a cached prefix is still found."""
 MAX_BREAKPOINTS = 4
+TOOL_USE_SYSTEM_PROMPT = 346
+"""Tokens of the system prompt the API itself adds when a request has tools (Anthropic's
+tool-use pricing table: 346 for the Claude 4 models with tool_choice auto); billed, and part of
+the prompt's prefix."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,8 @@ class PromptCache:
         now = self.clock()
         cum_tokens: list[int] = []
         cum_hash: list[str] = []
-        total, digest = 0, hashlib.sha256(model.encode())
+        total = TOOL_USE_SYSTEM_PROMPT if request.get("tools") else 0
+        digest = hashlib.sha256(model.encode())
         for block in blocks:
             total += tokens(block)
             digest.update(json.dumps(plain(block), sort_keys=True, ensure_ascii=False).encode())
