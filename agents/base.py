@@ -36,9 +36,14 @@ class Agent:
     """(title, message) pairs pinned to the Messages tab (or shown under an assistant
     thread's greeting): at most 4; Slack shows them as buttons that send the message."""
 
+    thinking_status: ClassVar[bool] = False
+    """Show "is thinking…" (Slack's status) in every conversation a run answers (a DM, a
+    mention, a thread) until its reply, for an agent whose answers take seconds (a model's).
+    False: only in assistant threads (the older assistant view)."""
+
     loading_messages: ClassVar[Sequence[str]] = ()
-    """Lines Slack rotates through under "is thinking…" while a run answers a conversation
-    (at most 10 are sent); empty: the status alone."""
+    """Lines Slack rotates through under "is thinking…" (at most 10 are sent); empty: the
+    status alone."""
 
     failure_text: ClassVar[str | None] = None
     """Told once to the person whose message could not be handled (its attempts ran out);

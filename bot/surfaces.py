@@ -126,13 +126,16 @@ class GreetingHook:
         return bool(by == e.key)
 
 
-def thinking_threads(run: Run) -> list[tuple[str, str]]:
-    """(channel, thread) of each conversation this run answers a person in: a DM (its thread,
-    or the message itself), a mention (the thread the reply starts or joins), a reply in a
-    thread. Where "is thinking…" shows."""
+def thinking_threads(run: Run, everywhere: bool = True) -> list[tuple[str, str]]:
+    """(channel, thread) of each conversation this run answers a person in, where "is
+    thinking…" shows: a DM (its thread, or the message itself), a mention (the thread the
+    reply starts or joins), a reply in a thread. Not `everywhere`: only assistant threads (a
+    thread in the app's DM, the older assistant view)."""
     found: list[tuple[str, str]] = []
     for e in run.events:
         if not isinstance(e, Said):
+            continue
+        if not everywhere and (e.channel_type != "im" or e.mention or not e.thread_ts):
             continue
         thread = e.thread_ts or e.ts
         if thread and (e.channel, thread) not in found:
@@ -143,7 +146,8 @@ def thinking_threads(run: Run) -> list[tuple[str, str]]:
 @dataclass
 class StatusHook:
     """Shows "is thinking…" (with the agent's `loading_messages`) under each conversation its
-    run answers while the run is in flight: queued at once, urgent, so it skips the gap.
+    run answers while the run is in flight (for an agent with `thinking_status`; else in
+    assistant threads only, as it always did): queued at once, urgent, so it skips the gap.
     Cleared behind the run's reply, and after a failed run (the retry shows it again). A
     workspace or app that may not set it answers with an error the sender logs once; Slack
     itself removes a status after 2 minutes without a message (a worker that died mid-run)."""
@@ -152,6 +156,9 @@ class StatusHook:
     agent: Any = None
     kick: Callable[[], None] | None = None
     """Wakes this process's dispatcher, so the status goes out while the run is in flight."""
+
+    def _threads(self, run: Run) -> list[tuple[str, str]]:
+        return thinking_threads(run, bool(getattr(self.agent, "thinking_status", False)))
 
     def _loading(self) -> list[dict[str, Any]] | None:
         lines = [str(m) for m in getattr(self.agent, "loading_messages", ()) or () if str(m)]
@@ -168,7 +175,7 @@ class StatusHook:
                 priority="urgent",
                 blocks=loading,
             )
-            for channel, thread in thinking_threads(run)
+            for channel, thread in self._threads(run)
         ]
         if rows:
             self.store.post(run.inbox, rows, run.now)
@@ -176,7 +183,7 @@ class StatusHook:
                 self.kick()
 
     def after(self, run: Run, effects: Effects) -> None:
-        for channel, thread in thinking_threads(run):
+        for channel, thread in self._threads(run):
             effects.messages.append(
                 Message(channel, "", thread_ts=thread, kind="status", priority="urgent")
             )

@@ -139,6 +139,7 @@ class ClaudeAgent(Agent, ClaudeTools):
         ("A reminder", "Remind me in 10 minutes to stretch"),
         ("Daily digest", "Send me a digest every day at 09:00"),
     )
+    thinking_status = True
     loading_messages = (
         "Reading what you wrote…",
         "Looking at your inbox…",

@@ -14,8 +14,8 @@ breakpoint (or one of the 20 blocks before it) ends on that was written within i
 read (and its TTL starts again), each later breakpoint's prefix is written, unless the prefix
 is shorter than the model's minimum cacheable length, and the rest is `input_tokens`. Tokens
 are estimated as characters / 4 of each block's canonical JSON, plus the tool-use system prompt
-the API adds (the real tokenizer differs; the ratios are what the tests and the bench measure). The clock is injectable, so a simulated hour
-passes in no time.
+the API adds (the real tokenizer differs; the ratios are what the tests and the bench measure).
+The clock is injectable, so a simulated hour passes in no time.
 """
 
 from __future__ import annotations
