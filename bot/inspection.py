@@ -120,6 +120,8 @@ def render_overview(view: Overview, header: str) -> str:
 
 def render_inbox(view: InboxView, header: str) -> str:
     now, c = view.now, view.counts
+    models = any(r.get("usage") for r in view.runs)  # an agent that calls a model says so
+    model_headers = ["model calls", "est. cost"] if models else []
     lease = view.lease
     if lease is None:
         held = "none yet"
@@ -153,7 +155,7 @@ def render_inbox(view: InboxView, header: str) -> str:
         "",
         f"runs (latest {len(view.runs)}, from the run log)",
         table(
-            ["claimed", "took", "gen", "holder", "events", "model calls", "est. cost"],
+            ["claimed", "took", "gen", "holder", "events", *model_headers],
             [
                 [
                     ago(r["claimed_at"], now),
@@ -161,7 +163,7 @@ def render_inbox(view: InboxView, header: str) -> str:
                     r["gen"],
                     r["holder"],
                     ",".join(str(i) for i in json.loads(r["events"])),
-                    *_run_usage(r),
+                    *(_run_usage(r) if models else []),
                 ]
                 for r in view.runs
             ],

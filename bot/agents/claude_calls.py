@@ -18,7 +18,6 @@ before it was recorded pays for that one call again.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -143,7 +142,7 @@ class ModelCaller:
         )
 
     def _create(self, turns: list[Turn], history_end: int, ttl: str) -> anthropic.types.Message:
-        system, messages = build_request(self.system, copy.copy(turns), history_end, ttl)
+        system, messages = build_request(self.system, turns, history_end, ttl)
         try:
             return self.client.messages.create(
                 model=self.model,
