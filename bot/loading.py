@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -81,6 +82,23 @@ def check_factory(spec: str, factory: Any) -> None:
         raise ConfigError(f"WAKEFUL_AGENT {spec!r} takes {shown}: expected {EXPECTED}") from None
 
 
+AGENT_KEYS = frozenset({"ANTHROPIC_API_KEY"})
+"""Credentials an agent holds itself (the Claude agent calls the Messages API)."""
+_SECRET_NAME = re.compile(r"(SECRET|TOKEN|PASSWORD|_KEY$)")
+
+
+def agent_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment an agent sees: without Slack's tokens and signing secret, webhook
+    secrets, the store's address (it may carry a password) or anything named like a secret,
+    except the model's key the Claude agent needs."""
+    hidden = set(SECRET_VARIABLES) | {"WAKEFUL_DB", "WAKEFUL_WEBHOOKS"}
+    return {
+        k: v
+        for k, v in env.items()
+        if k in AGENT_KEYS or (k not in hidden and not _SECRET_NAME.search(k))
+    }
+
+
 def make_setup(
     config: Config,
     store: Store,
@@ -103,7 +121,6 @@ def make_setup(
             return Zone("UTC", known=False, reason=why)
         return Zone(name)
 
-    hidden = set(SECRET_VARIABLES) - {"ANTHROPIC_API_KEY"}
     return Setup(
         settings=AgentSettings(
             approval_ttl=s.approval_ttl,
@@ -119,7 +136,7 @@ def make_setup(
         time_zone=time_zone,
         query=Query(store, config.approvers),
         steps=Steps(store, clock),
-        env={k: v for k, v in env.items() if k not in hidden},
+        env=agent_env(env),
     )
 
 
