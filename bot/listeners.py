@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from slack_bolt import Ack, App, BoltRequest, BoltResponse
+from slack_bolt import Ack, App, BoltContext, BoltRequest, BoltResponse
 from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.authorization.authorize import Authorize
 
 import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
 from wakeful.bot import blocks, payloads
@@ -54,17 +55,13 @@ class Listeners:
     """WAKEFUL_APPROVERS: who may answer any approval (checked when the click arrives, so a
     removal takes effect on approvals already open) and see and press the Home tab's
     Requeue."""
+    authorizer: Authorize | None = None
+    """Who the bot is in the request's workspace: None is the one workspace of
+    SLACK_BOT_TOKEN (`bot_user_id`, `bot_id`); distribution mode passes the installation
+    store's (bot/oauth.py)."""
 
     def __post_init__(self) -> None:
-        def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
-            # No token here: listeners only write to the store; the dispatcher holds it.
-            return AuthorizeResult(
-                enterprise_id=enterprise_id,
-                team_id=team_id,
-                bot_user_id=self.bot_user_id or None,
-                bot_id=self.bot_id or None,
-            )
-
+        authorize = self.authorizer or OneWorkspace(self.bot_user_id, self.bot_id)
         bolt_log = logging.getLogger("wakeful.bolt")
         bolt_log.addFilter(_quiet_token_notice)
         self.app = App(
@@ -72,6 +69,11 @@ class Listeners:
             process_before_response=True,
             authorize=authorize,
             logger=bolt_log,
+            # The front verified the signature and parsed the body already (bot/front.py);
+            # Socket Mode needs no signature. Bolt does neither again.
+            request_verification_enabled=False,
+            # say / set_status helpers for assistant threads: the listeners only store.
+            attaching_conversation_kwargs_enabled=False,
         )
         self.app.event("message")(self._on_message)
         self.app.event("app_mention")(self._on_mention)
@@ -351,6 +353,31 @@ class Listeners:
             return BoltResponse(status=400, body=f"bad request: {error}")
         logger.exception("listener failed", exc_info=error)
         return BoltResponse(status=500, body="internal error")
+
+
+class OneWorkspace(Authorize):
+    """Single-workspace mode: every request is the one bot's, known from auth.test at start.
+    No token here: listeners only write to the store; the dispatcher holds it."""
+
+    def __init__(self, bot_user_id: str, bot_id: str) -> None:
+        self.bot_user_id = bot_user_id or None
+        self.bot_id = bot_id or None
+
+    def __call__(
+        self,
+        *,
+        context: BoltContext,
+        enterprise_id: str | None,
+        team_id: str | None,
+        user_id: str | None,
+        **_: Any,
+    ) -> AuthorizeResult:
+        return AuthorizeResult(
+            enterprise_id=enterprise_id,
+            team_id=team_id,
+            bot_user_id=self.bot_user_id,
+            bot_id=self.bot_id,
+        )
 
 
 class _Throttled:
