@@ -233,7 +233,9 @@ class Workspaces:
         except SlackApiError as exc:
             error = str(exc.response.get("error") or "error")
             log.error("workspace %s: the token refresh was refused (%s)", row.workspace, error)
-            raise PermanentSendError(f"workspace {row.workspace}: token refresh refused ({error})")
+            raise PermanentSendError(
+                f"workspace {row.workspace}: token refresh refused ({error})"
+            ) from exc
         except OSError as exc:
             raise TransientSendError(f"token refresh: {exc}", retry_after=5) from exc
         self.refreshes += 1

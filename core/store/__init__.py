@@ -1,9 +1,9 @@
 """The store: every operation the engine owes, one module per concern, over one backend.
 
 `Store` is the whole contract, assembled from its concerns (inbox, claims, timers, approvals,
-outbox, admin, steps, threads, installations); a backend (`Connector`) supplies only transactions over its own
-named SQL. Every operation takes `now` in integer seconds: no backend reads a clock of its own.
-`open_store` picks the backend from a URL or a path.
+outbox, admin, steps, threads, installations); a backend (`Connector`) supplies only
+transactions over its own named SQL. Every operation takes `now` in integer seconds: no backend
+reads a clock of its own. `open_store` picks the backend from a URL or a path.
 """
 
 from __future__ import annotations
