@@ -257,13 +257,14 @@ class StoreInstallations(InstallationStore):
         status: Status,
         reason: str,
         org_wide: bool | None = None,
+        issued_at: int | None = None,
     ) -> SetAside | None:
         """The workspace's installation ends: tokens gone, the workspace set aside (see
         core/store/installations.py). None when it was never installed here."""
         workspaces = self._candidates(enterprise_id, team_id, org_wide)
         for workspace in workspaces:
             done = self.store.end_installation(
-                workspace, status, reason, self.cipher.seal({}), self.clock()
+                workspace, status, reason, self.cipher.seal({}), self.clock(), issued_at
             )
             if done is not None:
                 log.warning(

@@ -16,7 +16,14 @@ from wakeful.bot import blocks
 
 MAX_DEPTH = 64
 """Deepest JSON nesting accepted; Slack's payloads stay in single digits."""
-HANDLED_EVENTS = ("message", "app_mention", "app_home_opened", "assistant_thread_started")
+HANDLED_EVENTS = (
+    "message",
+    "app_mention",
+    "app_home_opened",
+    "assistant_thread_started",
+    "tokens_revoked",
+    "app_uninstalled",
+)
 COMMAND = "/wakeful"
 REQUEUE = "wakeful_requeue"
 """The Home tab's Requeue button (approvers only)."""

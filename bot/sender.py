@@ -138,6 +138,13 @@ class SlackSender:
             metrics.SLACK_ERRORS.labels(_METHODS.get(part.kind, "unknown"), "network").inc()
             raise TransientSendError(f"network: {exc}", retry_after=5) from exc
 
+    def workspace_of(self, part: Part) -> str:
+        """Whose Web API limits a part counts against (the dispatcher pauses by it): its
+        workspace in distribution mode, else one for all."""
+        if self.tokens is None:
+            return ""
+        return InboxId(part.inbox).team or "-"
+
     def _client(self, team: str | None) -> Any:
         """The client a part's calls go through: the one client, or (distribution mode) the
         same client with the token of the part's workspace on every call."""

@@ -38,6 +38,11 @@ from wakeful.core.store import Store
 from wakeful.core.store.installations import InstallationRow
 
 log = logging.getLogger("wakeful.workspaces")
+QUIET = logging.getLogger("wakeful.oauth.client")
+QUIET.setLevel(logging.INFO)
+"""slack_sdk logs every request's body and answer at DEBUG: an OAuth exchange carries the
+client secret, the code or refresh token, and the new tokens, so the clients that make one log
+through this logger, which never writes DEBUG lines."""
 TTL = 30.0
 """Seconds an installation read from the store is used before it is read again."""
 REFRESH_BEFORE = 1800
@@ -82,7 +87,7 @@ class Workspaces:
         self.cipher: TokenCipher = installations.cipher
         self.client_id = client_id
         self.client_secret = client_secret
-        self.api = WebClient(base_url=api_url, timeout=10, retry_handlers=[])
+        self.api = WebClient(base_url=api_url, timeout=10, retry_handlers=[], logger=QUIET)
         self.clock = clock
         self.monotonic = monotonic
         self.ttl = ttl

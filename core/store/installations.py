@@ -164,11 +164,18 @@ class Installations(StoreBase):
         return version + 1
 
     def end_installation(
-        self, workspace: str, status: Status, reason: str, secrets: str, now: int
+        self,
+        workspace: str,
+        status: Status,
+        reason: str,
+        secrets: str,
+        now: int,
+        issued_at: int | None = None,
     ) -> SetAside | None:
         """The installation ended (`revoked` or `uninstalled`, in either order: uninstalled
         stands): its tokens are replaced by `secrets` (the edge's ciphertext of none) and its
-        workspace set aside (see the module). None when the workspace was never installed."""
+        workspace set aside (see the module). None when the workspace was never installed, or
+        was installed again after `issued_at` (when the notice was sent)."""
         require(workspace=workspace, reason=reason)
         if status not in ("revoked", "uninstalled"):
             raise ValueError(f"an installation ends revoked or uninstalled, not {status!r}")
@@ -179,6 +186,7 @@ class Installations(StoreBase):
                 "reason": reason[:500],
                 "secrets": secrets,
                 "now": now,
+                "issued_at": now if issued_at is None else issued_at,
             }
             if tx.run("end_installation", params) != 1:
                 return None

@@ -777,13 +777,14 @@ WHERE workspace = %(workspace)s AND version = %(version)s AND status = 'active';
 
 -- name: end_installation
 -- Tokens revoked or the app uninstalled: the tokens go, the status and reason stay (an
--- uninstall stands over a revocation, whichever came first).
+-- uninstall stands over a revocation, whichever came first); a notice older than the
+-- installation (Slack retrying one from before a re-install) changes nothing.
 UPDATE installations
 SET status = CASE WHEN status = 'uninstalled' THEN 'uninstalled' ELSE %(status)s END,
     reason = CASE WHEN status = 'uninstalled' AND %(status)s = 'revoked' THEN reason
                   ELSE %(reason)s END,
     secrets = %(secrets)s, expires_at = NULL, version = version + 1, updated_at = %(now)s
-WHERE workspace = %(workspace)s;
+WHERE workspace = %(workspace)s AND installed_at <= %(issued_at)s;
 
 -- name: park_workspace_outbox
 -- An ended workspace's rows still waiting: parked with the reason, for the operator.

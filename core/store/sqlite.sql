@@ -765,13 +765,14 @@ WHERE workspace = :workspace AND version = :version AND status = 'active';
 
 -- name: end_installation
 -- Tokens revoked or the app uninstalled: the tokens go, the status and reason stay (an
--- uninstall stands over a revocation, whichever came first).
+-- uninstall stands over a revocation, whichever came first); a notice older than the
+-- installation (Slack retrying one from before a re-install) changes nothing.
 UPDATE installations
 SET status = CASE WHEN status = 'uninstalled' THEN 'uninstalled' ELSE :status END,
     reason = CASE WHEN status = 'uninstalled' AND :status = 'revoked' THEN reason
                   ELSE :reason END,
     secrets = :secrets, expires_at = NULL, version = version + 1, updated_at = :now
-WHERE workspace = :workspace;
+WHERE workspace = :workspace AND installed_at <= :issued_at;
 
 -- name: park_workspace_outbox
 -- An ended workspace's rows still waiting: parked with the reason, for the operator.
