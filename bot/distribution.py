@@ -61,6 +61,7 @@ class Distribution:
             config.api_url,
             clock=clock,
             default_team=config.webhook_team,
+            refresh_before=config.refresh_before,
         )
         return cls(config, store, installations, workspaces, clock)
 
