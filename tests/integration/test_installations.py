@@ -272,3 +272,34 @@ _REFRESHER = textwrap.dedent(
     store.close()
     """
 )
+
+
+def test_the_doctor_checks_every_installations_token_and_scopes(
+    emu: SlackEmulator, tmp_path: Path
+) -> None:
+    from wakeful.bot.doctor import report, run_checks
+
+    db = str(tmp_path / "doctor.db")
+    store = open_store(db)
+    try:
+        install(emu, store, "TA")
+        install(emu, store, "TB")
+    finally:
+        store.close()
+    emu.uninstall("TB")  # Slack no longer takes TB's token; the store does not know yet
+    env = {
+        "SLACK_CLIENT_ID": emu.client_id,
+        "SLACK_CLIENT_SECRET": emu.client_secret,
+        "SLACK_SIGNING_SECRET": "s",
+        "SLACK_API_URL": emu.api_url,
+        "WAKEFUL_TOKEN_KEY": KEY,
+        "WAKEFUL_DB": db,
+    }
+    checks = {c.name: c for c in run_checks(env)}
+    assert checks["installations"].detail.startswith("2 active of 2")
+    assert checks["workspace TA"].ok is True and "all 9" in checks["workspace TA"].detail
+    assert checks["workspace TB"].ok is False
+    assert "token_revoked" in checks["workspace TB"].detail
+    text, code = report(list(checks.values()))
+    assert code == 1
+    assert not any(t in text for t in emu.tokens_of("TA") + emu.tokens_of("TB"))
