@@ -186,14 +186,12 @@ def test_two_workspaces_install_converse_rotate_uninstall_and_reinstall(app: App
     # Rotation: the tokens are due (under REFRESH_BEFORE seconds left); the next reply in A
     # goes out after a refresh, with the new token; no refresh token is ever used twice.
     first_a = emu.tokens_of("TA")[0]
-    assert eventually(
-        lambda: (
-            (app.store.installation("TA") or rows["TA"]).expires_at is not None
-            and (app.store.installation("TA") or rows["TA"]).expires_at - emu._clock()
-            < REFRESH_BEFORE
-        ),
-        timeout=TTL,
-    )
+
+    def due() -> bool:  # the app counts whole seconds, as its store does
+        row = app.store.installation("TA")
+        return row is not None and (row.expires_at or 0) - int(emu._clock()) < REFRESH_BEFORE
+
+    assert eventually(due, timeout=TTL)
     a.message("UA1", "status")
     app.wait_reply("DA1", "Handled 1 message", count=2)
     refreshes = [
@@ -202,7 +200,7 @@ def test_two_workspaces_install_converse_rotate_uninstall_and_reinstall(app: App
     used_refresh = [str(c.params.get("refresh_token")) for c in refreshes]
     assert all(c.response.get("ok") for c in refreshes), [c.response for c in refreshes]
     assert len(used_refresh) == len(set(used_refresh))  # each single-use token once
-    assert any(emu.team_of(t) == "TA" for t in used_refresh)
+    assert any(emu.team_of(t) == "TA" for t in used_refresh), used_refresh
     last_post = [c for c in emu.calls("chat.postMessage") if c.params.get("channel") == "DA1"][-1]
     used = last_post.headers.get("Authorization", "").removeprefix("Bearer ")
     assert used != first_a and emu.team_of(used) == "TA"
