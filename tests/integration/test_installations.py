@@ -303,3 +303,19 @@ def test_the_doctor_checks_every_installations_token_and_scopes(
     text, code = report(list(checks.values()))
     assert code == 1
     assert not any(t in text for t in emu.tokens_of("TA") + emu.tokens_of("TB"))
+
+
+def test_a_time_zone_is_read_with_the_token_of_the_runs_workspace(
+    store: Store, emu: SlackEmulator
+) -> None:
+    from wakeful.bot.zones import RUN_TEAM, ZoneLookup
+
+    install(emu, store, "TA")
+    install(emu, store, "TB")
+    emu.add_user("UB1", tz="Europe/Paris")
+    ws = workspaces(emu, store)
+    lookup = ZoneLookup(make_client("", emu.api_url), wait=5.0, tokens=ws.token)
+    RUN_TEAM.set("TB")  # what WorkspaceHook sets before a run of a TB inbox
+    assert lookup("UB1") == "Europe/Paris"
+    [call] = emu.calls("users.info")
+    assert call.team == "TB"
