@@ -147,15 +147,18 @@ def build_runner(
     factory: Factory | None = None,
     env: Mapping[str, str] | None = None,
     clock: Clock = wall_clock,
+    tokens: Callable[[str | None], str] | None = None,
 ) -> Runner:
     """The configured agent behind the worker: its tools, the Slack approval prompts, and the
-    hooks of the Slack surfaces (the Home tab, the assistant thread's status and greeting)."""
+    hooks of the Slack surfaces (the Home tab, the assistant thread's status and greeting).
+    `tokens` (distribution mode) gives the time-zone look-up the token of the workspace whose
+    run asks."""
     from wakeful.bot.surfaces import SlackApprovals, surface_hooks
-    from wakeful.bot.zones import ZoneLookup
+    from wakeful.bot.zones import WorkspaceHook, ZoneLookup
 
     env = os.environ if env is None else env
     made = factory or load_factory(config.agent, env)
-    setup = make_setup(config, store, ZoneLookup(client), env, clock)
+    setup = make_setup(config, store, ZoneLookup(client, tokens=tokens), env, clock)
     agent = made(setup)
     if not callable(getattr(agent, "run", None)):
         raise ConfigError(
@@ -177,6 +180,8 @@ def build_runner(
         tools=tools,
     )
     hooks: list[RunHook] = surface_hooks(store, config, agent)
+    if tokens is not None:
+        hooks.insert(0, WorkspaceHook())
     runner_agent: Agent = agent
     return Runner(
         runner_agent,
