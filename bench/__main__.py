@@ -35,11 +35,12 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--only",
         default="engine,ops,http,e2e,claude,pg",
-        help="comma-separated parts to run (engine, ops, http, e2e, claude, pg); default all",
+        help="comma-separated parts to run (engine, ops, http, front, e2e, claude, pg); default "
+        "all but front (the front alone against the bare Bolt app, in rounds)",
     )
     args = p.parse_args(argv)
     parts = set(args.only.split(","))
-    unknown = parts - {"engine", "ops", "http", "e2e", "claude", "pg"}
+    unknown = parts - {"engine", "ops", "http", "front", "e2e", "claude", "pg"}
     if unknown:
         p.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
     named = argv is not None and any(a.startswith("--only") for a in argv)
@@ -55,6 +56,10 @@ def main(argv: list[str]) -> int:
         from .http import run_http
 
         figures += run_http(args.quick)
+    if not args.skip_http and "front" in parts:
+        from .http import run_front
+
+        figures += run_front(args.quick)
     if not args.skip_http and "e2e" in parts:
         from .e2e import run_e2e
 

@@ -323,3 +323,92 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
     finally:
         _stop(emu)
     return figures
+
+
+FRONT_GOAL = 1.3
+"""Issue 26: the front alone acks at p99, and spends CPU per request, within 1.3x the bare
+Bolt app's, measured in the same run."""
+
+
+def run_front(quick: bool, say: Callable[[str], None] = print, rounds: int = 3) -> list[Figure]:
+    """The front alone (`serve --no-loops`, nothing draining) against the bare Bolt app, in
+    alternating rounds at 200/s: the ack's p99 and the HTTP process's CPU per request, each
+    the median of its rounds, and their ratios to the bare app's."""
+    seconds = 3.0 if quick else 20.0
+    rounds = 1 if quick else rounds
+    tmp = Path(tempfile.mkdtemp(prefix="wakeful-bench-front-"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    emu, api = _start(
+        [sys.executable, "-m", "wakeful.devtools.emulator", "--port", "0", "--token", "xoxb-bench"],
+        env,
+    )
+    p99: dict[str, list[float]] = {"bare": [], "front": []}
+    cpu: dict[str, list[float]] = {"bare": [], "front": []}
+    try:
+        for i in range(rounds):
+            wenv = {
+                **env,
+                "SLACK_BOT_TOKEN": "xoxb-bench",
+                "SLACK_SIGNING_SECRET": SECRET,
+                "SLACK_API_URL": api,
+                "WAKEFUL_DB": str(tmp / f"front-{i}.db"),
+                "WAKEFUL_HOST": "127.0.0.1",
+                "WAKEFUL_PORT": "0",
+                "WAKEFUL_LOG_LEVEL": "WARNING",
+            }
+            for name, cmd, e in (
+                ("bare", [sys.executable, "-m", "bench.bare_app", "--secret", SECRET], env),
+                ("front", [sys.executable, "-m", "wakeful.bot.cli", "serve", "--no-loops"], wenv),
+            ):
+                proc, url = _start(cmd, e)
+                try:
+                    load(url, 100, 1.0)  # warm up
+                    before = cpu_seconds(proc.pid)
+                    r = load(url, 200, seconds)
+                    served = max(1, r["requests"])
+                    cpu[name].append((cpu_seconds(proc.pid) - before) / served * 1000)
+                    p99[name].append(r["p99_ms"])
+                finally:
+                    _stop(proc)
+                say(
+                    f"  round {i + 1} {name}: p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
+                    f"{cpu[name][-1]:.3f} ms CPU/request, {r['statuses']}"
+                )
+    finally:
+        _stop(emu)
+    med = {k: sorted(v)[len(v) // 2] for k, v in p99.items()}
+    cpu_med = {k: sorted(v)[len(v) // 2] for k, v in cpu.items()}
+    lat = med["front"] / max(med["bare"], 0.001)
+    work = cpu_med["front"] / max(cpu_med["bare"], 0.001)
+    goal = f"<= {FRONT_GOAL}x"
+    figures = [
+        Figure(
+            "HTTP ack p99 at 200/s, the front alone against the bare Bolt app (median of rounds)",
+            med["front"],
+            "ms",
+            lat,
+            "bare app p99",
+            goal,
+            lat <= FRONT_GOAL,
+            f"bare p99 {med['bare']:.2f} ms; rounds front "
+            + ", ".join(f"{v:.2f}" for v in p99["front"])
+            + " / bare "
+            + ", ".join(f"{v:.2f}" for v in p99["bare"]),
+        ),
+        Figure(
+            "HTTP CPU per request at 200/s, the front alone against the bare Bolt app",
+            cpu_med["front"],
+            "ms",
+            work,
+            "bare app",
+            goal,
+            work <= FRONT_GOAL,
+            f"bare {cpu_med['bare']:.3f} ms; rounds front "
+            + ", ".join(f"{v:.3f}" for v in cpu["front"])
+            + " / bare "
+            + ", ".join(f"{v:.3f}" for v in cpu["bare"]),
+        ),
+    ]
+    for f in figures:
+        say("  " + f.row())
+    return figures

@@ -51,26 +51,46 @@ def _serve(args: argparse.Namespace) -> int:
     config = Config.from_env(_env(args), need={"token", "secret", "agent"})
     store = open_configured_store(config)
     client = make_client(config.bot_token, config.api_url)
-    me = identify(client, config.api_url)
     roles = () if args.no_loops else LOOP_ROLES
     if roles:
         # The loops share the interpreter with the HTTP threads: hand the GIL over more often
         # so a burst of agent runs does not hold an acknowledgement back (default is 5 ms).
         sys.setswitchinterval(0.0005)
-    runtime = Runtime(config, store, roles)
     # Socket Mode needs no signing secret (nothing is served over HTTP); Bolt wants one anyway.
     secret = config.signing_secret or secrets.token_hex(16)
-    front = SlackFront(
-        store,
-        secret,
-        me["user_id"],
-        me["bot_id"],
-        runtime.wake_worker,
-        runtime.wake_dispatcher,
-        runtime.clock,
-        webhook_sources=config.webhooks,
-        approvers=config.approvers,
-    )
+    if config.distribution:
+        from wakeful.bot.distribution import Distribution
+
+        dist = Distribution.build(config, store)
+        runtime = Runtime(config, store, roles, distribution=dist)
+        front = SlackFront(
+            store,
+            secret,
+            wake_worker=runtime.wake_worker,
+            wake_dispatcher=runtime.wake_dispatcher,
+            clock=runtime.clock,
+            webhook_sources=config.webhooks,
+            approvers=config.approvers,
+            authorizer=dist.authorize(),
+            installations=dist.installations,
+            oauth_settings=dist.oauth_settings(),
+            client=dist.oauth_client(),
+            workspace_label=dist.workspace_label,
+        )
+    else:
+        me = identify(client, config.api_url)
+        runtime = Runtime(config, store, roles)
+        front = SlackFront(
+            store,
+            secret,
+            me["user_id"],
+            me["bot_id"],
+            runtime.wake_worker,
+            runtime.wake_dispatcher,
+            runtime.clock,
+            webhook_sources=config.webhooks,
+            approvers=config.approvers,
+        )
     runtime.start()
     exporter: MetricsServer | None = None
     try:
@@ -105,6 +125,12 @@ def _serve(args: argparse.Namespace) -> int:
             server = http_server(front, config.host, config.port)
             port = server.effective_port
             print(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}", flush=True)
+            if config.distribution:
+                print(
+                    f"wakeful: distribution mode: install at http://{config.host}:{port}"
+                    "/slack/install",
+                    flush=True,
+                )
             _print_webhooks(config, port)
             exporter = _metrics_port(config, store)
 
@@ -164,7 +190,12 @@ def _loop(role: str) -> Callable[[argparse.Namespace], int]:
             need.add("agent")
         config = Config.from_env(_env(args), need=need)
         store = open_configured_store(config)
-        runtime = Runtime(config, store, (role,), poll=args.poll)
+        dist = None
+        if config.distribution:
+            from wakeful.bot.distribution import Distribution
+
+            dist = Distribution.build(config, store)
+        runtime = Runtime(config, store, (role,), poll=args.poll, distribution=dist)
         install_signal_handlers(runtime.stop.set)
         runtime.start()
         print(f"wakeful: {role} running on {redact(config.db)}", flush=True)

@@ -27,6 +27,8 @@ SECRET_VARIABLES = (
     "SLACK_BOT_TOKEN",
     "SLACK_APP_TOKEN",
     "SLACK_SIGNING_SECRET",
+    "SLACK_CLIENT_SECRET",
+    "WAKEFUL_TOKEN_KEY",
     "ANTHROPIC_API_KEY",
     "WAKEFUL_GITHUB_WEBHOOK_SECRET",
     "WAKEFUL_STRIPE_WEBHOOK_SECRET",
@@ -98,11 +100,39 @@ class Config:
     assistant: bool = True
     """The app has Agents & AI Apps (manifest `assistant_view`): show "is thinking…" in
     assistant threads (WAKEFUL_ASSISTANT)."""
+    client_id: str = ""
+    """SLACK_CLIENT_ID: with SLACK_CLIENT_SECRET and no SLACK_BOT_TOKEN, distribution mode
+    (installed through /slack/install in any number of workspaces)."""
+    client_secret: str = field(default="", repr=False)
+    token_key: str = field(default="", repr=False)
+    """WAKEFUL_TOKEN_KEY: the Fernet key(s) the installations' tokens are sealed with."""
+    redirect_uri: str = ""
+    """SLACK_REDIRECT_URI: the OAuth redirect URL (https://<host>/slack/oauth_redirect) as
+    listed in the app's manifest; empty: the one Slack has for the app."""
+    webhook_team: str = ""
+    """WAKEFUL_WEBHOOK_TEAM: in distribution mode, the workspace webhook reports post in."""
+    refresh_before: int = 1800
+    """WAKEFUL_TOKEN_REFRESH_BEFORE: seconds before its expiry a rotating token is refreshed."""
+    workspace_labels: int = 20
+    """WAKEFUL_WORKSPACE_LABELS: up to this many installations, per-workspace metrics carry
+    the workspace; past it they are aggregated under `all` (bounded label values)."""
     settings: Settings = field(default_factory=Settings)
 
     @property
     def socket_mode(self) -> bool:
         return bool(self.app_token)
+
+    @property
+    def distribution(self) -> bool:
+        """Installed through OAuth in many workspaces, one token per installation."""
+        return bool(self.client_id and self.client_secret and not self.bot_token)
+
+    @property
+    def authorize_url(self) -> str:
+        """Slack's "Add to Slack" page, beside the Web API (an emulator serves it too)."""
+        if self.api_url == DEFAULT_API_URL:
+            return "https://slack.com/oauth/v2/authorize"
+        return self.api_url.removesuffix("api/") + "oauth/v2/authorize"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], need: Collection[str] = ()) -> Config:
@@ -111,8 +141,12 @@ class Config:
         bot_token = env.get("SLACK_BOT_TOKEN", "").strip()
         secret = env.get("SLACK_SIGNING_SECRET", "").strip()
         app_token = env.get("SLACK_APP_TOKEN", "").strip()
-        if "token" in need and not bot_token:
-            raise ConfigError("SLACK_BOT_TOKEN is not set (the bot token, xoxb-...)")
+        oauth = _distribution(env, bot_token, app_token)
+        if "token" in need and not bot_token and not oauth:
+            raise ConfigError(
+                "SLACK_BOT_TOKEN is not set (the bot token, xoxb-...; or SLACK_CLIENT_ID and "
+                "SLACK_CLIENT_SECRET for distribution mode)"
+            )
         if bot_token and not bot_token.startswith("xox"):
             raise ConfigError("SLACK_BOT_TOKEN must be a Slack token starting with 'xoxb-'")
         if app_token and not app_token.startswith("xapp-"):
@@ -175,8 +209,50 @@ class Config:
             quiet_digests=switch(env, "WAKEFUL_QUIET_DIGESTS", True),
             failure_text=env.get("WAKEFUL_FAILURE_TEXT", "").strip() or None,
             assistant=switch(env, "WAKEFUL_ASSISTANT", True),
+            workspace_labels=_int(env, "WAKEFUL_WORKSPACE_LABELS", cls.workspace_labels, 0),
+            refresh_before=_int(env, "WAKEFUL_TOKEN_REFRESH_BEFORE", cls.refresh_before, 1, 43_200),
+            **oauth,
             settings=Settings(**tunables),
         )
+
+
+_TEAM_ID = re.compile(r"^[TE][A-Z0-9]{2,}$")
+
+
+def _distribution(env: Mapping[str, str], bot_token: str, app_token: str) -> dict[str, str]:
+    """The OAuth settings, checked when distribution mode is on (client id and secret, no
+    bot token): a missing or malformed token key stops start-up here, with one line."""
+    client_id = env.get("SLACK_CLIENT_ID", "").strip()
+    client_secret = env.get("SLACK_CLIENT_SECRET", "").strip()
+    if bool(client_id) != bool(client_secret):
+        missing = "SLACK_CLIENT_SECRET" if client_id else "SLACK_CLIENT_ID"
+        raise ConfigError(f"{missing} is not set (distribution mode needs both, from Basic Info)")
+    if not client_id or bot_token:
+        return {}
+    if app_token:
+        raise ConfigError(
+            "distribution mode serves /slack/install and /slack/oauth_redirect over HTTP: unset "
+            "SLACK_APP_TOKEN (Socket Mode), or set SLACK_BOT_TOKEN for one workspace"
+        )
+    key = env.get("WAKEFUL_TOKEN_KEY", "").strip()
+    from wakeful.bot.installations import TokenCipher
+
+    TokenCipher(key)  # ConfigError when missing or malformed
+    redirect = env.get("SLACK_REDIRECT_URI", "").strip()
+    if redirect and urlparse(redirect).scheme not in ("http", "https"):
+        raise ConfigError(f"SLACK_REDIRECT_URI must be an http(s) URL, got {redirect!r}")
+    team = env.get("WAKEFUL_WEBHOOK_TEAM", "").strip()
+    if team and not _TEAM_ID.match(team):
+        raise ConfigError(
+            f"WAKEFUL_WEBHOOK_TEAM must be a Slack team id like T012AB3CD, got {team!r}"
+        )
+    return {
+        "client_id": client_id,
+        "client_secret": client_secret,
+        "token_key": key,
+        "redirect_uri": redirect,
+        "webhook_team": team,
+    }
 
 
 _SWITCH = {"1": True, "true": True, "on": True, "yes": True}
@@ -218,6 +294,7 @@ def secret_values(env: Mapping[str, str]) -> list[str]:
     settings, the database password (`user:password@` or `?password=`) and each secret of
     WAKEFUL_WEBHOOKS (read leniently: a malformed entry is a secret all the same)."""
     values = [env.get(name, "").strip() for name in SECRET_VARIABLES]
+    values += [k.strip() for k in env.get("WAKEFUL_TOKEN_KEY", "").split(",")]
     db = env.get("WAKEFUL_DB", "").strip()
     if "://" in db:
         try:

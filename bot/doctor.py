@@ -56,7 +56,10 @@ def run_checks(
         return [Check("settings", False, str(exc))]
     checks = [Check("settings", True, "every variable parses")]
     checks += _store_checks(config, integrity)
-    checks += _slack_checks(config, manifest, clock)
+    if config.distribution:
+        checks += _installation_checks(config, manifest)
+    else:
+        checks += _slack_checks(config, manifest, clock)
     if config.socket_mode:
         checks.append(Check("signing secret", None, "Socket Mode (SLACK_APP_TOKEN): not used"))
     elif config.signing_secret:
@@ -150,6 +153,48 @@ def _slack_checks(config: Config, manifest: str | None, clock: Callable[[], floa
         # Date has whole seconds: compare with the middle of the call, allow the rounding.
         skew = slack_time + 0.5 - (sent + received) / 2
         checks.append(_skew("slack clock", skew, "Slack"))
+    return checks
+
+
+def _installation_checks(config: Config, manifest: str | None) -> list[Check]:
+    """Distribution mode: every active installation's token by auth.test, and its scopes
+    against the manifest's. A token is opened in memory only, and never printed."""
+    from slack_sdk.errors import SlackApiError
+
+    from wakeful.bot.installations import TokenCipher, from_row
+    from wakeful.bot.sender import make_client
+
+    try:
+        store = open_store(config.db, config.settings, migrate=False)
+        rows = store.installations()
+    except WakefulError as exc:
+        return [Check("installations", False, f"cannot read them: {exc}")]
+    store.close()
+    active = [r for r in rows if r.status == "active"]
+    checks = [
+        Check("installations", True, f"{len(active)} active of {len(rows)} (distribution mode)")
+    ]
+    cipher = TokenCipher(config.token_key)
+    client = make_client("", config.api_url, timeout=10)
+    for row in active:
+        name = f"workspace {row.workspace}"
+        try:
+            token = from_row(row, cipher).bot_token or ""
+            response = client.auth_test(token=token)
+        except SlackApiError as exc:
+            error = exc.response.get("error") if hasattr(exc.response, "get") else "error"
+            checks.append(Check(name, False, f"token rejected by Slack ({error})"))
+            continue
+        except OSError as exc:
+            checks.append(Check(name, False, f"cannot reach {config.api_url}: {exc}"))
+            continue
+        except WakefulError as exc:
+            checks.append(Check(name, False, str(exc)))
+            continue
+        headers = {k.lower(): v for k, v in (response.headers or {}).items()}
+        scopes = _scopes(_header(headers, "x-oauth-scopes"), manifest)
+        who = f"bot {response.get('user_id')}; {scopes.detail}"
+        checks.append(Check(name, scopes.ok, who))
     return checks
 
 

@@ -6,17 +6,24 @@ Bolt's 404 for events this app does not handle (a 404 makes Slack retry and coun
 disabling the app's events). `GET /healthz` reports whether the store answers; `GET /metrics`
 is the Prometheus text format (counters of this process and the store's gauges).
 `POST /webhooks/<name>` takes signed deliveries from GitHub, Stripe and other sources
-(bot/webhooks.py) under the same body cap; a name without a secret is a 404.
+(bot/webhooks.py) under the same body cap; a name without a secret is a 404. In distribution
+mode `GET /slack/install` and `GET /slack/oauth_redirect` are Bolt's OAuth flow.
+
+Each Slack request is verified once and parsed once: Bolt gets the parsed body and does not
+verify it again (its RequestVerification is off).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import Counter
+from slack_bolt import BoltResponse
 from slack_bolt.request import BoltRequest
 from slack_sdk.signature import Clock
 
@@ -28,11 +35,25 @@ from wakeful.bot.webhooks import WEBHOOKS_PATH, Webhooks
 from wakeful.core import metrics
 from wakeful.core.errors import StoreUnavailable
 
+log = logging.getLogger("wakeful")
+RATE_LIMITED = Counter(
+    "wakeful_slack_events_rate_limited_total",
+    "app_rate_limited notices: Slack held back a workspace's events past 30,000 an hour, by "
+    "workspace (`all` past WAKEFUL_WORKSPACE_LABELS installations).",
+    ["workspace"],
+    registry=metrics.REGISTRY,
+)
+
 BODY_CAP = 1024 * 1024
 """Largest request body accepted, in bytes (413 above). Slack's payloads are far smaller."""
 EVENTS_PATH = "/slack/events"
+INSTALL_PATH = "/slack/install"
+"""Distribution mode: the "Add to Slack" page (Bolt's install path)."""
+REDIRECT_PATH = "/slack/oauth_redirect"
+"""Distribution mode: where Slack sends the browser back with the code (Bolt's)."""
 METRICS_PATH = "/metrics"
 Environ = dict[str, Any]
+_ACK_CHILDREN: dict[str, Any] = {}
 StartResponse = Callable[..., Any]
 Reply = tuple[str, list[tuple[str, str]], bytes]
 
@@ -46,6 +67,8 @@ class SlackFront(Listeners):
     body_cap: int = BODY_CAP
     webhook_sources: tuple[WebhookSource, ...] = ()
     """The webhook endpoints served under /webhooks/ (Config.webhooks)."""
+    workspace_label: Callable[[str], str] | None = None
+    """A workspace as a metric label (bounded: `all` past WAKEFUL_WORKSPACE_LABELS)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -62,7 +85,11 @@ class SlackFront(Listeners):
         status, headers, body = self.handle(environ)
         start_response(status, headers)
         if environ.get("PATH_INFO") == EVENTS_PATH:
-            metrics.ACK_SECONDS.labels(status[:3]).observe(time.perf_counter() - started)
+            code = status[:3]
+            child = _ACK_CHILDREN.get(code)
+            if child is None:  # looked up once per status: this runs on every request
+                child = _ACK_CHILDREN[code] = metrics.ACK_SECONDS.labels(code)
+            child.observe(time.perf_counter() - started)
         return [body]
 
     def handle(self, environ: Environ) -> Reply:
@@ -75,6 +102,8 @@ class SlackFront(Listeners):
             return "200 OK", [("Content-Type", metrics.CONTENT_TYPE)], body
         if path.startswith(WEBHOOKS_PATH):
             return self._webhook(environ, path[len(WEBHOOKS_PATH) :], method)
+        if path in (INSTALL_PATH, REDIRECT_PATH) and self.oauth_settings is not None:
+            return self._oauth(environ, path, method)
         if path != EVENTS_PATH:
             return reply(404, "not found")
         if method != "POST":
@@ -91,11 +120,46 @@ class SlackFront(Listeners):
             parsed = payloads.parse(text, environ.get("CONTENT_TYPE", ""))
         except (ValueError, RecursionError) as exc:
             return rejected(reply(400, f"malformed body: {str(exc)[:200]}"))
+        if parsed["type"] == "app_rate_limited":
+            return self._rate_limited(parsed)
         if not payloads.handled(parsed):
             # Acknowledge what this app does not handle (Slack retries a 404 and counts it
             # toward switching the app's events off) without handing it to Bolt at all.
             return reply(200, "")
-        return self._dispatch(environ, text)
+        return self._dispatch(environ, parsed)
+
+    def _rate_limited(self, body: dict[str, Any]) -> Reply:
+        """Slack held back a workspace's events (over 30,000 an hour): said and counted, by
+        workspace (bounded labels); nothing is stored, nothing can be done about those."""
+        team = str(body.get("team_id") or "")
+        minute = body.get("minute_rate_limited")
+        log.warning(
+            "Slack rate-limited the Events API for workspace %s from minute %s: events of "
+            "that hour past 30,000 are not delivered",
+            team or "?",
+            minute,
+        )
+        label = self.workspace_label(team) if self.workspace_label is not None else "all"
+        RATE_LIMITED.labels(label).inc()
+        return reply(200, "")
+
+    def _oauth(self, environ: Environ, path: str, method: str) -> Reply:
+        """The "Add to Slack" page and Slack's redirect back, through Bolt's OAuth flow (its
+        state cookie and state store, its code exchange, its installation store)."""
+        if method != "GET":
+            return reply(405, "use GET")
+        flow = self.app.oauth_flow
+        assert flow is not None
+        headers: dict[str, str | Sequence[str]] = {k: [v] for k, v in http_headers(environ).items()}
+        request = BoltRequest(body="", query=environ.get("QUERY_STRING", ""), headers=headers)
+        try:
+            if path == INSTALL_PATH:
+                response = flow.handle_installation(request)
+            else:
+                response = flow.handle_callback(request)
+        except StoreUnavailable:
+            return reply(503, "store unavailable; please retry")
+        return _bolt_reply(response)
 
     def _webhook(self, environ: Environ, name: str, method: str) -> Reply:
         if not self.webhooks.serves(name):
@@ -108,10 +172,18 @@ class SlackFront(Listeners):
             return data
         return reply(*self.webhooks.receive(name, http_headers(environ), data))
 
-    def _dispatch(self, environ: Environ, text: str) -> Reply:
-        headers: dict[str, str | Sequence[str]] = {k: [v] for k, v in http_headers(environ).items()}
+    def _dispatch(self, environ: Environ, body: dict[str, Any]) -> Reply:
+        """Hand Bolt the request already verified and parsed: one HMAC and one parse per
+        request (Bolt's own verification is off, see Listeners, and it reads this dict
+        instead of the text)."""
+        headers: dict[str, str | Sequence[str]] = {
+            key[5:].replace("_", "-").lower(): [str(value)]
+            for key, value in environ.items()
+            if key.startswith("HTTP_")
+        }
+        headers["content-type"] = [str(environ.get("CONTENT_TYPE", ""))]
         try:
-            request = BoltRequest(body=text, query=environ.get("QUERY_STRING", ""), headers=headers)
+            request = parsed_request(body, environ.get("QUERY_STRING", ""), headers)
         except Exception as exc:  # Bolt could not read the payload's structure: bad input
             return rejected(reply(400, f"malformed body: {type(exc).__name__}"))
         try:
@@ -120,20 +192,35 @@ class SlackFront(Listeners):
             return reply(503, "store unavailable; please retry")
         if response.status == 404:
             return reply(200, "")  # an event type or payload this app does not handle
-        out_headers = [
-            (k, v)
-            for k, values in response.headers.items()
-            for v in values
-            if k.lower() != "content-length"
-        ]
-        body = (response.body or "").encode("utf-8")
-        return f"{response.status} {_REASONS.get(response.status, 'OK')}", out_headers, body
+        return _bolt_reply(response)
 
     def _health(self) -> Reply:
         ok = self.store.healthy()
         body = json.dumps({"ok": ok, "store": type(self.store.db).__name__}).encode()
         status = "200 OK" if ok else "503 Service Unavailable"
         return status, [("Content-Type", "application/json")], body
+
+
+def _bolt_reply(response: BoltResponse) -> Reply:
+    out_headers = [
+        (k, v)
+        for k, values in response.headers.items()
+        for v in values
+        if k.lower() != "content-length"
+    ]
+    body = (response.body or "").encode("utf-8")
+    return f"{response.status} {_REASONS.get(response.status, 'OK')}", out_headers, body
+
+
+def parsed_request(
+    body: dict[str, Any], query: str, headers: dict[str, str | Sequence[str]]
+) -> BoltRequest:
+    """A BoltRequest over a body already parsed (payloads.parse): Bolt takes a dict only in
+    its Socket Mode form, which is otherwise the same request; it is marked HTTP again so
+    nothing downstream mistakes it for an envelope."""
+    request = BoltRequest(body=body, query=query, headers=headers, mode="socket_mode")
+    request.mode = "http"
+    return request
 
 
 def http_headers(environ: Environ) -> dict[str, str]:

@@ -15,12 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from slack_bolt import Ack, App, BoltRequest, BoltResponse
+from slack_bolt import Ack, App, BoltContext, BoltRequest, BoltResponse
 from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.authorization.authorize import Authorize
+from slack_bolt.oauth.oauth_settings import OAuthSettings
+from slack_sdk import WebClient
 
 import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
 from wakeful.bot import blocks, payloads
 from wakeful.bot.events import AssistantThreadStarted, Feedback, HomeOpened, MessagesTabOpened
+from wakeful.bot.installations import StoreInstallations
 from wakeful.core import metrics
 from wakeful.core.effects import Message
 from wakeful.core.errors import InvalidInput, StoreUnavailable
@@ -28,6 +32,7 @@ from wakeful.core.events import Command, Event
 from wakeful.core.events import Message as Said
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.store import Store
+from wakeful.core.store.installations import Status
 from wakeful.core.wakeups import Kicker, Wakeup
 
 log = logging.getLogger("wakeful")
@@ -55,17 +60,19 @@ class Listeners:
     """WAKEFUL_APPROVERS: who may answer any approval (checked when the click arrives, so a
     removal takes effect on approvals already open) and see and press the Home tab's
     Requeue."""
+    authorizer: Authorize | None = None
+    """Who the bot is in the request's workspace: None is the one workspace of
+    SLACK_BOT_TOKEN (`bot_user_id`, `bot_id`); distribution mode passes the installation
+    store's (bot/workspaces.py)."""
+    installations: StoreInstallations | None = None
+    """Distribution mode: where tokens_revoked and app_uninstalled end an installation."""
+    oauth_settings: OAuthSettings | None = None
+    """Distribution mode: Bolt's OAuth flow (/slack/install, /slack/oauth_redirect)."""
+    client: WebClient | None = None
+    """The Web API client Bolt's OAuth flow exchanges codes with (SLACK_API_URL)."""
 
     def __post_init__(self) -> None:
-        def authorize(enterprise_id: str | None, team_id: str | None) -> AuthorizeResult:
-            # No token here: listeners only write to the store; the dispatcher holds it.
-            return AuthorizeResult(
-                enterprise_id=enterprise_id,
-                team_id=team_id,
-                bot_user_id=self.bot_user_id or None,
-                bot_id=self.bot_id or None,
-            )
-
+        authorize: Any = self.authorizer or OneWorkspace(self.bot_user_id, self.bot_id)
         bolt_log = logging.getLogger("wakeful.bolt")
         bolt_log.addFilter(_quiet_token_notice)
         self.app = App(
@@ -73,6 +80,13 @@ class Listeners:
             process_before_response=True,
             authorize=authorize,
             logger=bolt_log,
+            # The front verified the signature and parsed the body already (bot/front.py);
+            # Socket Mode needs no signature. Bolt does neither again.
+            request_verification_enabled=False,
+            # say / set_status helpers for assistant threads: the listeners only store.
+            attaching_conversation_kwargs_enabled=False,
+            oauth_settings=self.oauth_settings,
+            client=self.client,
         )
         self.app.event("message")(self._on_message)
         self.app.event("app_mention")(self._on_mention)
@@ -83,9 +97,14 @@ class Listeners:
         self.app.command(payloads.COMMAND)(self._on_command)
         self.app.event("app_home_opened")(self._on_home_opened)
         self.app.event("assistant_thread_started")(self._on_assistant_thread)
+        self.app.event("tokens_revoked")(self._on_tokens_revoked)
+        self.app.event("app_uninstalled")(self._on_uninstalled)
         self.app.error(self._on_error)
 
-    def _is_ours_or_noise(self, event: dict[str, Any]) -> bool:
+    def _is_ours_or_noise(self, event: dict[str, Any], me: str | None = None) -> bool:
+        """The bot's own message (`me`: its user id in the request's workspace), an edit or
+        deletion, or anything without a person behind it."""
+        me = me or self.bot_user_id
         user = event.get("user")
         return (
             bool(event.get("bot_id"))
@@ -93,7 +112,7 @@ class Listeners:
             or event.get("subtype") not in ACCEPTED_SUBTYPES
             or not isinstance(user, str)
             or not user
-            or (bool(self.bot_user_id) and user == self.bot_user_id)
+            or (bool(me) and user == me)
         )
 
     def _ingest(self, body: dict[str, Any], event: dict[str, Any], mention: bool) -> None:
@@ -126,14 +145,17 @@ class Listeners:
             return True
         return False
 
-    def _on_message(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
-        if not self._is_ours_or_noise(event) and (
-            event.get("channel_type") == "im" or self._follows_up(event)
+    def _on_message(
+        self, ack: Ack, body: dict[str, Any], event: dict[str, Any], context: BoltContext
+    ) -> None:
+        me = context.bot_user_id
+        if not self._is_ours_or_noise(event, me) and (
+            event.get("channel_type") == "im" or self._follows_up(event, me)
         ):
             self._ingest(body, event, mention=False)
         ack()
 
-    def _follows_up(self, event: dict[str, Any]) -> bool:
+    def _follows_up(self, event: dict[str, Any], me: str | None = None) -> bool:
         """A reply in a channel, private channel or group DM thread the bot posted in or was
         mentioned in. Everything else there is acknowledged and dropped: one read by key, no
         write. A reply that mentions the bot is left to its `app_mention` (stored once)."""
@@ -142,12 +164,15 @@ class Listeners:
             return False
         if not isinstance(thread, str) or not isinstance(channel, str) or thread == event.get("ts"):
             return False
-        if self.bot_user_id and f"<@{self.bot_user_id}>" in str(event.get("text") or ""):
+        me = me or self.bot_user_id
+        if me and f"<@{me}>" in str(event.get("text") or ""):
             return False
         return self.store.takes_part(channel, thread)
 
-    def _on_mention(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
-        if not self._is_ours_or_noise(event):
+    def _on_mention(
+        self, ack: Ack, body: dict[str, Any], event: dict[str, Any], context: BoltContext
+    ) -> None:
+        if not self._is_ours_or_noise(event, context.bot_user_id):
             self._ingest(body, event, mention=True)
             # The reply goes in the mention's thread (or starts one under it): the replies
             # that follow there reach the agent without another mention.
@@ -223,6 +248,36 @@ class Listeners:
             started = AssistantThreadStarted(user=user, team=team, channel=channel, thread_ts=ts)
             self._store(InboxId.person(team, user), f"assistant_thread:{channel}:{ts}", started)
         ack()
+
+    def _on_tokens_revoked(
+        self, ack: Ack, body: dict[str, Any], event: dict[str, Any], context: BoltContext
+    ) -> None:
+        """The workspace revoked the bot's token: no more sends there (core/store/
+        installations.py). A user token alone revoked changes nothing (none is used)."""
+        bots = (event.get("tokens") or {}).get("bot") or []
+        if bots:
+            self._end(body, context, "revoked", f"the bot token was revoked ({bots[0]})")
+        ack()
+
+    def _on_uninstalled(self, ack: Ack, body: dict[str, Any], context: BoltContext) -> None:
+        """The app was uninstalled from the workspace: as a revocation, and for good."""
+        self._end(body, context, "uninstalled", "the app was uninstalled")
+        ack()
+
+    def _end(self, body: dict[str, Any], context: BoltContext, status: Status, why: str) -> None:
+        team, enterprise = context.team_id, context.enterprise_id
+        if self.installations is None:  # one workspace: SLACK_BOT_TOKEN no longer works
+            log.warning("workspace %s: %s; SLACK_BOT_TOKEN no longer works there", team, why)
+            return
+        issued = body.get("event_time")
+        self.installations.end(
+            enterprise,
+            team,
+            status,
+            why,
+            org_wide=bool(context.is_enterprise_install),
+            issued_at=issued if isinstance(issued, int) else None,
+        )
 
     def _on_requeue(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Requeue from the Home tab: approvers only, through the store's requeue; the Home
@@ -377,6 +432,31 @@ class Listeners:
             return BoltResponse(status=400, body=f"bad request: {error}")
         logger.exception("listener failed", exc_info=error)
         return BoltResponse(status=500, body="internal error")
+
+
+class OneWorkspace(Authorize):
+    """Single-workspace mode: every request is the one bot's, known from auth.test at start.
+    No token here: listeners only write to the store; the dispatcher holds it."""
+
+    def __init__(self, bot_user_id: str, bot_id: str) -> None:
+        self.bot_user_id = bot_user_id or None
+        self.bot_id = bot_id or None
+
+    def __call__(
+        self,
+        *,
+        context: BoltContext,
+        enterprise_id: str | None,
+        team_id: str | None,
+        user_id: str | None,
+        **_: Any,
+    ) -> AuthorizeResult:
+        return AuthorizeResult(
+            enterprise_id=enterprise_id,
+            team_id=team_id,
+            bot_user_id=self.bot_user_id,
+            bot_id=self.bot_id,
+        )
 
 
 class _Throttled:

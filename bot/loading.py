@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -81,6 +82,23 @@ def check_factory(spec: str, factory: Any) -> None:
         raise ConfigError(f"WAKEFUL_AGENT {spec!r} takes {shown}: expected {EXPECTED}") from None
 
 
+AGENT_KEYS = frozenset({"ANTHROPIC_API_KEY"})
+"""Credentials an agent holds itself (the Claude agent calls the Messages API)."""
+_SECRET_NAME = re.compile(r"(SECRET|TOKEN|PASSWORD|_KEY$)")
+
+
+def agent_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment an agent sees: without Slack's tokens and signing secret, webhook
+    secrets, the store's address (it may carry a password) or anything named like a secret,
+    except the model's key the Claude agent needs."""
+    hidden = set(SECRET_VARIABLES) | {"WAKEFUL_DB", "WAKEFUL_WEBHOOKS"}
+    return {
+        k: v
+        for k, v in env.items()
+        if k in AGENT_KEYS or (k not in hidden and not _SECRET_NAME.search(k))
+    }
+
+
 def make_setup(
     config: Config,
     store: Store,
@@ -103,7 +121,6 @@ def make_setup(
             return Zone("UTC", known=False, reason=why)
         return Zone(name)
 
-    hidden = set(SECRET_VARIABLES) - {"ANTHROPIC_API_KEY"}
     return Setup(
         settings=AgentSettings(
             approval_ttl=s.approval_ttl,
@@ -119,7 +136,7 @@ def make_setup(
         time_zone=time_zone,
         query=Query(store, config.approvers),
         steps=Steps(store, clock),
-        env={k: v for k, v in env.items() if k not in hidden},
+        env=agent_env(env),
     )
 
 
@@ -130,17 +147,19 @@ def build_runner(
     factory: Factory | None = None,
     env: Mapping[str, str] | None = None,
     clock: Clock = wall_clock,
+    tokens: Callable[[str | None], str] | None = None,
     wake_dispatcher: Callable[[], None] | None = None,
 ) -> Runner:
     """The configured agent behind the worker: its tools, the Slack approval prompts, and the
-    hooks of the Slack surfaces (the Home tab, the "is thinking…" status, the greeting);
-    `wake_dispatcher` sends a status at once."""
+    hooks of the Slack surfaces (the Home tab, the "is thinking…" status, the greeting).
+    `tokens` (distribution mode) gives the time-zone look-up the token of the workspace whose
+    run asks; `wake_dispatcher` sends a status at once."""
     from wakeful.bot.surfaces import SlackApprovals, surface_hooks
-    from wakeful.bot.zones import ZoneLookup
+    from wakeful.bot.zones import WorkspaceHook, ZoneLookup
 
     env = os.environ if env is None else env
     made = factory or load_factory(config.agent, env)
-    setup = make_setup(config, store, ZoneLookup(client), env, clock)
+    setup = make_setup(config, store, ZoneLookup(client, tokens=tokens), env, clock)
     agent = made(setup)
     if not callable(getattr(agent, "run", None)):
         raise ConfigError(
@@ -162,6 +181,8 @@ def build_runner(
         tools=tools,
     )
     hooks: list[RunHook] = surface_hooks(store, config, agent, wake_dispatcher)
+    if tokens is not None:
+        hooks.insert(0, WorkspaceHook())
     runner_agent: Agent = agent
     return Runner(
         runner_agent,

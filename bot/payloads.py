@@ -16,7 +16,14 @@ from wakeful.bot import blocks
 
 MAX_DEPTH = 64
 """Deepest JSON nesting accepted; Slack's payloads stay in single digits."""
-HANDLED_EVENTS = ("message", "app_mention", "app_home_opened", "assistant_thread_started")
+HANDLED_EVENTS = (
+    "message",
+    "app_mention",
+    "app_home_opened",
+    "assistant_thread_started",
+    "tokens_revoked",
+    "app_uninstalled",
+)
 COMMAND = "/wakeful"
 REQUEUE = "wakeful_requeue"
 """The Home tab's Requeue button (approvers only)."""
@@ -41,22 +48,28 @@ _TEXT_FIELDS = (
 def parse(text: str, content_type: str) -> dict[str, Any]:
     """The body as Slack sends it: a JSON object, or a form with exactly one `payload` field
     holding one (or a slash-command form), whose fields have the types the handlers read.
-    Raises ValueError with what is wrong."""
+    Parsed once: the front hands this very dict to Bolt. Raises ValueError with what is
+    wrong."""
     if "application/x-www-form-urlencoded" in content_type:
         form = parse_qs(text, keep_blank_values=True, strict_parsing=bool(text))
         if "payload" in form:
             if len(form["payload"]) != 1 or len(form) != 1:
                 raise ValueError("form body must hold exactly one 'payload' field")
-            value = json.loads(form["payload"][0])
+            text = form["payload"][0]
+            value = json.loads(text)
         elif "command" in form:
-            return {"type": "command", "command": form["command"][0]}
+            # A slash command: its form fields as Bolt reads them (the last of a repeated
+            # field), marked as a command so the handlers tell it from other bodies.
+            return {**{k: v[-1] for k, v in form.items()}, "type": "command"}
         else:
             raise ValueError("form body has no 'payload' field")
     else:
         value = json.loads(text)
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         raise ValueError("body is not a Slack event or interaction object")
-    check(value)
+    if text.count("{") + text.count("[") > MAX_DEPTH:
+        check_depth(value)  # fewer brackets than that cannot nest deeper: no walk needed
+    check_shape(value)
     return value
 
 

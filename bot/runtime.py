@@ -14,6 +14,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from wakeful.bot.config import Config, ConfigError
+from wakeful.bot.distribution import Distribution
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.bot.web_client import KeepAliveWebClient
 from wakeful.core.clock import Clock, ServerClock, wall_clock
@@ -29,12 +30,18 @@ log = logging.getLogger("wakeful")
 
 
 def build_runner(
-    config: Config, store: Store, client: WebClient | None, wake: Wakeup | None = None
+    config: Config,
+    store: Store,
+    client: WebClient | None,
+    distribution: Distribution | None = None,
+    wake: Wakeup | None = None,
 ) -> Runner:
     """The configured agent behind the worker, with the Slack edge's surfaces (bot/loading.py)."""
     from wakeful.bot.loading import build_runner as build
 
-    return build(config, store, client, wake_dispatcher=None if wake is None else wake.kick)
+    tokens = None if distribution is None else distribution.workspaces.token
+    kick = None if wake is None else wake.kick
+    return build(config, store, client, tokens=tokens, wake_dispatcher=kick)
 
 
 def identify(client: WebClient, api_url: str) -> dict[str, str]:
@@ -76,6 +83,8 @@ class Runtime:
     """Where every loop (and the front) of this process reads the time: on PostgreSQL the
     database server's clock (see core/clock.py), so hosts whose clocks disagree still agree
     on leases, backoffs and due times; on SQLite the host's, the only one there is."""
+    distribution: Distribution | None = None
+    """Distribution mode (bot/distribution.py): every call with its workspace's token."""
 
     def __post_init__(self) -> None:
         if self.clock is wall_clock and self.store.db.dialect == "postgres":
@@ -100,9 +109,13 @@ class Runtime:
         """This process's loops, wired so each kick wakes the one loop it is news for."""
         if self.config.bot_token:
             self.client = make_client(self.config.bot_token, self.config.api_url)
+        elif self.distribution is not None:
+            self.client = make_client("", self.config.api_url)  # the token goes with each call
         loops: list[Any] = []
         if "worker" in self.roles:
-            runner = build_runner(self.config, self.store, self.client, self.wake_dispatcher)
+            runner = build_runner(
+                self.config, self.store, self.client, self.distribution, self.wake_dispatcher
+            )
             loops.append(
                 Worker(
                     store=self.store,
@@ -128,11 +141,17 @@ class Runtime:
         if "dispatcher" in self.roles:
             if self.client is None:
                 raise ConfigError("SLACK_BOT_TOKEN is not set (the dispatcher posts to Slack)")
+            ws = None if self.distribution is None else self.distribution.workspaces
+            sender = (
+                SlackSender(self.client)
+                if ws is None
+                else SlackSender(self.client, tokens=ws.token, forget=ws.forget)
+            )
             loops.append(
                 Dispatcher(
                     store=self.store,
                     clock=self.clock,
-                    sender=SlackSender(self.client),
+                    sender=sender,
                     poll=self.poll,
                     wakeup=self.bell.subscribe(self.wake_dispatcher),
                 )

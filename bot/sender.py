@@ -12,6 +12,7 @@ transient / permanent failures.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -29,6 +30,7 @@ import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
 from wakeful.bot.web_client import KeepAliveWebClient
 from wakeful.core import kinds, metrics
 from wakeful.core.errors import PermanentSendError, TransientSendError
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.rules.outbox import Part
 
 log = logging.getLogger("wakeful.sender")
@@ -52,6 +54,9 @@ TRANSIENT_ERRORS = frozenset(
     }
 )
 LOOKBACK = 200
+TOKEN_ERRORS = frozenset({"token_expired", "invalid_auth", "token_revoked", "account_inactive"})
+"""Slack refused the token itself: in distribution mode its workspace is read again (a
+refreshed token is used; a workspace whose installation ended has its rows parked)."""
 
 
 def make_client(token: str, api_url: str, timeout: int = 10) -> KeepAliveWebClient:
@@ -70,8 +75,16 @@ class SlackSender:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         interval: float = PER_CHANNEL_INTERVAL,
+        tokens: Callable[[str | None], str] | None = None,
+        forget: Callable[[str | None], None] | None = None,
     ) -> None:
         self.client = client
+        self.tokens = tokens
+        """Distribution mode: the bot token of the workspace a part's inbox belongs to (the
+        installation's own; raising PermanentSendError when it has none, so the row is
+        parked with the reason). None: `client`'s one token for every call."""
+        self.forget = forget
+        """Told the team whose token Slack refused, so the next call reads it again."""
         self._sleep = sleep
         self._clock = clock
         self._interval = interval
@@ -83,30 +96,37 @@ class SlackSender:
         self._assistant_off: set[str] = set()
 
     def send(self, part: Part) -> str | None:
+        team = InboxId(part.inbox).team
         try:
+            client = self._client(team)
             if part.kind == "update":
-                return self._update(part)
+                return self._update(part, client)
             if part.kind == "ephemeral" and part.ref:
-                return self._respond(part)  # the answer to a command: its response_url first
+                return self._respond(part, client)  # a command's answer: its response_url first
             if part.kind == "ephemeral":
-                return self._ephemeral(part)
+                return self._ephemeral(part, client)
             if part.kind == "respond":
-                return self._respond(part)  # rows written before 0.2
+                return self._respond(part, client)  # rows written before 0.2
             if part.kind == "home":
-                return self._home(part)
+                return self._home(part, client)
             if part.kind in ("status", "prompts"):
-                return self._assistant(part)
+                return self._assistant(part, client)
             if part.retry:
-                found = self.find_posted(part)
+                found = self.find_posted(part, client)
                 if found is not None:
                     with self._lock:
                         self._turns.pop(part.part_id, None)
                     log.info("part %s already posted as %s; not posting again", part.part_id, found)
                     return found
-            return self._post(part)
+            return self._post(part, client)
         except SlackApiError as exc:
             failure = classify(exc)
             count_error(exc)
+            error = str(exc.response.get("error") or "") if hasattr(exc.response, "get") else ""
+            if self.forget is not None and error in TOKEN_ERRORS:
+                self.forget(team)  # read the installation again: refreshed, or gone
+                if error == "token_expired":
+                    raise TransientSendError("token_expired", retry_after=1) from exc
             raise failure from exc
         except (
             urllib.error.URLError,
@@ -117,6 +137,20 @@ class SlackSender:
         ) as exc:
             metrics.SLACK_ERRORS.labels(_METHODS.get(part.kind, "unknown"), "network").inc()
             raise TransientSendError(f"network: {exc}", retry_after=5) from exc
+
+    def workspace_of(self, part: Part) -> str:
+        """Whose Web API limits a part counts against (the dispatcher pauses by it): its
+        workspace in distribution mode, else one for all."""
+        if self.tokens is None:
+            return ""
+        return InboxId(part.inbox).team or "-"
+
+    def _client(self, team: str | None) -> Any:
+        """The client a part's calls go through: the one client, or (distribution mode) the
+        same client with the token of the part's workspace on every call."""
+        if self.tokens is None:
+            return self.client
+        return _WithToken(self.client, self.tokens(team))
 
     def reserve(self, part: Part) -> float:
         """Take `part`'s turn in its channel's pace and return the seconds until it comes (0:
@@ -149,30 +183,30 @@ class SlackSender:
         if at > now:
             self._sleep(at - now)
 
-    def _post(self, part: Part) -> str | None:
+    def _post(self, part: Part, client: Any) -> str | None:
         self._pace(part)
         metadata = {
             "event_type": EVENT_TYPE,
             "event_payload": {"dispatch_id": part.dispatch_id, "part_id": part.part_id},
         }
-        response = self.client.chat_postMessage(**_content(part, threaded=True), metadata=metadata)
+        response = client.chat_postMessage(**_content(part, threaded=True), metadata=metadata)
         ts = response.get("ts")
         return None if ts is None else str(ts)
 
-    def _update(self, part: Part) -> str | None:
+    def _update(self, part: Part, client: Any) -> str | None:
         if not part.target_ts:
             raise PermanentSendError("an update needs the posted prompt's ts")
-        self.client.chat_update(**_content(part, threaded=False), ts=part.target_ts)
+        client.chat_update(**_content(part, threaded=False), ts=part.target_ts)
         return part.target_ts
 
-    def _ephemeral(self, part: Part) -> str | None:
+    def _ephemeral(self, part: Part, client: Any) -> str | None:
         if not part.user:
             raise PermanentSendError("an ephemeral needs the user who sees it")
-        response = self.client.chat_postEphemeral(**_content(part, threaded=True), user=part.user)
+        response = client.chat_postEphemeral(**_content(part, threaded=True), user=part.user)
         ts = response.get("message_ts")
         return None if ts is None else str(ts)
 
-    def _respond(self, part: Part) -> str | None:
+    def _respond(self, part: Part, client: Any) -> str | None:
         """A slash command's answer, to the caller alone: through its response_url while that
         works (Slack honours it 5 times within 30 minutes), else chat.postEphemeral."""
         if part.ref:
@@ -185,17 +219,17 @@ class SlackSender:
                 log.info("response_url answered %s; posting ephemerally", answer.status_code)
             except (urllib.error.URLError, OSError, HTTPException) as exc:
                 log.info("response_url failed (%s); posting ephemerally", exc)
-        return self._ephemeral(part)
+        return self._ephemeral(part, client)
 
-    def _home(self, part: Part) -> str | None:
+    def _home(self, part: Part, client: Any) -> str | None:
         """Publish a person's Home tab (only the latest view of a batch reaches here)."""
         if not part.user:
             raise PermanentSendError("a Home view needs the user it belongs to")
         view = {"type": "home", "blocks": part.blocks or []}
-        self.client.views_publish(user_id=part.user, view=view)
+        client.views_publish(user_id=part.user, view=view)
         return None
 
-    def _assistant(self, part: Part) -> str | None:
+    def _assistant(self, part: Part, client: Any) -> str | None:
         """A conversation's "is thinking…" status (its loading messages in `blocks`) or the
         suggested prompts of the Messages tab (no thread) or an assistant thread. An app or a
         conversation that may not have them answers with a refusal: logged once, and the part
@@ -203,14 +237,14 @@ class SlackSender:
         try:
             if part.kind == "status":
                 loading = [str(b["loading"]) for b in part.blocks or [] if b.get("loading")]
-                self.client.assistant_threads_setStatus(
+                client.assistant_threads_setStatus(
                     channel_id=part.channel,
                     thread_ts=part.thread_ts,
                     status=part.text,
                     loading_messages=loading or None,
                 )
             else:
-                self.client.assistant_threads_setSuggestedPrompts(
+                client.assistant_threads_setSuggestedPrompts(
                     channel_id=part.channel,
                     thread_ts=part.thread_ts or None,
                     title=part.text,
@@ -228,8 +262,9 @@ class SlackSender:
                 )
         return None
 
-    def find_posted(self, part: Part) -> str | None:
+    def find_posted(self, part: Part, client: Any = None) -> str | None:
         """The ts of a message already carrying this part's id, among the recent ones."""
+        client = self._client(InboxId(part.inbox).team) if client is None else client
         seen = 0
         cursor: str | None = None
         while seen < LOOKBACK:
@@ -241,9 +276,9 @@ class SlackSender:
             if cursor:
                 kwargs["cursor"] = cursor
             if part.thread_ts:
-                response = self.client.conversations_replies(ts=part.thread_ts, **kwargs)
+                response = client.conversations_replies(ts=part.thread_ts, **kwargs)
             else:
-                response = self.client.conversations_history(**kwargs)
+                response = client.conversations_history(**kwargs)
             messages = response.get("messages") or []
             for message in messages:
                 meta = message.get("metadata") or {}
@@ -255,6 +290,19 @@ class SlackSender:
             if not cursor or not messages:
                 return None
         return None
+
+
+class _WithToken:
+    """A WebClient whose every call carries one workspace's token (slack_sdk takes `token`
+    per call), so one client and its kept connections serve every workspace."""
+
+    def __init__(self, client: WebClient, token: str) -> None:
+        self._client = client
+        self._token = token
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+        return functools.partial(method, token=self._token)
 
 
 def _content(part: Part, threaded: bool) -> dict[str, Any]:

@@ -62,7 +62,7 @@ class Setup:
     time_zone: Callable[[str], Zone] = _utc
     """A person's time zone from Slack, cached and never slow (see Zone)."""
     env: Mapping[str, str] = field(default_factory=dict)
-    """The process environment without Slack's secrets: your agent's own settings."""
+    """The process environment without wakeful's secrets: your agent's own settings."""
 
 
 __all__ = ["Agent", "AgentSettings", "Run", "RunHook", "Setup", "Steps", "Tool", "Zone"]

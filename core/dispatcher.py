@@ -36,6 +36,9 @@ class Sender(Protocol):
     `reserve(part) -> float`: take the part's turn and return the seconds until it comes, so
     the running dispatcher waits for the turn without holding a send thread; `send(part)`
     then posts at that turn instead of taking a new one.
+
+    A sender that posts in many workspaces may offer `workspace_of(part) -> str`: a rate
+    limit then pauses only the sends of the part's workspace.
     """
 
     def send(self, part: Part) -> str | None: ...
@@ -65,8 +68,9 @@ class Dispatcher(Loop):
     parts of one batch in order. Before each part the claim's deadline is renewed, fenced: a
     dispatcher that lost its claim (it stalled past `send_timeout` and another one took the
     batch over) stops before posting anything more of it. A rate-limit answer pauses every
-    send until its Retry-After has passed: Slack's limits are per app, so pushing on in other
-    conversations would only earn more 429s.
+    send of its workspace until its Retry-After has passed: Slack's limits are per workspace,
+    so pushing on in its other conversations would only earn more 429s, while another
+    workspace's replies go on.
     """
 
     sender: Sender
@@ -75,7 +79,9 @@ class Dispatcher(Loop):
     holds none."""
 
     def __post_init__(self) -> None:
-        self._paused_until = 0
+        self._paused: dict[str, int] = {}
+        """Until when sends are paused, by workspace (the sender's `workspace_of`; one key,
+        "", when it serves one workspace)."""
         self._pause_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Condition()
@@ -200,7 +206,7 @@ class Dispatcher(Loop):
         Called alone (tests that drive the clock by hand, one-shot drains) it is a whole pass,
         waited for: it claims what is due, sends it and returns the parts sent; every send it
         started ends before it returns, even when one of them fails."""
-        if now < self._paused_until:
+        if now < self._paused.get("", 0):
             return 0
         if self._running:
             return self._launch(now)
@@ -239,14 +245,22 @@ class Dispatcher(Loop):
             self._release(flight)
         return True
 
+    def _workspace(self, part: Part) -> str:
+        """Whose limits a part's call counts against: the sender's `workspace_of(part)` when
+        it serves many workspaces (Slack's limits are per workspace), else one key for all."""
+        workspace_of = getattr(self.sender, "workspace_of", None)
+        return "" if workspace_of is None else str(workspace_of(part))
+
     def _reserve(self, part: Part) -> float:
         reserve = getattr(self.sender, "reserve", None)
         return 0.0 if reserve is None else float(reserve(part))
 
     def _send(self, flight: _Flight, part: Part) -> bool:
         """Send one part and record the outcome; False when the batch must stop here."""
-        if self.clock() < self._paused_until:
-            self._defer(flight, self._paused_until, "paused: rate limited")
+        key = self._workspace(part)
+        paused = self._paused.get(key, 0)
+        if self.clock() < paused:
+            self._defer(flight, paused, "paused: rate limited")
             return False
         if not self._renew(flight):
             log.info(
@@ -266,7 +280,7 @@ class Dispatcher(Loop):
             until = self.clock() + max(1, exc.retry_after) + (1 if exc.retry_after else 0)
             if exc.retry_after:
                 with self._pause_lock:
-                    self._paused_until = max(self._paused_until, until)
+                    self._paused[key] = max(self._paused.get(key, 0), until)
                 metrics.PAUSES.inc()
                 metrics.PAUSED_SECONDS.inc(exc.retry_after)
             self._defer(flight, until, str(exc))

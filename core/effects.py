@@ -21,13 +21,13 @@ _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 class Message:
     """One outbound message.
 
-    `post` rows are paced per (channel, thread) and merged; `update` rewrites the prompt of the
-    approval named in `ref`; `ephemeral` shows only to `user`. Updates and ephemerals answer a
-    person's own click, so they are never held by the gap. A `digest` is a paced post whose
-    `facts` (core/rules/digest.py) let held digests merge into one. `respond` answers a slash
-    command (`ref` is its response_url, `user` who ran it); `home` is `user`'s App Home view
-    (`blocks`); `status` and `prompts` set an assistant thread's status text and suggested
-    prompts (`blocks` holds the prompts).
+    Its `kind` (core/kinds.py) says how it is held and sent: `post` rows are paced per
+    (channel, thread) and merged; `update` rewrites the prompt of the approval named in `ref`;
+    `ephemeral` shows only to `user` (`ref`, when set, is where a command's answer goes).
+    Updates and ephemerals answer a person at once, so they are never held by the gap. A
+    `digest` is a paced post whose `facts` (core/rules/digest.py) let held digests merge into
+    one. The edge that sends registers kinds of its own (surfaces), which the engine carries
+    without naming them.
     """
 
     channel: str

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from wakeful.core import kinds
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.kinds import Kind
 from wakeful.core.records import OutboxRow
 
@@ -38,6 +39,8 @@ class Part:
     """False for all but the last chunk of a cut row: its rows are marked sent with the last."""
     target_ts: str | None = None
     """For an update: the posted prompt's message id, resolved just before sending."""
+    inbox: str = ""
+    """The inbox of the part's (first) row: whose workspace the call is made in."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,9 @@ def _joins(group: list[OutboxRow], row: OutboxRow) -> bool:
     last = group[-1]
     if row.kind != last.kind:
         return False
+    teams = (InboxId(row.inbox).team, InboxId(last.inbox).team)
+    if None not in teams and teams[0] != teams[1]:
+        return False  # one call is made with one workspace's token (a shared channel)
     kind = _kind(row.kind)
     if kind.merge is not None:
         return row.user == last.user
@@ -218,4 +224,5 @@ def _part(
         ref=first.ref,
         user=first.user,
         retry=retry,
+        inbox=first.inbox,
     )

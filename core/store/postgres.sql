@@ -63,15 +63,22 @@ ORDER BY id;
 SELECT COUNT(*) AS n FROM events WHERE %(status)s::text IS NULL OR status = %(status)s::text;
 
 -- name: ready_inboxes
--- Inboxes with claimable work and no live lease, oldest work first; `top` is the newest
--- event id stored (the same on every row).
-SELECT e.inbox, MIN(e.id) AS first, (SELECT MAX(id) FROM events) AS top
-FROM events e
-WHERE e.status IN ('pending', 'running')
-  AND (e.status = 'running' OR e.not_before <= %(now)s)
-  AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.inbox = e.inbox AND l.expires_at > %(now)s)
-GROUP BY e.inbox
-ORDER BY first
+-- Inboxes with claimable work and no live lease, oldest work first, the workspaces taking
+-- turns (the oldest inbox of each, then the next of each: one workspace's flood does not
+-- push another's inboxes past the limit); `top` is the newest event id stored (the same on
+-- every row).
+SELECT inbox, first, top FROM (
+    SELECT e.inbox, MIN(e.id) AS first, (SELECT MAX(id) FROM events) AS top,
+           ROW_NUMBER() OVER (
+               PARTITION BY substr(e.inbox, 1, strpos(e.inbox, ':')) ORDER BY MIN(e.id)
+           ) AS turn
+    FROM events e
+    WHERE e.status IN ('pending', 'running')
+      AND (e.status = 'running' OR e.not_before <= %(now)s)
+      AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.inbox = e.inbox AND l.expires_at > %(now)s)
+    GROUP BY e.inbox
+) ready
+ORDER BY turn, first
 LIMIT %(limit)s;
 
 -- name: get_lease_for_update
@@ -215,14 +222,22 @@ VALUES (%(inbox)s, %(kind)s, %(channel)s, %(thread_ts)s, %(text)s, %(blocks)s, %
         %(facts)s, %(now)s);
 
 -- name: open_destinations
--- Destinations with pending or sending rows, oldest first, but none with a batch still in
--- flight (its deadline not passed): those have nothing to claim yet.
-SELECT channel, thread_ts, MIN(id) AS first
-FROM outbox
-WHERE status IN ('pending', 'sending')
-GROUP BY channel, thread_ts
-HAVING MAX(CASE WHEN status = 'sending' AND in_flight_until > %(now)s THEN 1 ELSE 0 END) = 0
-ORDER BY first
+-- Destinations with pending or sending rows, oldest first, the workspaces (of their rows'
+-- inboxes) taking turns, but none with a batch still in flight (its deadline not passed):
+-- those have nothing to claim yet.
+SELECT channel, thread_ts, first FROM (
+    SELECT channel, thread_ts, first,
+           ROW_NUMBER() OVER (PARTITION BY workspace ORDER BY first) AS turn
+    FROM (
+        SELECT channel, thread_ts, MIN(id) AS first,
+               substr(MIN(inbox), 1, strpos(MIN(inbox), ':')) AS workspace
+        FROM outbox
+        WHERE status IN ('pending', 'sending')
+        GROUP BY channel, thread_ts
+        HAVING MAX(CASE WHEN status = 'sending' AND in_flight_until > %(now)s THEN 1 ELSE 0 END) = 0
+    ) open_now
+) turns
+ORDER BY turn, first
 LIMIT %(limit)s;
 
 -- name: open_rows
@@ -722,3 +737,106 @@ ON CONFLICT (inbox) DO UPDATE SET opened_at = excluded.opened_at;
 -- name: home_opened
 -- Whether a person ever opened their Home tab (by primary key).
 SELECT opened_at FROM app_homes WHERE inbox = %(inbox)s;
+
+-- name: save_installation
+-- Store a workspace's installation as active, or replace it (a re-install); its version.
+INSERT INTO installations (workspace, enterprise_id, team_id, org_wide, profile, secrets,
+                           expires_at, version, status, reason, installed_at, updated_at)
+VALUES (%(workspace)s, %(enterprise_id)s, %(team_id)s, %(org_wide)s, %(profile)s, %(secrets)s, %(expires_at)s, 1,
+        'active', NULL, %(now)s, %(now)s)
+ON CONFLICT (workspace) DO UPDATE SET
+    enterprise_id = excluded.enterprise_id, team_id = excluded.team_id,
+    org_wide = excluded.org_wide, profile = excluded.profile, secrets = excluded.secrets,
+    expires_at = excluded.expires_at, version = installations.version + 1, status = 'active',
+    reason = NULL, installed_at = excluded.installed_at, updated_at = excluded.updated_at
+RETURNING version;
+
+-- name: get_installation
+-- One workspace's installation, any status.
+SELECT * FROM installations WHERE workspace = %(workspace)s;
+
+-- name: team_installation
+-- The org-wide installation a team was seen under.
+SELECT i.* FROM installation_teams t JOIN installations i ON i.workspace = t.workspace
+WHERE t.team_id = %(team_id)s;
+
+-- name: list_installations
+-- Every installation, by workspace.
+SELECT * FROM installations ORDER BY workspace;
+
+-- name: count_installations
+-- How many workspaces have the app installed now.
+SELECT COUNT(*) AS n FROM installations WHERE status = 'active';
+
+-- name: note_team
+-- Record the org-wide installation a team belongs to.
+INSERT INTO installation_teams (team_id, workspace) VALUES (%(team_id)s, %(workspace)s)
+ON CONFLICT (team_id) DO UPDATE SET workspace = excluded.workspace;
+
+-- name: workspace_teams
+-- The teams seen under an org-wide installation.
+SELECT team_id FROM installation_teams WHERE workspace = %(workspace)s ORDER BY team_id;
+
+-- name: refresh_secrets
+-- Refreshed tokens, written only over the version they were refreshed from (the fence of a
+-- refresh: a second refresher finds the version moved and writes nothing).
+UPDATE installations
+SET secrets = %(secrets)s, profile = %(profile)s, expires_at = %(expires_at)s, version = version + 1,
+    updated_at = %(now)s
+WHERE workspace = %(workspace)s AND version = %(version)s AND status = 'active';
+
+-- name: end_installation
+-- Tokens revoked or the app uninstalled: the tokens go, the status and reason stay (an
+-- uninstall stands over a revocation, whichever came first); a notice older than the
+-- installation (Slack retrying one from before a re-install) changes nothing.
+UPDATE installations
+SET status = CASE WHEN status = 'uninstalled' THEN 'uninstalled' ELSE %(status)s END,
+    reason = CASE WHEN status = 'uninstalled' AND %(status)s = 'revoked' THEN reason
+                  ELSE %(reason)s END,
+    secrets = %(secrets)s, expires_at = NULL, version = version + 1, updated_at = %(now)s
+WHERE workspace = %(workspace)s AND installed_at <= %(issued_at)s;
+
+-- name: park_workspace_outbox
+-- An ended workspace's rows still waiting: parked with the reason, for the operator.
+UPDATE outbox SET status = 'failed', error = %(error)s
+WHERE status IN ('pending', 'sending') AND substr(inbox, 1, CAST(%(n)s AS INTEGER)) = %(prefix)s;
+
+-- name: cancel_workspace_timers
+-- An ended workspace's timers, but not its approvals' expiries (no approval stays open).
+DELETE FROM timers
+WHERE substr(inbox, 1, CAST(%(n)s AS INTEGER)) = %(prefix)s
+  AND substr(id, LENGTH(inbox) + 2, 9) <> 'approval:';
+
+-- name: workspace_inboxes
+-- The inboxes of a team that have work, a session, a timer or an open approval.
+SELECT inbox FROM events
+WHERE status IN ('pending', 'running') AND substr(inbox, 1, CAST(%(n)s AS INTEGER)) = %(prefix)s
+UNION SELECT inbox FROM sessions WHERE substr(inbox, 1, CAST(%(n)s AS INTEGER)) = %(prefix)s
+UNION SELECT inbox FROM timers WHERE substr(inbox, 1, CAST(%(n)s AS INTEGER)) = %(prefix)s
+UNION SELECT inbox FROM approvals
+WHERE answer IS NULL AND substr(inbox, 1, CAST(%(n)s AS INTEGER)) = %(prefix)s;
+
+-- name: set_inbox_aside
+-- Hold an inbox of an ended workspace: a lease of its own that lapses only on re-install
+-- (a run in flight there loses its lease, so its finish writes nothing).
+INSERT INTO leases (inbox, holder, gen, expires_at, seq)
+VALUES (%(inbox)s, %(holder)s, 1, %(until)s, 1)
+ON CONFLICT (inbox) DO UPDATE SET
+    holder = excluded.holder, gen = leases.gen + 1, expires_at = excluded.expires_at,
+    seq = leases.seq + 1;
+
+-- name: resume_workspace
+-- A workspace installed again: the leases that held its inboxes lapse now.
+UPDATE leases SET expires_at = %(now)s WHERE holder = %(holder)s AND expires_at > %(now)s;
+
+-- name: insert_oauth_state
+-- An OAuth state value handed out, until its expiry.
+INSERT INTO oauth_states (state, expires_at) VALUES (%(state)s, %(expires_at)s);
+
+-- name: consume_oauth_state
+-- Take a state value once: deleted as it is read, found only before its expiry.
+DELETE FROM oauth_states WHERE state = %(state)s AND expires_at > %(now)s RETURNING state;
+
+-- name: prune_oauth_states
+-- Drop the state values whose time is over.
+DELETE FROM oauth_states WHERE expires_at <= %(now)s;

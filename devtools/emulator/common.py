@@ -32,6 +32,8 @@ class Call:
     at: float
     response: dict[str, Any]
     status: int
+    team: str | None = None
+    """The workspace whose token the call carried (None: no valid token)."""
 
 
 @dataclass(frozen=True)

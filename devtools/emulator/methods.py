@@ -18,6 +18,7 @@ from wakeful.devtools.emulator.common import (
     _tz_offset,
     _window,
 )
+from wakeful.devtools.emulator.oauth import Workspace
 
 MAX_LOADING_MESSAGES = 10
 """Loading messages one `assistant.threads.setStatus` may carry (Slack's method page)."""
@@ -45,6 +46,9 @@ class WebApi:
     bot_id: str
     team_id: str
     auto_channels: bool
+    _me: Workspace
+    """The workspace (and bot) whose token the call being answered carries."""
+    _token: str
 
     def _next_ts(self) -> str:
         self._last_us = max(int(self._clock() * 1_000_000), self._last_us + 1)
@@ -67,10 +71,11 @@ class WebApi:
             "url": "https://emulator.slack.test/",
             "team": "Emulator",
             "user": "wakeful",
-            "team_id": self.team_id,
-            "user_id": self.bot_user_id,
-            "bot_id": self.bot_id,
-            "is_enterprise_install": False,
+            "team_id": self._me.team_id,
+            "user_id": self._me.bot_user_id,
+            "bot_id": self._me.bot_id,
+            "enterprise_id": self._me.enterprise_id,
+            "is_enterprise_install": self._me.org_wide,
         }
 
     def _post_message(self, params: JsonDict) -> JsonDict:
@@ -82,9 +87,9 @@ class WebApi:
         ts = self._next_ts()
         msg: JsonDict = {
             "type": "message",
-            "user": self.bot_user_id,
-            "bot_id": self.bot_id,
-            "team": self.team_id,
+            "user": self._me.bot_user_id,
+            "bot_id": self._me.bot_id,
+            "team": self._me.team_id,
             "text": text or "",
             "ts": ts,
         }
@@ -112,14 +117,14 @@ class WebApi:
         msg = next((m for m in msgs if m["ts"] == params.get("ts")), None)
         if msg is None:
             raise _SlackError("message_not_found")
-        if msg.get("user") != self.bot_user_id:
+        if msg.get("user") != self._me.bot_user_id:
             raise _SlackError("cant_update_message")
         for name in ("blocks", "metadata", "attachments"):
             if params.get(name) is not None:
                 msg[name] = _json_field(params, name)
         if params.get("text") is not None:
             msg["text"] = params["text"]
-        msg["edited"] = {"user": self.bot_user_id, "ts": self._next_ts()}
+        msg["edited"] = {"user": self._me.bot_user_id, "ts": self._next_ts()}
         return {
             "channel": channel,
             "ts": msg["ts"],
@@ -258,14 +263,14 @@ class WebApi:
     def _users_info(self, params: JsonDict) -> JsonDict:
         uid = str(params.get("user") or "")
         info = self._users.get(uid)
-        if info is None and uid == self.bot_user_id:
+        if info is None and uid == self._me.bot_user_id:
             info = {"is_bot": True, "name": "wakeful"}
         if info is None:
             raise _SlackError("user_not_found")
         tz = str(info.get("tz", "UTC"))
         user: JsonDict = {
             "id": uid,
-            "team_id": self.team_id,
+            "team_id": self._me.team_id,
             "name": uid.lower(),
             "deleted": False,
             "tz": tz,

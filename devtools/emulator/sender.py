@@ -380,6 +380,32 @@ class EventSender:
         body = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
         return self.raw(body, {"Content-Type": "application/x-www-form-urlencoded"})
 
+    def tokens_revoked(
+        self, bot: tuple[str, ...] | None = None, oauth: tuple[str, ...] = (), **kw: Any
+    ) -> Reply:
+        """``tokens_revoked`` (Slack's Events API reference: ``tokens`` lists the user ids
+        whose ``oauth`` (user) and ``bot`` tokens were revoked); by default the bot's."""
+        bots = [self.bot_user_id] if bot is None else list(bot)
+        event = {"type": "tokens_revoked", "tokens": {"oauth": list(oauth), "bot": bots}}
+        return self.event(event, **kw)
+
+    def app_uninstalled(self, **kw: Any) -> Reply:
+        """``app_uninstalled``: the workspace removed the app (its tokens are gone too)."""
+        return self.event({"type": "app_uninstalled"}, **kw)
+
+    def app_rate_limited(self, minute: int | None = None) -> Reply:
+        """``app_rate_limited`` as Slack documents it: not an ``event_callback``, a body of
+        its own naming the team and the minute its events began to be held back."""
+        now = int(self.clock())
+        body = {
+            "token": "emulator-verification-token",
+            "type": "app_rate_limited",
+            "team_id": self.team_id,
+            "minute_rate_limited": minute if minute is not None else now - now % 60,
+            "api_app_id": self.api_app_id,
+        }
+        return self.raw(json.dumps(body).encode(), {"Content-Type": "application/json"})
+
     def url_verification(self, challenge: str) -> Reply:
         body = {
             "token": "emulator-verification-token",

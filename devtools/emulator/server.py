@@ -101,6 +101,9 @@ class _Handler(BaseHTTPRequestHandler):
             status, text, extra, delay = emu._response_url(key, body, headers)
             emu._pause(delay)
             self._send(status, text.encode(), "text/plain; charset=utf-8", extra)
+        elif path == "/oauth/v2/authorize":
+            status, text, extra = emu.authorize_page(params)
+            self._send(status, text.encode(), "text/plain; charset=utf-8", extra)
         elif path.startswith("/_emulator/"):
             self._admin(path[len("/_emulator/") :], params)
         else:

@@ -4,6 +4,7 @@ and its records."""
 from __future__ import annotations
 
 import copy
+import itertools
 import threading
 import time
 import urllib.error
@@ -25,10 +26,11 @@ from wakeful.devtools.emulator.common import (
     log,
 )
 from wakeful.devtools.emulator.methods import WebApi
+from wakeful.devtools.emulator.oauth import Grant, OAuthApi, OAuthState, Workspace
 from wakeful.devtools.emulator.server import _Server
 
 
-class SlackEmulator(WebApi):
+class SlackEmulator(WebApi, OAuthApi):
     """An in-process Slack Web API on ``127.0.0.1`` that records calls and injects faults.
 
     All state sits behind one re-entrant condition so :meth:`wait_for` predicates can call
@@ -49,8 +51,18 @@ class SlackEmulator(WebApi):
         on_call: Callable[[Call], None] | None = None,
         clock: Callable[[], float] = time.time,
         scopes: Sequence[str] | None = None,
+        client_id: str = "CEMULATOR.1",
+        client_secret: str = "emulator-client-secret",
+        rotation: bool = False,
+        token_ttl: int = 43_200,
     ) -> None:
         self.bot_token = bot_token
+        self.client_id = client_id
+        self.client_secret = client_secret
+        self.rotation = rotation
+        """Token rotation on: tokens from oauth.v2.access expire after `token_ttl` seconds
+        and come with a single-use refresh token."""
+        self.token_ttl = token_ttl
         self.scopes: list[str] = list(_manifest_scopes() if scopes is None else scopes)
         """What the token was granted, sent as `x-oauth-scopes` on every Web API answer as
         Slack does (default: the scopes manifest.yml asks for)."""
@@ -73,8 +85,17 @@ class SlackEmulator(WebApi):
         self._ephemerals: list[JsonDict] = []
         self._responses: dict[str, list[Any]] = {}
         self._faults: dict[str, deque[_Fault]] = {}
+        default = Workspace(team_id, bot_user_id, bot_id, name="Emulator", installed=True)
+        self._workspaces: dict[str, Workspace] = {team_id: default}
+        self._oauth = OAuthState()
+        self._oauth.grants[bot_token] = Grant(default, "bot")
+        self._serial = itertools.count(1)
+        self._me = default
+        self._token = ""
         self._methods: dict[str, Callable[[JsonDict], JsonDict]] = {
             "auth.test": self._auth_test,
+            "oauth.v2.access": lambda p: p,  # answered by _oauth_v2_access (client auth)
+            "auth.revoke": lambda p: self._auth_revoke(p, self._token),
             "chat.postMessage": self._post_message,
             "chat.update": self._update,
             "chat.postEphemeral": self._post_ephemeral,
@@ -281,30 +302,38 @@ class SlackEmulator(WebApi):
         status, delay = 200, None
         extra: dict[str, str] = {}
         handler = self._methods.get(method)
-        token = (auth or "").removeprefix("Bearer ").strip() or str(params.get("token") or "")
-        if handler is None:
-            response: JsonDict = {"ok": False, "error": "unknown_method"}
-        elif token != self.bot_token:
-            response = {"ok": False, "error": "invalid_auth"}
-        elif not body_ok:
-            response = {"ok": False, "error": "invalid_json"}
-        elif (refusal := checks.missing_scope(method, self.scopes)) is not None:
-            response = refusal
-        elif (code := checks.content_error(method, params)) is not None:
-            response = {"ok": False, "error": code}
-        else:
-            with self._cond:
+        bearer = auth if auth and not auth.startswith("Basic ") else ""
+        token = bearer.removeprefix("Bearer ").strip() or str(params.get("token") or "")
+        team: str | None = None
+        with self._cond:
+            caller = self._caller(token) if method != "oauth.v2.access" else self._me
+            if handler is None:
+                response: JsonDict = {"ok": False, "error": "unknown_method"}
+            elif isinstance(caller, str):
+                response = {"ok": False, "error": caller}
+            elif not body_ok:
+                response = {"ok": False, "error": "invalid_json"}
+            elif (refusal := checks.missing_scope(method, self.scopes)) is not None:
+                response = refusal
+            elif (code := checks.content_error(method, params)) is not None:
+                response = {"ok": False, "error": code}
+            else:
+                team = caller.key if method != "oauth.v2.access" else None
                 queue = self._faults.get(method)
                 fault = queue.popleft() if queue else None
                 if fault is not None and fault.fails:
                     status, response, extra = fault.answer()
                 else:
+                    self._me, self._token = caller, token
                     try:
-                        response = {"ok": True, **handler(params)}
+                        if method == "oauth.v2.access":
+                            response = {"ok": True, **self._oauth_v2_access(params, auth)}
+                        else:
+                            response = {"ok": True, **handler(params)}
                     except _SlackError as e:
                         response = {"ok": False, "error": e.code}
-            delay = fault.delay if fault is not None else None
-        self._record(Call(method, params, headers, at, response, status))
+                delay = fault.delay if fault is not None else None
+        self._record(Call(method, params, headers, at, response, status, team))
         return status, response, extra, delay
 
     def _response_url(

@@ -16,20 +16,13 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.test_slack_app import (
-    APP_SETTINGS,
     BATCH_WINDOW,
-    BOT_USER,
-    TEAM,
-    TOKEN,
     Wakeful,
     dm,
     inbox,
-    launch,
-    pg_schema_url,
-    shut_down,
+    serving,
 )
 from wakeful.core.effects import Message
-from wakeful.devtools.emulator import SlackEmulator
 
 FLOOD_ROWS = 500
 VICTIM_BOUND = 2.0
@@ -46,20 +39,8 @@ PATIENCE = 30.0
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
 def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Wakeful]:
     """A `wakeful serve` of the test's own: a flood it starts must not outlive it."""
-    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
-        if request.param == "sqlite":
-            running = launch(tmp_path, emu, str(tmp_path / "wakeful.db"), APP_SETTINGS)
-            try:
-                yield running
-            finally:
-                shut_down(running)
-            return
-        with pg_schema_url() as url:
-            running = launch(tmp_path, emu, url, APP_SETTINGS, backend="postgres")
-            try:
-                yield running
-            finally:
-                shut_down(running)
+    with serving(request.param, tmp_path) as running:
+        yield running
 
 
 def first_post_at(app: Wakeful, channel: str, needle: str) -> float | None:

@@ -17,16 +17,10 @@ import pytest
 
 from tests.acceptance.test_slack_app import (
     APP_SETTINGS,
-    BOT_USER,
-    TEAM,
-    TOKEN,
     Wakeful,
     dm,
-    launch,
-    pg_schema_url,
-    shut_down,
+    serving,
 )
-from wakeful.devtools.emulator import SlackEmulator
 from wakeful.devtools.webhooks import WebhookSender, github_payload
 
 GITHUB_SECRET = "isolation-github-secret"
@@ -55,21 +49,8 @@ def app(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Wakeful]:
     tmp = tmp_path_factory.mktemp(f"isolation-{request.param}")
-    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
-        emu.add_channel(OPS)
-        if request.param == "sqlite":
-            running = launch(tmp, emu, str(tmp / "wakeful.db"), SETTINGS)
-            try:
-                yield running
-            finally:
-                shut_down(running)
-            return
-        with pg_schema_url() as url:
-            running = launch(tmp, emu, url, SETTINGS, backend="postgres")
-            try:
-                yield running
-            finally:
-                shut_down(running)
+    with serving(request.param, tmp, SETTINGS, channels=(OPS,)) as running:
+        yield running
 
 
 def posted(app: Wakeful, channel: str) -> list[dict[str, Any]]:

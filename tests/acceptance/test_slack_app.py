@@ -11,6 +11,7 @@ Tests that need other processes (config errors, loops split over four processes)
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import itertools
 import json
@@ -232,6 +233,30 @@ def pg_schema_url() -> Iterator[str]:
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@contextmanager
+def serving(
+    backend: str,
+    tmp: Path,
+    settings: Mapping[str, str] | None = None,
+    channels: Sequence[str] = (),
+) -> Iterator[Wakeful]:
+    """`wakeful serve` on `backend` (sqlite: a file in `tmp`; postgres: a fresh schema) with
+    an emulator of its own (and `channels` added to it), shut down cleanly afterwards."""
+    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
+        for channel in channels:
+            emu.add_channel(channel)
+        with contextlib.ExitStack() as stack:
+            if backend == "sqlite":
+                db = str(tmp / "wakeful.db")
+            else:
+                db = stack.enter_context(pg_schema_url())
+            running = launch(tmp, emu, db, settings or APP_SETTINGS, backend=backend)
+            try:
+                yield running
+            finally:
+                shut_down(running)
 
 
 # -- small helpers -----------------------------------------------------------------------------

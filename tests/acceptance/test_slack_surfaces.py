@@ -13,21 +13,16 @@ from collections.abc import Iterator
 import pytest
 
 from tests.acceptance.test_slack_app import (
-    APP_SETTINGS,
     BOT_USER,
     QUIET,
     TEAM,
-    TOKEN,
     Wakeful,
     eventually,
     inbox,
-    launch,
     message_at,
-    pg_schema_url,
-    shut_down,
+    serving,
     wait_prompt,
 )
-from wakeful.devtools.emulator import SlackEmulator
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
@@ -35,21 +30,8 @@ def surfaces(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Wakeful]:
     """`wakeful serve` on each backend, with the emulator it posts to."""
-    tmp = tmp_path_factory.mktemp(f"surfaces-{request.param}")
-    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
-        if request.param == "sqlite":
-            running = launch(tmp, emu, str(tmp / "wakeful.db"), APP_SETTINGS)
-            try:
-                yield running
-            finally:
-                shut_down(running)
-            return
-        with pg_schema_url() as url:
-            running = launch(tmp, emu, url, APP_SETTINGS, backend="postgres")
-            try:
-                yield running
-            finally:
-                shut_down(running)
+    with serving(request.param, tmp_path_factory.mktemp(f"surfaces-{request.param}")) as app:
+        yield app
 
 
 def replies(app: Wakeful, channel: str, thread: str, needle: str = "") -> list[str]:

@@ -182,10 +182,20 @@ def test_a_factory_gets_a_setup_with_no_way_to_write(make_store: MakeStore) -> N
         return Refunds()
 
     config = Config.from_env({"WAKEFUL_APPROVERS": "U0BOSS"})
-    build_runner(config, store, None, factory=factory, env={"OWN": "1", "SLACK_BOT_TOKEN": "x"})
+    env = {
+        "OWN": "1",
+        "SLACK_BOT_TOKEN": "xoxb-1",
+        "SLACK_SIGNING_SECRET": "s",
+        "WAKEFUL_DB": "postgresql://u:pw@db/x",
+        "WAKEFUL_GITHUB_WEBHOOK_SECRET": "gh",
+        "WAKEFUL_WEBHOOKS": "ci=secret",
+        "WAKEFUL_TOKEN_KEY": "k",
+        "ANTHROPIC_API_KEY": "sk-ant-1",
+    }
+    build_runner(config, store, None, factory=factory, env=env)
     [setup] = seen
     assert setup.approvers == ("U0BOSS",)
-    assert setup.env == {"OWN": "1"}, "Slack's secrets never reach an agent"
+    assert setup.env == {"OWN": "1", "ANTHROPIC_API_KEY": "sk-ant-1"}, "no secret of wakeful's"
     public = {n for n in dir(setup.query) if not n.startswith("_")}
     assert public == {
         "approvals_to_answer",

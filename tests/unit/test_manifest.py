@@ -121,3 +121,46 @@ def test_every_method_wakeful_calls_is_covered_by_the_manifests_scopes() -> None
     granted = set(manifest()["oauth_config"]["scopes"]["bot"])
     for method, scopes in METHOD_SCOPES.items():
         assert not scopes or granted & set(scopes), f"{method} needs one of {scopes}"
+
+
+def distribution_manifest() -> dict[str, Any]:
+    """manifest.yml with its commented-out distribution lines turned on (issue 26)."""
+    text = (ROOT / "manifest.yml").read_text()
+    for line in ("# redirect_urls:", "#   - https://", "# token_rotation_enabled:"):
+        text = text.replace(line, line.replace("# ", "", 1).replace("#   ", "  ", 1))
+    loaded: dict[str, Any] = yaml.safe_load(text)
+    return loaded
+
+
+def test_the_distribution_lines_are_there_commented_out_and_valid_when_on() -> None:
+    from wakeful.bot.front import REDIRECT_PATH
+
+    default = manifest()
+    assert "redirect_urls" not in default["oauth_config"]
+    assert "token_rotation_enabled" not in default["settings"]
+    on = distribution_manifest()
+    assert problems(on, SCHEMA) == []
+    [url] = on["oauth_config"]["redirect_urls"]
+    assert url.endswith(REDIRECT_PATH)
+    assert on["settings"]["token_rotation_enabled"] is True
+    events = set(on["settings"]["event_subscriptions"]["bot_events"])
+    assert {"tokens_revoked", "app_uninstalled"} <= events
+
+
+@pytest.mark.parametrize(
+    ("path", "bad", "expected"),
+    [
+        (("settings", "token_rotation_enabled"), "yes", "expected boolean"),
+        (("oauth_config", "redirect_urls"), "https://x/slack/oauth_redirect", "expected array"),
+        (("oauth_config", "redirect_url"), ["https://x"], "not a manifest field"),
+    ],
+)
+def test_the_check_refuses_distribution_settings_slack_refuses(
+    path: tuple[str, ...], bad: Any, expected: str
+) -> None:
+    broken = distribution_manifest()
+    node = broken
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = bad
+    assert any(expected in p for p in problems(broken, SCHEMA)), problems(broken, SCHEMA)

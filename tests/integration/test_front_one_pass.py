@@ -1,0 +1,144 @@
+"""The front does Bolt's work once (issue 26): one signature check and one parse per request,
+Bolt given the parsed body; Slack's app_rate_limited notice said and counted with a bounded
+workspace label."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from cryptography.fernet import Fernet
+
+from tests.conftest import T0
+from wakeful.bot.config import Config
+from wakeful.bot.distribution import ALL, Distribution
+from wakeful.bot.front import SlackFront
+from wakeful.core import metrics
+from wakeful.core.store import Store
+from wakeful.core.store.installations import InstallationRow
+from wakeful.devtools.emulator import EventSender
+
+SECRET = "one-pass-secret"
+
+
+def call(front: SlackFront, body: bytes, content_type: str = "application/json") -> str:
+    stamp = str(int(time.time()))
+    signature = EventSender("http://unused", SECRET).sign(body, int(stamp))
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/slack/events",
+        "QUERY_STRING": "",
+        "CONTENT_TYPE": content_type,
+        "CONTENT_LENGTH": str(len(body)),
+        "HTTP_X_SLACK_REQUEST_TIMESTAMP": stamp,
+        "HTTP_X_SLACK_SIGNATURE": signature,
+        "wsgi.input": io.BytesIO(body),
+    }
+    seen: list[str] = []
+    front(environ, lambda status, headers: seen.append(status))
+    return seen[0]
+
+
+def message(event_id: str, team: str = "T1") -> bytes:
+    return json.dumps(
+        {
+            "type": "event_callback",
+            "team_id": team,
+            "api_app_id": "A1",
+            "event_id": event_id,
+            "event_time": T0,
+            "event": {
+                "type": "message",
+                "channel_type": "im",
+                "channel": "D1",
+                "user": "U1",
+                "text": "hello",
+                "ts": "1.000001",
+            },
+        }
+    ).encode()
+
+
+def counting(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:
+    calls: list[int] = []
+    original: Callable[..., Any] = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_a_request_is_verified_once_and_parsed_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import slack_bolt.request.request as bolt_request
+    from slack_sdk.signature import SignatureVerifier
+
+    front = SlackFront(store, SECRET, "UBOT", "BBOT")
+    checks = counting(monkeypatch, SignatureVerifier, "is_valid")
+    bolt_parses = counting(monkeypatch, bolt_request, "parse_body")
+    assert call(front, message("Ev1")).startswith("200")
+    assert [e.source_id for e in store.events("T1:U1")] == ["Ev1"]
+    assert len(checks) == 1  # the front's; Bolt's RequestVerification is off
+    assert bolt_parses == []  # Bolt reads the front's parsed body
+    form = b"command=%2Fwakeful&text=status&team_id=T1&user_id=U1&channel_id=D1&response_url=x"
+    assert call(front, form, "application/x-www-form-urlencoded").startswith("200")
+    assert len(checks) == 2 and bolt_parses == []
+    [command] = [e for e in store.events("T1:U1") if e.source_id.startswith("command:")]
+    assert command.payload["text"] == "status"
+
+
+def test_a_bad_signature_is_still_refused(store: Store) -> None:
+    front = SlackFront(store, "another-secret", "UBOT", "BBOT")
+    assert call(front, message("Ev2")).startswith("401")
+    assert store.events("T1:U1") == []
+
+
+def rate_limited(team: str) -> bytes:
+    """app_rate_limited as Slack's Events API documents it (a body of its own)."""
+    return json.dumps(
+        {
+            "token": "Jhj5dZrVaK7ZwHHjRyZWjbDl",
+            "type": "app_rate_limited",
+            "team_id": team,
+            "minute_rate_limited": 1518467820,
+            "api_app_id": "A1",
+        }
+    ).encode()
+
+
+def counted(workspace: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(
+        "wakeful_slack_events_rate_limited_total", {"workspace": workspace}
+    )
+    return value or 0.0
+
+
+def test_app_rate_limited_is_counted_by_a_bounded_workspace_label(store: Store) -> None:
+    env = {
+        "SLACK_CLIENT_ID": "1.2",
+        "SLACK_CLIENT_SECRET": "s",
+        "WAKEFUL_TOKEN_KEY": Fernet.generate_key().decode(),
+        "WAKEFUL_WORKSPACE_LABELS": "1",
+    }
+    dist = Distribution.build(Config.from_env(env), store)
+    front = SlackFront(store, SECRET, workspace_label=dist.workspace_label)
+    row = InstallationRow("TA", None, "TA", False, "{}", "sealed", None)
+    store.save_installation(row, T0)
+    before = counted("TA")
+    assert call(front, rate_limited("TA")).startswith("200")
+    assert counted("TA") == before + 1
+    assert store.count_events() == 0  # said and counted, nothing stored
+    store.save_installation(InstallationRow("TB", None, "TB", False, "{}", "sealed", None), T0)
+    dist._count = None  # the count is read again (once a minute in a running process)
+    all_before = counted(ALL)
+    call(front, rate_limited("TB"))
+    assert counted(ALL) == all_before + 1  # past WAKEFUL_WORKSPACE_LABELS: aggregated
+    assert counted("TB") == 0

@@ -1,0 +1,321 @@
+"""Distribution mode's rules on both stores: tokens sealed at rest, OAuth state good once for
+10 minutes, a row of a workspace whose installation is gone parked with the reason (never sent
+with another workspace's token), tokens_revoked / app_uninstalled in either order, a re-install
+resuming, and one refresher per installation across processes (PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cryptography.fernet import Fernet
+from slack_sdk import WebClient
+from slack_sdk.oauth.installation_store import Installation
+
+from tests.acceptance.test_slack_app import pg_schema_url
+from tests.conftest import T0, need_pg
+from wakeful.bot.config import Config, ConfigError
+from wakeful.bot.installations import StoreInstallations, StoreStates, TokenCipher
+from wakeful.bot.sender import SlackSender, make_client
+from wakeful.bot.workspaces import Workspaces
+from wakeful.core.dispatcher import Dispatcher
+from wakeful.core.effects import Message, Timer
+from wakeful.core.store import Store, open_store
+from wakeful.devtools.emulator import SlackEmulator
+
+REPO = Path(__file__).resolve().parents[2]
+KEY = Fernet.generate_key().decode()
+
+
+@pytest.fixture
+def emu() -> Iterator[SlackEmulator]:
+    with SlackEmulator(rotation=True, token_ttl=3600) as found:
+        yield found
+
+
+def install(emu: SlackEmulator, store: Store, team: str, clock: int = T0) -> StoreInstallations:
+    """`team` installed the way Bolt's OAuth flow does it: a code from the authorize page,
+    oauth.v2.access, the installation saved through the store."""
+    if team not in emu._workspaces:
+        emu.add_workspace(team)
+    _, _, headers = emu.authorize_page(
+        {"client_id": emu.client_id, "team": team, "redirect_uri": "http://app/cb", "state": "s"}
+    )
+    code = headers["Location"].split("code=")[1].split("&")[0]
+    answer = WebClient(base_url=emu.api_url).oauth_v2_access(
+        client_id=emu.client_id,
+        client_secret=emu.client_secret,
+        code=code,
+        redirect_uri="http://app/cb",
+    )
+    ws = emu._workspaces[team]
+    installations = StoreInstallations(store, TokenCipher(KEY), lambda: clock)
+    installations.save(
+        Installation(
+            app_id="AEMULATOR",
+            team_id=team,
+            bot_token=answer["access_token"],
+            bot_id=ws.bot_id,
+            bot_user_id=ws.bot_user_id,
+            bot_scopes=answer["scope"],
+            bot_refresh_token=answer.get("refresh_token"),
+            bot_token_expires_in=answer.get("expires_in"),
+            user_id=ws.installer,
+        )
+    )
+    return installations
+
+
+def workspaces(emu: SlackEmulator, store: Store, **kw: object) -> Workspaces:
+    installations = StoreInstallations(store, TokenCipher(KEY))
+    return Workspaces(store, installations, emu.client_id, emu.client_secret, emu.api_url, **kw)  # type: ignore[arg-type]
+
+
+def test_tokens_are_sealed_at_rest_and_open_only_with_the_key(
+    store: Store, emu: SlackEmulator
+) -> None:
+    install(emu, store, "TA")
+    row = store.installation("TA")
+    assert row is not None
+    assert "xox" not in row.secrets and "xox" not in row.profile
+    opened = StoreInstallations(store, TokenCipher(KEY)).find_installation(
+        enterprise_id=None, team_id="TA"
+    )
+    assert opened is not None and opened.bot_token == emu.tokens_of("TA")[0]
+    other = StoreInstallations(store, TokenCipher(Fernet.generate_key().decode()))
+    with pytest.raises(Exception, match="cannot be opened with WAKEFUL_TOKEN_KEY"):
+        other.find_installation(enterprise_id=None, team_id="TA")
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("", "WAKEFUL_TOKEN_KEY is not set"),
+        ("not-a-key", "WAKEFUL_TOKEN_KEY key 1 is not a Fernet key"),
+    ],
+)
+def test_distribution_mode_needs_a_well_formed_token_key(key: str, expected: str) -> None:
+    env = {"SLACK_CLIENT_ID": "1.2", "SLACK_CLIENT_SECRET": "s", "WAKEFUL_TOKEN_KEY": key}
+    with pytest.raises(ConfigError, match=expected) as caught:
+        Config.from_env(env, need={"token"})
+    assert "\n" not in str(caught.value) and (not key or key not in str(caught.value))
+    assert Config.from_env({**env, "WAKEFUL_TOKEN_KEY": KEY}).distribution
+    assert not Config.from_env({**env, "SLACK_BOT_TOKEN": "xoxb-1"}).distribution
+
+
+def test_an_oauth_state_is_good_once_and_for_ten_minutes(store: Store) -> None:
+    now = [T0]
+    states = StoreStates(store, clock=lambda: now[0])
+    first, second = states.issue(), states.issue()
+    assert first != second
+    assert states.consume(first) is True
+    assert states.consume(first) is False  # single-use
+    now[0] = T0 + 600
+    assert states.consume(second) is False  # expired after 10 minutes
+    assert states.consume("never-issued") is False
+
+
+def test_each_row_goes_with_its_workspaces_token_and_a_gone_one_is_parked(
+    store: Store, emu: SlackEmulator
+) -> None:
+    install(emu, store, "TA")
+    install(emu, store, "TB")
+    ws = workspaces(emu, store)
+    sender = SlackSender(make_client("", emu.api_url), sleep=lambda _s: None, tokens=ws.token)
+    store.post("TA:UA1", [Message("DA1", "to A")], T0)
+    store.post("TB:UB1", [Message("DB1", "to B")], T0)
+    store.post("TC:UC1", [Message("DC1", "to C, never installed")], T0)
+    Dispatcher(store=store, clock=lambda: T0, sender=sender).tick(T0)
+    teams = {c.params["channel"]: c.team for c in emu.calls("chat.postMessage")}
+    assert teams == {"DA1": "TA", "DB1": "TB"}
+    [parked] = store.outbox("failed")
+    assert parked.inbox == "TC:UC1"
+    assert "workspace TC has no installation of the app" in (parked.error or "")
+
+
+@pytest.mark.parametrize("order", [("revoked", "uninstalled"), ("uninstalled", "revoked")])
+def test_revoked_and_uninstalled_in_either_order_set_the_workspace_aside(
+    store: Store, emu: SlackEmulator, order: tuple[str, str]
+) -> None:
+    installations = install(emu, store, "TB")
+    ws = workspaces(emu, store)
+    store.ingest("TB:UB1", "slack", "Ev1", {"text": "later"}, T0)
+    store.post("TB:UB1", [Message("DB1", "queued before")], T0)
+    store.add_timer("TB:UB1", Timer.once("remind-1", T0 + 600, {}), T0)
+    store.post("TA:UA1", [Message("DA1", "another workspace")], T0)
+    reasons = {"revoked": "the bot token was revoked", "uninstalled": "the app was uninstalled"}
+    for status in order:
+        installations.end(None, "TB", status, reasons[status], org_wide=False)  # type: ignore[arg-type]
+    row = store.installation("TB")
+    assert row is not None and row.status == "uninstalled"
+    assert row.reason == "the app was uninstalled"
+    assert installations.cipher.open(row.secrets) == {}  # the tokens are gone
+    [parked] = [r for r in store.outbox("failed") if r.inbox == "TB:UB1"]
+    assert parked.error == "not sent: the app was uninstalled" or "revoked" in (parked.error or "")
+    assert store.timers("TB:UB1") == []
+    lease = store.lease("TB:UB1")
+    assert lease is not None and lease.holder == "aside:TB"
+    assert "TB:UB1" not in store.ready_inboxes(T0 + 10)
+    assert [e.source_id for e in store.events("TB:UB1")] == ["Ev1"]  # kept for the operator
+    assert [r.inbox for r in store.outbox("pending")] == ["TA:UA1"]  # A untouched
+    ws.forget()
+    with pytest.raises(Exception, match="workspace TB: the app was uninstalled"):
+        ws.token("TB")
+    install(emu, store, "TB", clock=T0 + 20)  # a re-install resumes
+    assert "TB:UB1" in store.ready_inboxes(T0 + 30)
+    ws.forget()
+    assert emu.team_of(ws.token("TB")) == "TB"
+
+
+def test_a_notice_older_than_a_reinstall_changes_nothing(store: Store, emu: SlackEmulator) -> None:
+    install(emu, store, "TB", clock=T0)
+    installations = install(emu, store, "TB", clock=T0 + 100)
+    done = installations.end(None, "TB", "uninstalled", "late retry", issued_at=T0 + 50)
+    assert done is None
+    row = store.installation("TB")
+    assert row is not None and row.status == "active"
+
+
+def test_one_process_refreshes_a_rotating_token_the_other_picks_it_up(
+    emu: SlackEmulator, tmp_path: Path
+) -> None:
+    """Two processes on one PostgreSQL store find the same token due and refresh at once:
+    the store's lease lets exactly one call oauth.v2.access (a refresh token is single-use),
+    and both end up with the new token."""
+    need_pg("the refresh race")
+    with pg_schema_url() as url:
+        store = open_store(url)
+        try:
+            now = int(time.time())
+            install(emu, store, "TR", clock=now)
+            row = store.installation("TR")
+            assert row is not None
+            # The stored expiry is due (10 s left, refreshed under 60 s); the token still works.
+            store.refresh_secrets("TR", row.version, row.secrets, row.profile, now + 10, now)
+            outs = _race(url, emu, tmp_path)
+        finally:
+            store.close()
+    refreshes = [
+        c for c in emu.calls("oauth.v2.access") if c.params.get("grant_type") == "refresh_token"
+    ]
+    assert len(refreshes) == 1 and refreshes[0].response.get("ok"), [c.response for c in refreshes]
+    assert sum(o["refreshes"] for o in outs) == 1
+    new = refreshes[0].response["access_token"]
+    assert [o["after"] for o in outs] == [new, new]  # every process picks up the new token
+    assert all(emu.team_of(o["first"]) == "TR" for o in outs)
+
+
+def _race(url: str, emu: SlackEmulator, tmp_path: Path) -> list[dict[str, object]]:
+    """Two refresher processes, released together; what each printed."""
+    go = tmp_path / "go"
+    script = tmp_path / "refresher.py"
+    script.write_text(_REFRESHER.format(repo=str(REPO)))
+    args = [url, KEY, emu.client_id, emu.client_secret, emu.api_url, str(go)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 30
+        while not all((tmp_path / f"ready-{p.pid}").exists() for p in procs):
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            assert time.monotonic() < deadline, "the refreshers did not start"
+            time.sleep(0.02)
+        go.write_text("go")
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=30)
+            assert p.returncode == 0, err
+            outs.append(json.loads(out.strip().splitlines()[-1]))
+        return outs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
+_REFRESHER = textwrap.dedent(
+    """
+    import json, os, sys, time
+    sys.path.insert(0, {repo!r})
+    from wakeful.bot.installations import StoreInstallations, TokenCipher
+    from wakeful.bot.workspaces import Workspaces
+    from wakeful.core.store import open_store
+
+    url, key, client_id, secret, api, go = sys.argv[1:7]
+    store = open_store(url)
+    ws = Workspaces(store, StoreInstallations(store, TokenCipher(key)), client_id, secret, api,
+                    refresh_before=60, ttl=0)
+    open(os.path.join(os.path.dirname(go), "ready-%d" % os.getpid()), "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    first = ws.token("TR")
+    deadline = time.monotonic() + 10
+    while True:  # the other process may still be refreshing: wait for its save
+        after = ws.token("TR")
+        row = store.installation("TR")
+        if row.expires_at - time.time() > 60 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    print(json.dumps({{"first": first, "after": ws.token("TR"), "refreshes": ws.refreshes}}))
+    store.close()
+    """
+)
+
+
+def test_the_doctor_checks_every_installations_token_and_scopes(
+    emu: SlackEmulator, tmp_path: Path
+) -> None:
+    from wakeful.bot.doctor import report, run_checks
+
+    db = str(tmp_path / "doctor.db")
+    store = open_store(db)
+    try:
+        install(emu, store, "TA")
+        install(emu, store, "TB")
+    finally:
+        store.close()
+    emu.uninstall("TB")  # Slack no longer takes TB's token; the store does not know yet
+    env = {
+        "SLACK_CLIENT_ID": emu.client_id,
+        "SLACK_CLIENT_SECRET": emu.client_secret,
+        "SLACK_SIGNING_SECRET": "s",
+        "SLACK_API_URL": emu.api_url,
+        "WAKEFUL_TOKEN_KEY": KEY,
+        "WAKEFUL_DB": db,
+    }
+    checks = {c.name: c for c in run_checks(env)}
+    assert checks["installations"].detail.startswith("2 active of 2")
+    assert checks["workspace TA"].ok is True and "all 9" in checks["workspace TA"].detail
+    assert checks["workspace TB"].ok is False
+    assert "token_revoked" in checks["workspace TB"].detail
+    text, code = report(list(checks.values()))
+    assert code == 1
+    assert not any(t in text for t in emu.tokens_of("TA") + emu.tokens_of("TB"))
+
+
+def test_a_time_zone_is_read_with_the_token_of_the_runs_workspace(
+    store: Store, emu: SlackEmulator
+) -> None:
+    from wakeful.bot.zones import RUN_TEAM, ZoneLookup
+
+    install(emu, store, "TA")
+    install(emu, store, "TB")
+    emu.add_user("UB1", tz="Europe/Paris")
+    ws = workspaces(emu, store)
+    lookup = ZoneLookup(make_client("", emu.api_url), wait=5.0, tokens=ws.token)
+    RUN_TEAM.set("TB")  # what WorkspaceHook sets before a run of a TB inbox
+    assert lookup("UB1") == "Europe/Paris"
+    [call] = emu.calls("users.info")
+    assert call.team == "TB"
