@@ -700,3 +700,17 @@ ON CONFLICT (inbox) DO UPDATE SET opened_at = excluded.opened_at;
 -- name: home_opened
 -- Whether a person ever opened their Home tab (by primary key).
 SELECT opened_at FROM app_homes WHERE inbox = :inbox;
+
+-- name: revoke_destination
+-- Revoke a gateway destination (the kill switch); a second revoke keeps the first row.
+INSERT INTO gateway_revocations (destination, revoked_at, revoked_by, reason)
+VALUES (:destination, :now, :by, :reason)
+ON CONFLICT (destination) DO NOTHING;
+
+-- name: restore_destination
+-- Lift a gateway destination's revocation.
+DELETE FROM gateway_revocations WHERE destination = :destination;
+
+-- name: revoked_destinations
+-- Every revoked gateway destination: what each gateway polls, a tiny table.
+SELECT * FROM gateway_revocations ORDER BY destination;
