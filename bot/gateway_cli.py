@@ -19,7 +19,7 @@ from wakeful.core.store import open_store
 
 
 def _run(args: argparse.Namespace, env: dict[str, str]) -> int:
-    from wakeful.core.gateway.process import serve
+    from wakeful.bot.gateway_serve import serve
 
     config = args.config or env.get("WAKEFUL_GATEWAY_CONFIG", "").strip()
     if not config:

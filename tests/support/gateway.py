@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wakeful.bot.gateway_serve import _server
 from wakeful.core.gateway.audit import AuditLog, Metrics
 from wakeful.core.gateway.config import load
-from wakeful.core.gateway.process import Watch, _server
+from wakeful.core.gateway.process import Watch
 from wakeful.core.gateway.server import GatewayApp, Revocations
 from wakeful.core.store import Store
 
