@@ -171,7 +171,9 @@ def failed(exc: stripe.StripeError, order: str, sent_before: bool) -> dict[str, 
             f"({message}). Nothing was refunded.",
             code,
         )
-    if mark or isinstance(exc, stripe.RateLimitError | stripe.APIConnectionError):
+    if mark in ("refused", "upstream_error") or isinstance(
+        exc, stripe.RateLimitError | stripe.APIConnectionError
+    ):
         raise RefundUnavailable(f"Stripe could not be asked now ({status} {code}): {message}")
     if isinstance(exc, stripe.InvalidRequestError) and code == "charge_already_refunded":
         return {

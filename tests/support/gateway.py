@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from wakeful.bot.gateway_serve import _server
+from wakeful.bot.runtime import serve_in_thread
 from wakeful.core.gateway.audit import AuditLog, Metrics
 from wakeful.core.gateway.config import load
 from wakeful.core.gateway.process import Watch
@@ -85,8 +86,7 @@ def gateway_in_thread(config: Path, env: Mapping[str, str], store: Store) -> Ite
     audit = AuditLog(loaded.audit_log)
     app = GatewayApp(loaded, revocations, audit, Metrics())
     server = _server(app, loaded)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
+    stop = serve_in_thread(server)
     url = (
         f"unix:{loaded.unix_socket}"
         if loaded.unix_socket
@@ -96,8 +96,7 @@ def gateway_in_thread(config: Path, env: Mapping[str, str], store: Store) -> Ite
         yield Running(url, app, watch)
     finally:
         watch.stop.set()
-        server.close()
-        thread.join(5)
+        stop()
         audit.close()
 
 
