@@ -29,6 +29,7 @@ log = logging.getLogger("wakeful")
 CHILD_PID = "WAKEFUL_GATEWAY_CHILD_PID"
 """Set by serve for itself across its re-exec: the gateway child it must stop and watch."""
 START_TIMEOUT = 20.0
+_stopping = threading.Event()
 
 
 def wants_child(env: Mapping[str, str]) -> bool:
@@ -100,6 +101,8 @@ def watch(pid: int, on_exit: Callable[[], None]) -> threading.Thread:
                 done, status = os.waitpid(pid, 0)
             except ChildProcessError:
                 return  # reaped by stop(): serve is stopping anyway
+            if done and _stopping.is_set():
+                return
             if done:
                 log.error(
                     "the gateway (pid %s) exited (%s); stopping serve so both restart together",
@@ -116,6 +119,7 @@ def watch(pid: int, on_exit: Callable[[], None]) -> threading.Thread:
 
 def stop(pid: int, timeout: float = 5.0) -> None:
     """SIGTERM the gateway child, then SIGKILL after `timeout` seconds."""
+    _stopping.set()
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:

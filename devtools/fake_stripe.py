@@ -614,10 +614,11 @@ class FakeStripe:
 
     def _deliver_loop(self) -> None:
         while (event := self._outbox.get()) is not None:
-            assert self.webhook_url
-            sender = WebhookSender(self.webhook_url, stripe_secret=self.webhook_secret, timeout=5)
             pause, deadline = 0.2, time.monotonic() + 120
             while time.monotonic() < deadline:
+                # The endpoint as configured now: a restarted app may listen elsewhere.
+                url = self.webhook_url or ""
+                sender = WebhookSender(url, stripe_secret=self.webhook_secret, timeout=5)
                 try:
                     status = sender.stripe(event).status
                 except OSError:

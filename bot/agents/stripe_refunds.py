@@ -18,6 +18,7 @@ Stripe's webhooks confirm the refund afterwards (bot/agents/stripe_confirm.py).
 from __future__ import annotations
 
 import http.client
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,6 +83,9 @@ class StripeRefunds:
         retries: int = 2,
     ) -> None:
         self.destination = destination
+        # The SDK logs every request line at INFO, query strings included: its errors are
+        # ours to report, its chatter is not.
+        logging.getLogger("stripe").setLevel(logging.WARNING)
         self.client = stripe.StripeClient(
             api_key=PLACEHOLDER_KEY,
             base_addresses={"api": gateway.url(destination)},

@@ -119,12 +119,14 @@ class GatewayProcess:
         match = GATEWAY_LINE.match(line)
         assert match, f"the gateway did not start: {line!r}\n{log.read_text()}"
         self.url = match.group(1)
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
 
     def _drain(self) -> None:
         assert self.proc.stdout is not None
         for chunk in self.proc.stdout:
             self.out.write(chunk)
+            self.out.flush()
 
     def stop(self) -> int | None:
         if self.proc.poll() is None:
@@ -134,4 +136,9 @@ class GatewayProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        self._drainer.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if not self.out.closed:
+            self.out.close()
         return self.proc.returncode
