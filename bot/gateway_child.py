@@ -126,10 +126,7 @@ def stop(pid: int, timeout: float = 5.0) -> None:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            if not os.kill(pid, 0) and _gone(pid):
-                return
-        except ProcessLookupError:
+        if _gone(pid):
             return
         time.sleep(0.05)
     try:

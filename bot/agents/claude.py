@@ -38,7 +38,6 @@ from wakeful.agents import (
 )
 from wakeful.bot.agents.claude_tools import (
     DEFAULT_POLICIES,
-    GATEWAY_TOOL,
     TOOL_SPECS,
     ClaudeTools,
     Policy,
@@ -67,6 +66,7 @@ from wakeful.bot.agents.conversation import (
     trim_history,
     webhook_view,
 )
+from wakeful.bot.agents.gateway_tool import GATEWAY_TOOL
 from wakeful.bot.agents.stripe_confirm import confirmation
 
 log = logging.getLogger("wakeful")

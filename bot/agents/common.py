@@ -235,10 +235,10 @@ def refund_once(
     per-order record that stands says which request refunded the order, so two approvals of
     one order refund it once."""
     if stripe is not None:
-        first = query.step(refunded_key(order))
-        if first is not None and (first.result or {}).get("request") != request_id:
-            already = _already_refunded(order, first)
-            return {"refunded": False, "order_id": order, "already": already}
+        done = query.step(refunded_key(order))
+        by = done.result.get("request") if done and isinstance(done.result, dict) else None
+        if done is not None and by != request_id:
+            return {"refunded": False, "order_id": order, "already": _already_refunded(order, done)}
         return stripe.refund(steps, query, order, request_id)
     record = {"order_id": order, "request": request_id}
     first = steps.once(refunded_key(order), lambda _key: record, name=ORDER_REFUNDED)

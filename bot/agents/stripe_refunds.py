@@ -63,7 +63,7 @@ class GatewayHTTPClient(stripe.HTTPClient):
         try:
             got = self.gateway.send(method, url, headers or {}, body, self.timeout)
         except (OSError, http.client.HTTPException) as exc:
-            raise stripe.APIConnectionError(
+            raise stripe.APIConnectionError(  # type: ignore[no-untyped-call]
                 f"the gateway could not be reached: {exc}", should_retry=True
             ) from exc
         return got.body, got.status, CaseInsensitiveDict(dict(got.headers))
@@ -158,8 +158,9 @@ def failed(exc: stripe.StripeError, order: str, sent_before: bool) -> dict[str, 
     when a retry under the same key is the right answer. `order` is shown as it is."""
     headers = exc.headers or {}
     mark = str(headers.get("wakeful-gateway") or "")
-    body = exc.json_body if isinstance(exc.json_body, dict) else {}
-    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    body: dict[str, Any] = exc.json_body if isinstance(exc.json_body, dict) else {}
+    found = body.get("error")
+    error: dict[str, Any] = found if isinstance(found, dict) else {}
     code = str(error.get("code") or getattr(exc, "code", "") or "")
     message = inert(" ".join(str(error.get("message") or exc.user_message or "").split())[:300])
     status = exc.http_status
