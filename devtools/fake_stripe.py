@@ -149,6 +149,7 @@ class FakeStripe:
         self._released.set()
         self._lock = threading.RLock()
         self._outbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._unsent = 0
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -277,6 +278,12 @@ class FakeStripe:
             if status == "failed":
                 refund["failure_reason"] = reason or "expired_or_canceled_card"
             self._emit("refund.updated", refund, None, {"status": before})
+
+    @property
+    def quiet(self) -> bool:
+        """No webhook waits to be delivered or is being delivered."""
+        with self._lock:
+            return self._unsent == 0
 
     def refunds_for(self, payment_intent: str) -> list[dict[str, Any]]:
         return [r for r in self.refunds.values() if r["payment_intent"] == payment_intent]
@@ -610,6 +617,8 @@ class FakeStripe:
             event["data"]["previous_attributes"] = previous
         self.events.append(event)
         if self.webhook_url:
+            with self._lock:
+                self._unsent += 1
             self._outbox.put(event)
 
     def _deliver_loop(self) -> None:
@@ -628,6 +637,8 @@ class FakeStripe:
                     break
                 time.sleep(pause)
                 pause = min(pause * 2, 2.0)
+            with self._lock:
+                self._unsent -= 1
 
 
 def _json(doc: Any) -> bytes:
