@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from wakeful.core.gateway.audit import AuditLog, Metrics
 from wakeful.core.gateway.config import MAX_BODY, GatewayConfig, load
 from wakeful.core.gateway.process import Watch, die_with_parent, not_dumpable, orphan_watch
 from wakeful.core.gateway.server import GatewayApp, Revocations
-from wakeful.core.store import open_store
+from wakeful.core.store import Store, open_store
 
 
 def serve(
@@ -104,3 +104,29 @@ def _url(config: GatewayConfig, server: Any) -> str:
     host, _ = config.host_port()
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{server.effective_port}"
+
+
+def serve_in_background(
+    config_path: str | Path, env: Mapping[str, str], store: Store
+) -> tuple[str, Callable[[], None]]:
+    """The gateway inside this process, on threads of its own, reading `store`'s revocations
+    (`wakeful demo`: one process plays every part); returns its URL and the function that
+    stops it. A deployment runs `wakeful gateway`, whose process alone holds the secret."""
+    from wakeful.bot.runtime import serve_in_thread
+
+    config = load(config_path, env)
+    logs.add_secrets(config.secrets())
+    revocations = Revocations()
+    watch = Watch(store, revocations)
+    watch.read()
+    watch.thread.start()
+    audit = AuditLog(config.audit_log)
+    server = _server(GatewayApp(config, revocations, audit, Metrics()), config)
+    stop_http = serve_in_thread(server)
+
+    def stop() -> None:
+        watch.stop.set()
+        stop_http()
+        audit.close()
+
+    return _url(config, server), stop

@@ -188,6 +188,7 @@ def test_a_factory_gets_a_setup_with_no_way_to_write(make_store: MakeStore) -> N
     assert setup.env == {"OWN": "1"}, "Slack's secrets never reach an agent"
     public = {n for n in dir(setup.query) if not n.startswith("_")}
     assert public == {
+        "approval",
         "approvals_to_answer",
         "approvers",
         "dead_events",

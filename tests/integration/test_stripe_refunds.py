@@ -295,3 +295,22 @@ def test_a_webhook_naming_no_request_of_ours_confirms_nothing(world: World) -> N
     world.webhook(stranger)
     world.tick()
     assert world.replies("Stripe confirmed") == []
+
+
+def test_a_refund_that_must_wait_does_not_hold_back_the_rest_of_its_batch(world: World) -> None:
+    """The approved tool's failure is its answer's alone: the person's message in the same
+    batch is answered now, and the refund is retried by itself with the same key."""
+    world.fake.add_payment("8001")
+    world.fake.fail_next(429, "invalid_request_error", "Request rate limit exceeded.", "rate_limit")
+    request_id = world.ask_and_approve("8001")
+    world.say("status")  # arrives with the answer: one batch
+    world.tick()
+    assert world.replies("Status:"), "the message was answered at once"
+    assert world.replies("Refunded") == []
+    [waiting] = world.store.open_events(INBOX)
+    assert waiting.source == "approval" and waiting.error and "RefundUnavailable" in waiting.error
+    world.clock.now += world.store.settings.backoff_base + 1
+    world.tick()
+    assert world.fake.keys_seen() == [request_id, request_id]
+    assert len(world.replies("Refunded order 8001 through Stripe")) == 1
+    assert len(world.replies("Status:")) == 1
