@@ -294,3 +294,14 @@ def test_revoke_reaches_every_gateway_process_within_a_second_and_restore_undoes
     finally:
         for p in procs:
             p.stop()
+
+
+def test_the_audit_line_in_the_docs_has_the_fields_the_gateway_writes(
+    gateway: Running, tmp_path: Path
+) -> None:
+    text = (ROOT / "docs" / "gateway.md").read_text()
+    sample = json.loads(text.split("<!-- audit line -->\n```json\n", 1)[1].split("\n```", 1)[0])
+    Gateway(gateway.url).request("POST", "stripe", "/v1/refunds", headers={"Idempotency-Key": "k"})
+    [line] = audit_lines(tmp_path)
+    assert list(sample) == list(line)
+    assert {k: type(v) for k, v in sample.items()} == {k: type(v) for k, v in line.items()}
