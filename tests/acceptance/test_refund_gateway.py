@@ -145,15 +145,19 @@ def test_a_refund_through_serves_gateway_child_and_the_worker_never_holds_the_se
     )
     try:
         stripe.add_payment("1001")
+        # The first attempt meets a rate limit: an error logged and stored, then retried.
+        stripe.fail_next(429, "invalid_request_error", "Request rate limit exceeded.", "rate_limit")
         request_id = refund_and_wait(app, stripe, "1001")
         check_once(app, stripe, "1001", request_id)
+        assert stripe.keys_seen() == [request_id, request_id]
         secret = stripe.api_key.encode()
         worker = Path(f"/proc/{app.proc.popen.pid}/environ").read_bytes()
         assert b"STRIPE_SECRET_KEY" not in worker and secret not in worker
         assert b"WAKEFUL_GATEWAY_URL=http://127.0.0.1:" in worker
         assert stripe.api_key not in everything_stored(db)
         log = app.proc.log.read_bytes() + "\n".join(list(app.proc.lines.queue)).encode()
-        assert b"gateway started" in log and secret not in log
+        assert b"gateway started" in log and b"tool failed on" in log, "an error was logged"
+        assert secret not in log
         audit = (tmp_path / "gateway-audit.jsonl").read_bytes()
         assert request_id.encode() in audit and secret not in audit
         slack = json.dumps([c.params for c in emu.calls()]).encode()
