@@ -311,6 +311,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def gateway_secrets(env: dict[str, str] | os._Environ[str]) -> list[str]:
+    """The gateway's secrets, when this process was given them (serve, before it hands them
+    to its gateway child and drops them; or a misconfigured worker): masked in every line."""
+    config = env.get("WAKEFUL_GATEWAY_CONFIG", "").strip()
+    if not config:
+        return []
+    try:
+        from wakeful.core.gateway.config import secret_variables
+
+        names = secret_variables(config)
+    except WakefulError:
+        return []  # the gateway says what is wrong with its file when it starts
+    return [env[n].strip() for n in names if env.get(n, "").strip()]
+
+
 def _exit_quietly(signum: int, _frame: object) -> None:
     raise SystemExit(0)
 
@@ -331,7 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"wakeful: {exc}", file=sys.stderr)
         return 2
-    logs.configure(level, fmt, secret_values(_env(args)))  # --db's password too
+    # --db's password and the gateway's secrets too
+    logs.configure(level, fmt, secret_values(_env(args)) + gateway_secrets(os.environ))
     try:
         code: int = args.func(args)
     except ConfigError as exc:
