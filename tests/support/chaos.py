@@ -450,6 +450,7 @@ def run_chaos(
                 figures.poisoned += 1
             else:
                 figures.unexpected_dead += 1
+                print(f"  unexpected dead {eid} (event {ev.id}): {ev.error}")
         elif eid in poison_ids:
             figures.problems.append(f"poisoned event {eid} ended {ev.status}")
     part_ids = collections.Counter()
