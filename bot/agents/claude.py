@@ -49,6 +49,7 @@ from wakeful.bot.agents.common import (
     digest_facts,
     fresh_stats,
     outage_note,
+    refund_backend,
     unusable_session,
 )
 from wakeful.bot.agents.conversation import (
@@ -65,6 +66,8 @@ from wakeful.bot.agents.conversation import (
     trim_history,
     webhook_view,
 )
+from wakeful.bot.agents.gateway_tool import GATEWAY_TOOL
+from wakeful.bot.agents.stripe_confirm import confirmation
 
 log = logging.getLogger("wakeful")
 
@@ -186,7 +189,9 @@ class ClaudeAgent(Agent, ClaudeTools):
         self.client = client or anthropic.Anthropic(
             api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
         )
-        self.tool_specs = [self._spec(name) for name in TOOL_SPECS]
+        self.refunds = refund_backend(setup)
+        offered = [n for n in TOOL_SPECS if n != GATEWAY_TOOL or setup.gateway is not None]
+        self.tool_specs = [self._spec(name) for name in offered]
         # A denied tool is not offered to the engine either: an approval asked before the
         # policy became `deny` and answered yes after runs nothing.
         refund = Tool(REFUND_TOOL, self._refund_tool, TOOL_SPECS[REFUND_TOOL]["description"])
@@ -204,6 +209,14 @@ class ClaudeAgent(Agent, ClaudeTools):
     # -- the run ----------------------------------------------------------------------------
 
     def run(self, run: Run) -> None:
+        for e in run.events:  # Stripe confirming a refund: said where it was asked, no model
+            said = (
+                confirmation(run.query, self.setup.steps, e)
+                if isinstance(e, WebhookDelivery)
+                else None
+            )
+            if said is not None:
+                run.reply(said[1], to=said[0], urgent=False)
         if not any(isinstance(e, MODEL_EVENTS) for e in run.events):
             return  # only surface events: nothing for the model
         ctx = RunContext(run, _load(run.session, run.now))
