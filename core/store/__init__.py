@@ -1,8 +1,8 @@
 """The store: every operation the engine owes, one module per concern, over one backend.
 
 `Store` is the whole contract, assembled from its concerns (inbox, claims, timers, approvals,
-outbox, admin, steps, threads, installations, gateway revocations); a backend (`Connector`) supplies only
-transactions over its own named SQL. Every operation takes `now` in integer seconds: no backend
+outbox, admin, steps, threads, installations, gateway revocations); a backend (`Connector`)
+supplies only transactions over its own named SQL. Every operation takes `now` in integer seconds: no backend
 reads a clock of its own. `open_store` picks the backend from a URL or a path.
 """
 
