@@ -2,8 +2,8 @@
 
 `Store` is the whole contract, assembled from its concerns (inbox, claims, timers, approvals,
 outbox, admin, steps, threads, installations, gateway revocations); a backend (`Connector`)
-supplies only transactions over its own named SQL. Every operation takes `now` in integer seconds: no backend
-reads a clock of its own. `open_store` picks the backend from a URL or a path.
+supplies only transactions over its own named SQL. Every operation takes `now` in integer
+seconds: no backend reads a clock of its own. `open_store` picks the backend from a URL or a path.
 """
 
 from __future__ import annotations
