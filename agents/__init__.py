@@ -29,6 +29,7 @@ from wakeful.core.events import (
     Unknown,
     WebhookDelivery,
 )
+from wakeful.core.gateway.client import Gateway, GatewayResponse
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.query import Query
 from wakeful.core.records import ApprovalState, DeadLetters, StepRecord, TimerState
@@ -48,6 +49,8 @@ __all__ = [
     "DeadLetters",
     "Event",
     "Feedback",
+    "Gateway",
+    "GatewayResponse",
     "HomeOpened",
     "HomeView",
     "InboxId",

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from wakeful.bot import ops
+from wakeful.bot import gateway_child, gateway_cli, ops
 from wakeful.bot.config import Config, ConfigError, log_format, log_level, secret_values
 from wakeful.core import logs
 from wakeful.core.errors import StoreError, WakefulError
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("wakeful")
 LOOP_ROLES = ("worker", "scheduler", "dispatcher")
+_ARGV: list[str] = []
+"""The arguments `main` was given: what serve re-executes itself with (bot/gateway_child.py)."""
 
 
 def _env(args: argparse.Namespace) -> dict[str, str]:
@@ -37,6 +39,27 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    """The Slack app and the loops; first, when configured, the gateway child."""
+    env = gateway_child.start(_env(args), _ARGV)
+    config = Config.from_env(env, need={"token", "secret", "agent"})
+    gateway = gateway_child.child_pid(env)
+    gateway_died: list[bool] = []
+    if gateway is not None:
+
+        def gateway_gone() -> None:
+            gateway_died.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        gateway_child.watch(gateway, gateway_gone)
+    try:
+        _serve_with(args, config)
+    finally:
+        if gateway is not None:
+            gateway_child.stop(gateway)
+    return 1 if gateway_died else 0
+
+
+def _serve_with(args: argparse.Namespace, config: Config) -> None:
     from wakeful.bot.front import EVENTS_PATH, SlackFront
     from wakeful.bot.runtime import (
         Runtime,
@@ -48,7 +71,6 @@ def _serve(args: argparse.Namespace) -> int:
     )
     from wakeful.bot.sender import make_client
 
-    config = Config.from_env(_env(args), need={"token", "secret", "agent"})
     store = open_configured_store(config)
     client = make_client(config.bot_token, config.api_url)
     roles = () if args.no_loops else LOOP_ROLES
@@ -147,7 +169,6 @@ def _serve(args: argparse.Namespace) -> int:
                 server.close()
     finally:
         _stop(exporter, runtime, store)
-    return 0
 
 
 def _stop(exporter: MetricsServer | None, runtime: Runtime, store: Store) -> None:
@@ -317,7 +338,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", type=int)
     p.set_defaults(func=_requeue)
     ops.register(sub, common, _env)
+    gateway_cli.register(sub, common, _env)
     return parser
+
+
+def gateway_secrets(env: dict[str, str] | os._Environ[str]) -> list[str]:
+    """The gateway's secrets, when this process was given them (serve, before it hands them
+    to its gateway child and drops them; or a misconfigured worker): masked in every line."""
+    config = env.get("WAKEFUL_GATEWAY_CONFIG", "").strip()
+    if not config:
+        return []
+    try:
+        from wakeful.core.gateway.config import secret_variables
+
+        names = secret_variables(config)
+    except WakefulError:
+        return []  # the gateway says what is wrong with its file when it starts
+    return [env[n].strip() for n in names if env.get(n, "").strip()]
 
 
 def _exit_quietly(signum: int, _frame: object) -> None:
@@ -329,6 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # own handler once it has something to drain.
     signal.signal(signal.SIGTERM, _exit_quietly)
     parser = build_parser()
+    _ARGV[:] = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     try:
         fmt = log_format(os.environ)
@@ -339,7 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"wakeful: {exc}", file=sys.stderr)
         return 2
-    logs.configure(level, fmt, secret_values(_env(args)))  # --db's password too
+    # --db's password and the gateway's secrets too
+    logs.configure(level, fmt, secret_values(_env(args)) + gateway_secrets(os.environ))
     try:
         code: int = args.func(args)
     except ConfigError as exc:

@@ -18,6 +18,7 @@ from wakeful.bot.config import SECRET_VARIABLES, Config, ConfigError
 from wakeful.core.agent import AgentSettings, Setup, Zone
 from wakeful.core.clock import Clock, wall_clock
 from wakeful.core.errors import InvalidInput
+from wakeful.core.gateway.client import Gateway
 from wakeful.core.query import Query
 from wakeful.core.rules.schedule import zone as check_zone
 from wakeful.core.run import RunServices, Steps, Tool
@@ -106,8 +107,8 @@ def make_setup(
     env: Mapping[str, str],
     clock: Clock = wall_clock,
 ) -> Setup:
-    """What an agent may know: settings, approvers, a time-zone look-up, read-only queries, and
-    the environment without Slack's secrets."""
+    """What an agent may know: settings, approvers, a time-zone look-up, read-only queries, the
+    environment without Slack's secrets, and the credential gateway when there is one."""
     s = config.settings
 
     def time_zone(user: str) -> Zone:
@@ -121,6 +122,11 @@ def make_setup(
             return Zone("UTC", known=False, reason=why)
         return Zone(name)
 
+    gateway_url = env.get("WAKEFUL_GATEWAY_URL", "").strip()
+    try:
+        gateway = Gateway(gateway_url) if gateway_url else None
+    except InvalidInput as exc:
+        raise ConfigError(str(exc)) from None
     return Setup(
         settings=AgentSettings(
             approval_ttl=s.approval_ttl,
@@ -137,6 +143,7 @@ def make_setup(
         query=Query(store, config.approvers),
         steps=Steps(store, clock),
         env=agent_env(env),
+        gateway=gateway,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from wakeful.core.gateway.client import Gateway
 from wakeful.core.query import Query
 from wakeful.core.run import Run, Steps, Tool
 from wakeful.core.runner import Agent, RunHook
@@ -63,6 +64,10 @@ class Setup:
     """A person's time zone from Slack, cached and never slow (see Zone)."""
     env: Mapping[str, str] = field(default_factory=dict)
     """The process environment without wakeful's secrets: your agent's own settings."""
+    gateway: Gateway | None = None
+    """The credential gateway (WAKEFUL_GATEWAY_URL; `wakeful serve` starts one for
+    WAKEFUL_GATEWAY_CONFIG), or None: where a tool reaches an outside service with a secret
+    this process never holds (`gateway.url("stripe")` for an SDK, `gateway.request(...)`)."""
 
 
 __all__ = ["Agent", "AgentSettings", "Run", "RunHook", "Setup", "Steps", "Tool", "Zone"]

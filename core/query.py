@@ -73,6 +73,10 @@ class Query:
         did."""
         return self._store.recorded_steps(inbox, name, limit)
 
+    def approval(self, request_id: str) -> ApprovalState | None:
+        """One approval by its request id, answered or not (None: no such request)."""
+        return self._store.approval(request_id)
+
     def step(self, key: str) -> StepRecord | None:
         """The step recorded under `key` (an approval's request id, a `once` key), or None."""
         return self._store.recorded_step(key)

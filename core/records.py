@@ -179,3 +179,13 @@ class StepRecord:
     args: Any
     result: Any
     created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Revocation:
+    """A gateway destination cut off by an operator (`wakeful gateway revoke <name>`)."""
+
+    destination: str
+    revoked_at: int
+    revoked_by: str = ""
+    reason: str = ""

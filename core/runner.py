@@ -156,7 +156,22 @@ class Runner:
     def _run(
         self, claim: Claim, session: Any, now: int, heartbeat: Any, started: list[Run]
     ) -> fx.Effects:
-        events = [self._answered(claim.inbox, typed(e), now) for e in claim.events]
+        events: list[Event] = []
+        tool_failed: dict[int, str] = {}
+        trace = None
+        for stored in claim.events:
+            try:
+                events.append(self._answered(claim.inbox, typed(stored), now))
+            except (LeaseLost, StoreUnavailable):
+                raise
+            except Exception as exc:
+                # An approved tool that failed (its service unreachable, say) fails its own
+                # answer alone: it is retried with backoff, the batch's other events run now.
+                tool_failed[stored.id] = f"{type(exc).__name__}: {exc}"
+                trace = traceback.format_exc()
+                log.warning("tool failed on %s event %s: %s", claim.inbox, stored.id, exc)
+        if tool_failed and not events:
+            return fx.Effects(failed=tool_failed, traceback=trace)
         run = Run(claim.inbox, events, session, now, self.services, heartbeat)
         started.append(run)
         for hook in self.hooks:
@@ -169,8 +184,12 @@ class Runner:
         if not effects.failed and not effects.dead:
             for hook in self.hooks:
                 hook.after(run, effects)
-            return effects
-        return self._failed([run], effects)
+        else:
+            effects = self._failed([run], effects)
+        if tool_failed:
+            effects.failed.update(tool_failed)
+            effects.traceback = effects.traceback or trace
+        return effects
 
     def _answered(self, inbox: str, event: Event, now: int) -> Event:
         """A `yes` runs the approved tool first, as a durable step keyed by the request id:

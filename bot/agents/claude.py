@@ -68,6 +68,7 @@ from wakeful.bot.agents.common import (
     digest_facts,
     fresh_stats,
     outage_note,
+    refund_backend,
     unusable_session,
 )
 from wakeful.bot.agents.conversation import (
@@ -84,6 +85,8 @@ from wakeful.bot.agents.conversation import (
     trim_history,
     webhook_view,
 )
+from wakeful.bot.agents.gateway_tool import GATEWAY_TOOL
+from wakeful.bot.agents.stripe_confirm import confirmation
 
 log = logging.getLogger("wakeful")
 
@@ -182,7 +185,9 @@ class ClaudeAgent(Agent, ClaudeTools):
         self.client = client or anthropic.Anthropic(
             api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
         )
-        self.tool_specs = [self._spec(name) for name in TOOL_SPECS]
+        self.refunds = refund_backend(setup)
+        offered = [n for n in TOOL_SPECS if n != GATEWAY_TOOL or setup.gateway is not None]
+        self.tool_specs = [self._spec(name) for name in offered]
         table = prices() if price_table is None else dict(price_table)
         self.caller = ModelCaller(
             self.client,
@@ -213,6 +218,14 @@ class ClaudeAgent(Agent, ClaudeTools):
 
     def run(self, run: Run) -> None:
         feedback = [e for e in run.events if isinstance(e, Feedback)]
+        for e in run.events:  # Stripe confirming a refund: said where it was asked, no model
+            said = (
+                confirmation(run.query, self.setup.steps, e)
+                if isinstance(e, WebhookDelivery)
+                else None
+            )
+            if said is not None:
+                run.reply(said[1], to=said[0], urgent=False)
         if not any(isinstance(e, MODEL_EVENTS) for e in run.events):
             if feedback:  # counted for the digest, told to the model with the next turn
                 state = _load(run.session, run.now)

@@ -32,6 +32,8 @@ from wakeful.bot.agents.common import (
     zone_shown,
 )
 from wakeful.bot.agents.conversation import Block, safe_id, tool_result
+from wakeful.bot.agents.gateway_tool import GATEWAY_TOOL, GATEWAY_TOOL_SPEC, gateway_get
+from wakeful.bot.agents.stripe_confirm import refunded_text
 
 Policy = Literal["allow", "deny", "ask"]
 """`allow` runs at once; `deny` is refused without running; `ask` needs a person's yes."""
@@ -80,12 +82,14 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
         "description": "Pending and dead events, open approvals and the next digest.",
         "input_schema": {"type": "object", "properties": {}},
     },
+    GATEWAY_TOOL: GATEWAY_TOOL_SPEC,
 }
 DEFAULT_POLICIES: dict[str, Policy] = {
     "refund_order": "ask",
     "remind_me": "allow",
     "set_digest": "allow",
     "status": "allow",
+    GATEWAY_TOOL: "allow",
 }
 
 
@@ -122,6 +126,8 @@ class ClaudeTools:
 
     setup: Setup
     policies: dict[str, Policy]
+    refunds: Any = None
+    """Where a refund goes (common.refund_backend): Stripe through the gateway, or None."""
 
     def _use_tools(
         self, ctx: RunContext, uses: list[Block]
@@ -133,7 +139,7 @@ class ClaudeTools:
         for use in uses:
             uid, name = str(use["id"]), str(use["name"])
             args: Mapping[str, Any] = use["input"] if isinstance(use["input"], dict) else {}
-            if name not in TOOL_SPECS:
+            if name not in TOOL_SPECS or (name == GATEWAY_TOOL and self.setup.gateway is None):
                 results.append(
                     tool_result(uid, f"There is no tool {name!r}; nothing was done.", True)
                 )
@@ -173,6 +179,8 @@ class ClaudeTools:
             return self._remind(ctx, args, key)
         if name == "set_digest":
             return self._set_digest(ctx, args)
+        if name == GATEWAY_TOOL:
+            return gateway_get(self.setup.gateway, args, ToolInputError)
         return status_text(self.setup.query, ctx.run.inbox)
 
     def _ask(self, ctx: RunContext, tool: str, args: Mapping[str, Any], tool_use_id: str) -> str:
@@ -239,7 +247,7 @@ class ClaudeTools:
     def _refund_tool(self, args: Any, key: str) -> Any:
         """The refund, run once per request id (and once per order, whoever asks)."""
         order, _ = refund_args(args if isinstance(args, Mapping) else {})
-        return refund_once(self.setup.steps, self.setup.query, order, key)
+        return refund_once(self.setup.steps, self.setup.query, order, key, self.refunds)
 
     def _remind(self, ctx: RunContext, args: Mapping[str, Any], key: str) -> str:
         text = args.get("text")
@@ -292,7 +300,9 @@ class ClaudeTools:
 def refund_text(order: str, result: Any) -> str:
     """What the model is told a refund came to."""
     if isinstance(result, dict) and result.get("refunded") is False:
-        raise ToolInputError(str(result.get("already")))
+        raise ToolInputError(str(result.get("already") or result.get("why")))
+    if isinstance(result, dict) and result.get("via") == "stripe":
+        return refunded_text(order, result)
     return f"Refunded order {order}."
 
 

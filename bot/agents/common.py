@@ -6,11 +6,13 @@ place, so the two agents cannot drift apart. Written on the public agent API alo
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wakeful.agents import (
+    InvalidInput,
     Query,
     SessionUnusable,
+    Setup,
     StepRecord,
     Steps,
     StoredEvent,
@@ -19,6 +21,9 @@ from wakeful.agents import (
     inert,
     utc,
 )
+
+if TYPE_CHECKING:
+    from wakeful.bot.agents.stripe_refunds import StripeRefunds
 
 DIGEST = "digest"
 """The timer name of an inbox's digest."""
@@ -198,10 +203,47 @@ def refund_already(
     return None
 
 
-def refund_once(steps: Steps, query: Query, order: str, request_id: str) -> dict[str, Any]:
+def refund_backend(setup: Setup) -> StripeRefunds | None:
+    """Where refunds go: Stripe through the credential gateway with `WAKEFUL_REFUNDS=stripe`
+    (the gateway's destination `WAKEFUL_STRIPE_DESTINATION`, default `stripe`), else None: the
+    local ledger (the default, which calls nothing outside wakeful)."""
+    mode = setup.env.get("WAKEFUL_REFUNDS", "").strip().lower() or "ledger"
+    if mode == "ledger":
+        return None
+    if mode != "stripe":
+        raise InvalidInput(f"WAKEFUL_REFUNDS must be ledger or stripe, got {mode!r}")
+    if setup.gateway is None:
+        raise InvalidInput(
+            "WAKEFUL_REFUNDS=stripe needs the credential gateway: set WAKEFUL_GATEWAY_CONFIG "
+            "(wakeful serve starts the gateway) or WAKEFUL_GATEWAY_URL (one running elsewhere)"
+        )
+    try:
+        from wakeful.bot.agents.stripe_refunds import StripeRefunds
+    except ImportError as exc:
+        raise InvalidInput(
+            "WAKEFUL_REFUNDS=stripe needs the stripe package: pip install 'wakeful[stripe]'"
+        ) from exc
+    destination = setup.env.get("WAKEFUL_STRIPE_DESTINATION", "").strip() or "stripe"
+    return StripeRefunds(setup.gateway, destination)
+
+
+def refund_once(
+    steps: Steps,
+    query: Query,
+    order: str,
+    request_id: str,
+    stripe: StripeRefunds | None = None,
+) -> dict[str, Any]:
     """Refund `order` under `request_id` (the approval's id: a retried run gets the recorded
-    result back): the local ledger's refund. The per-order record that stands says which
-    request refunded the order, so two approvals of one order refund it once."""
+    result back): through Stripe when `stripe` is given, else the local ledger's refund. The
+    per-order record that stands says which request refunded the order, so two approvals of
+    one order refund it once."""
+    if stripe is not None:
+        done = query.step(refunded_key(order))
+        by = done.result.get("request") if done and isinstance(done.result, dict) else None
+        if done is not None and by != request_id:
+            return {"refunded": False, "order_id": order, "already": _already_refunded(order, done)}
+        return stripe.refund(steps, query, order, request_id)
     record = {"order_id": order, "request": request_id}
     first = steps.once(refunded_key(order), lambda _key: record, name=ORDER_REFUNDED)
     if isinstance(first, dict) and first.get("request") != request_id:

@@ -42,11 +42,13 @@ from wakeful.bot.agents.common import (
     fresh_stats,
     plural,
     refund_already,
+    refund_backend,
     refund_once,
     status_text,
     unusable_session,
     zone_shown,
 )
+from wakeful.bot.agents.stripe_confirm import confirmation, refunded_text
 from wakeful.bot.agents.webhook_report import report_line
 
 REFUND = re.compile(r"refund\s+order\s+#?([A-Za-z0-9][A-Za-z0-9_-]{0,63})", re.IGNORECASE)
@@ -118,12 +120,14 @@ class RefundDesk(Agent):
         self.min_digest = min_digest
         self.approvers = setup.approvers
         self.tools = [Tool(REFUND_TOOL, self._refund, "Refund an order (needs approval).")]
+        self.stripe = refund_backend(setup)
 
     def _refund(self, args: Any, key: str) -> dict[str, Any]:
-        """The local ledger's refund, once per order whoever asks (bot/agents/common.py); run
-        by wakeful after a yes, as a durable step keyed by the request id."""
+        """The refund, once per order whoever asks (bot/agents/common.py): through Stripe with
+        WAKEFUL_REFUNDS=stripe, else the local ledger; run by wakeful after a yes, as a
+        durable step keyed by the request id (Stripe's Idempotency-Key)."""
         order = str(args.get("order_id", "")) if isinstance(args, dict) else ""
-        return refund_once(self.setup.steps, self.query, order, key)
+        return refund_once(self.setup.steps, self.query, order, key, self.stripe)
 
     # -- the run --------------------------------------------------------------------------
 
@@ -142,6 +146,9 @@ class RefundDesk(Agent):
             elif isinstance(event, WebhookDelivery):
                 # One normal line per delivery: the outbox merges a burst into one post per gap.
                 run.reply(report_line(event), to=event)
+                if said := confirmation(self.query, self.setup.steps, event):
+                    # Where the refund was asked; merged with the refund's reply when both wait.
+                    run.reply(said[1], to=said[0], urgent=False)
         run.save(state)
 
     def _chat(self, run: Run, chats: list[Message], state: dict[str, Any]) -> None:
@@ -230,8 +237,13 @@ class RefundDesk(Agent):
         if e.answer == "yes":
             result = e.result if isinstance(e.result, dict) else {}
             state["stats"]["approved"] += 1
-            if result.get("refunded") is False:
+            if result.get("refunded") is False and result.get("already"):
                 text = f"{result.get('already')} Not refunded again."
+            elif result.get("refunded") is False:
+                text = str(result.get("why") or f"Order {order} was not refunded.")
+            elif result.get("via") == "stripe":
+                state["stats"]["refunds"] += 1
+                text = refunded_text(str(args.get("order_id", "?")), result)
             else:
                 state["stats"]["refunds"] += 1
                 text = f"Refunded order {order}."

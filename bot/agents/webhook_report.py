@@ -83,11 +83,11 @@ def _stripe(body: Mapping[str, Any]) -> str:
     )
     currency = _text(obj, "currency")
     if amount is not None and currency:
-        line += f" {_money(int(amount), currency)}"
+        line += f" {money(int(amount), currency)}"
     return line
 
 
-def _money(amount: int, currency: str) -> str:
+def money(amount: int, currency: str) -> str:
     """`2000`, `usd` -> `20.00 USD`: Stripe's smallest unit shown in the currency's own."""
     code = currency.lower()
     places = 0 if code in _ZERO_DECIMAL else 3 if code in _THREE_DECIMAL else 2

@@ -1,9 +1,9 @@
 """The store: every operation the engine owes, one module per concern, over one backend.
 
 `Store` is the whole contract, assembled from its concerns (inbox, claims, timers, approvals,
-outbox, admin, steps, threads, installations); a backend (`Connector`) supplies only
-transactions over its own named SQL. Every operation takes `now` in integer seconds: no backend
-reads a clock of its own. `open_store` picks the backend from a URL or a path.
+outbox, admin, steps, threads, installations, gateway revocations); a backend (`Connector`)
+supplies only transactions over its own named SQL. Every operation takes `now` in integer
+seconds: no backend reads a clock of its own. `open_store` picks the backend from a URL or a path.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from wakeful.core.store.installations import Installations
 from wakeful.core.store.outbox import Outbox
 from wakeful.core.store.overview import OverviewReads
 from wakeful.core.store.retention import Retention
+from wakeful.core.store.revocations import Revocations
 from wakeful.core.store.steps import Steps
 from wakeful.core.store.threads import Threads
 from wakeful.core.store.timers import Timers
@@ -39,6 +40,7 @@ class Store(
     OverviewReads,
     Threads,
     Installations,
+    Revocations,
 ):
     """The durable state of every inbox, and the only way the engine touches it."""
 

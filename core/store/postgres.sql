@@ -840,3 +840,17 @@ DELETE FROM oauth_states WHERE state = %(state)s AND expires_at > %(now)s RETURN
 -- name: prune_oauth_states
 -- Drop the state values whose time is over.
 DELETE FROM oauth_states WHERE expires_at <= %(now)s;
+
+-- name: revoke_destination
+-- Revoke a gateway destination (the kill switch); a second revoke keeps the first row.
+INSERT INTO gateway_revocations (destination, revoked_at, revoked_by, reason)
+VALUES (%(destination)s, %(now)s, %(by)s, %(reason)s)
+ON CONFLICT (destination) DO NOTHING;
+
+-- name: restore_destination
+-- Lift a gateway destination's revocation.
+DELETE FROM gateway_revocations WHERE destination = %(destination)s;
+
+-- name: revoked_destinations
+-- Every revoked gateway destination: what each gateway polls, a tiny table.
+SELECT * FROM gateway_revocations ORDER BY destination;

@@ -23,7 +23,9 @@ def test_wakeful_demo_plays_every_scene_and_exits_zero(tmp_path: Path) -> None:
         "wakeful: Handled 1 message.",
         "Slack delivers it again (X-Slack-Retry-Num: 1): HTTP 200, then 200",
         "wakeful: Handled 3 messages.",
-        "Refunded order 1001.",
+        "Refunded order 1001 through Stripe (re_",
+        "made with Idempotency-Key refund-order-",
+        "Slack [DM alice]  wakeful: Stripe confirmed the refund of order 1001 (re_",
         "Approved by @alice",
         "Refund for order 1002 denied; nothing was done.",
         "(only bob sees) This approval is not yours to answer",
@@ -54,9 +56,11 @@ def test_wakeful_demo_plays_every_scene_and_exits_zero(tmp_path: Path) -> None:
     assert "Slack [#refunds] (thread)  wakeful: Handled 1 message.\n" in follow_up
     assert "Asked for approval to refund order 1005." in follow_up
     assert text.count("wakeful: GitHub issues.opened") == 1  # the redelivery added nothing
-    # The three Stripe events arrived inside the gap: one post, their lines in order.
-    assert text.count("Slack [#ops]  wakeful: Stripe ") == 1
-    merged = text.split("Slack [#ops]  wakeful: Stripe ", 1)[1]
+    # The three Stripe events arrived inside the gap: one post, their lines in order (the
+    # refund's charge.refunded was reported in #ops on its own, scenes before).
+    assert text.count("Slack [#ops]  wakeful: Stripe charge.succeeded") == 1
+    merged = text.split("Slack [#ops]  wakeful: Stripe charge.succeeded", 1)[1].split("Slack [")[0]
+    merged = "charge.succeeded" + merged
     assert merged.index("charge.succeeded") < merged.index("charge.dispute.created")
     assert merged.index("charge.dispute.created") < merged.index("invoice.payment_failed")
     assert list(tmp_path.iterdir()) == []  # a temporary store, nothing left behind

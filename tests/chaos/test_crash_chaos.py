@@ -37,6 +37,8 @@ def _assert_guarantees(f: Figures, plan: Plan) -> None:
     assert f.overlapping_runs == 0
     assert f.double_answers == 0
     assert f.double_refunds == 0
+    assert f.stripe_refunds > 0, "refunds went through Stripe and its gateway"
+    assert f.confirmations_doubled == 0
     assert f.undelivered_rows == 0
     assert f.webhooks == plan.webhooks, "the driver could not deliver every webhook"
     assert f.webhooks_lost == 0

@@ -198,6 +198,7 @@ def test_a_factory_gets_a_setup_with_no_way_to_write(make_store: MakeStore) -> N
     assert setup.env == {"OWN": "1", "ANTHROPIC_API_KEY": "sk-ant-1"}, "no secret of wakeful's"
     public = {n for n in dir(setup.query) if not n.startswith("_")}
     assert public == {
+        "approval",
         "approvals_to_answer",
         "approvers",
         "dead_events",

@@ -30,6 +30,7 @@ from typing import Any
 from wakeful.core.store import Store
 from wakeful.devtools.audit import overlapping_runs
 from wakeful.devtools.emulator import EventSender, SlackEmulator
+from wakeful.devtools.fake_stripe import FakeStripe
 from wakeful.devtools.webhooks import WebhookSender, github_payload, stripe_event
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,6 +78,11 @@ class Figures:
     webhooks_lost: int = 0
     webhook_lines_missing: int = 0
     webhook_lines_doubled: int = 0
+    gateway_kills: int = 0
+    stripe_refunds: int = 0
+    """Refunds the fake Stripe holds, made through the gateway (which is killed too)."""
+    refunds_unconfirmed: int = 0
+    confirmations_doubled: int = 0
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -90,7 +96,10 @@ class Figures:
             f"webhooks {self.webhooks} (retried attempts {self.webhook_refusals}, "
             f"repeats after a 200 {self.webhook_repeats}, lost "
             f"{self.webhooks_lost}, lines missing {self.webhook_lines_missing}, doubled "
-            f"{self.webhook_lines_doubled})  {self.seconds:.0f}s"
+            f"{self.webhook_lines_doubled})  stripe refunds {self.stripe_refunds} (gateway "
+            f"kills {self.gateway_kills}, unconfirmed "
+            f"{self.refunds_unconfirmed}, confirmations doubled {self.confirmations_doubled})  "
+            f"{self.seconds:.0f}s"
         )
 
 
@@ -103,8 +112,15 @@ def free_port() -> int:
 class Fleet:
     """The processes under test, each restartable."""
 
-    def __init__(self, env: dict[str, str], port: int, workdir: Path) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        port: int,
+        workdir: Path,
+        gateway: tuple[Path, dict[str, str]] | None = None,
+    ) -> None:
         self.env = env
+        self.own_env: dict[str, dict[str, str]] = {}
         self.port = port
         self.workdir = workdir
         wakeful = [sys.executable, "-m", "wakeful.bot.cli", "--log-level", "WARNING"]
@@ -116,6 +132,10 @@ class Fleet:
             "scheduler": [*wakeful, "scheduler", "--poll", "0.2"],
             "dispatcher": [*wakeful, "dispatcher", "--poll", "0.2"],
         }
+        if gateway is not None:  # the credential gateway, the one process with the Stripe key
+            config, secrets = gateway
+            self.commands["gateway"] = [*wakeful, "gateway", "--config", str(config)]
+            self.own_env["gateway"] = {**env, **secrets}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Any] = {}
 
@@ -123,8 +143,9 @@ class Fleet:
         log = self.logs.get(name)
         if log is None:
             log = self.logs[name] = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115
+        env = self.own_env.get(name, self.env)
         self.procs[name] = subprocess.Popen(
-            self.commands[name], env=self.env, cwd=ROOT, stdout=log, stderr=log
+            self.commands[name], env=env, cwd=ROOT, stdout=log, stderr=log
         )
 
     def start_all(self) -> None:
@@ -186,6 +207,7 @@ def sigkills(fleet: Fleet, rng: random.Random, figures: Figures, stop: threading
         name = rng.choice(names)
         fleet.kill(name)
         figures.kills += 1
+        figures.gateway_kills += name == "gateway"
         fleet.start(name)
 
 
@@ -204,6 +226,21 @@ def run_chaos(
     emu = SlackEmulator(bot_token=TOKEN, bot_user_id="UBOT", team_id="TC")
     emu.start()
     port = free_port()
+    stripe = FakeStripe(
+        webhook_url=f"http://127.0.0.1:{port}", webhook_secret=HOOK_SECRETS["stripe"]
+    )
+    stripe.__enter__()
+    gateway_port = free_port()
+    gateway_config = workdir / "gateway.toml"
+    gateway_config.write_text(
+        f'listen = "127.0.0.1:{gateway_port}"\n'
+        f'audit_log = "{workdir / "gateway-audit.jsonl"}"\n'
+        "[destinations.stripe]\n"
+        f'upstream = "{stripe.url}"\n'
+        'allow = ["GET /v1/payment_intents/search", "POST /v1/refunds"]\n'
+        'secret_env = "STRIPE_SECRET_KEY"\n'
+        "timeout = 5\nrate_limit = 1000\n"
+    )
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -224,9 +261,12 @@ def run_chaos(
         "WAKEFUL_STRIPE_WEBHOOK_SECRET": HOOK_SECRETS["stripe"],
         "WAKEFUL_WEBHOOKS": f"ci={HOOK_SECRETS['ci']}",
         "WAKEFUL_WEBHOOK_CHANNEL": HOOKS,
+        "WAKEFUL_REFUNDS": "stripe",
+        "WAKEFUL_GATEWAY_URL": f"http://127.0.0.1:{gateway_port}",
         **(settings or {}),
     }
-    fleet = Fleet(env, port, workdir)
+    env.pop("STRIPE_SECRET_KEY", None)
+    fleet = Fleet(env, port, workdir, (gateway_config, {"STRIPE_SECRET_KEY": stripe.api_key}))
     fleet.start_all()
     sender = EventSender(f"http://127.0.0.1:{port}/slack/events", SECRET, team_id="TC")
     stop_kills = threading.Event()
@@ -241,6 +281,7 @@ def run_chaos(
         roll = rng.random()
         if roll < 0.12:
             text = f"please refund order {u}x{i}"
+            stripe.add_payment(f"{u}x{i}")
         elif roll < 0.22:
             text = f"remind me in 1 seconds to stretch {i}"
         else:
@@ -306,7 +347,7 @@ def run_chaos(
                 if rid in answered:
                     continue
                 answered.add(rid)
-                owner = str(call.params.get("channel"))[1:]
+                owner = "U" + str(call.params.get("channel"))[1:]  # D7 is U7's DM
                 roll = rng.random()
                 if roll < 0.1:
                     continue  # nobody answers: it will expire
@@ -369,7 +410,7 @@ def run_chaos(
         pending = store.count_events("pending") + store.count_events("running")
         open_rows = len(store.outbox("pending")) + len(store.outbox("sending"))
         timers_left = store.next_timer_at()
-        if pending == 0 and open_rows == 0 and timers_left is None:
+        if pending == 0 and open_rows == 0 and timers_left is None and stripe.quiet:
             break
         if os.environ.get("WAKEFUL_CHAOS_DEBUG"):
             print(
@@ -409,6 +450,7 @@ def run_chaos(
                 figures.poisoned += 1
             else:
                 figures.unexpected_dead += 1
+                print(f"  unexpected dead {eid} (event {ev.id}): {ev.error}")
         elif eid in poison_ids:
             figures.problems.append(f"poisoned event {eid} ended {ev.status}")
     part_ids = collections.Counter()
@@ -442,9 +484,32 @@ def run_chaos(
     figures.double_refunds = sum(n - 1 for n in refunds.values() if n > 1)
     keys = collections.Counter(r.key for r in store.recorded_steps(name="refund_order"))
     figures.double_refunds += sum(n - 1 for n in keys.values() if n > 1)
+    check_stripe(stripe, emu, figures)
+    stripe.__exit__(None, None, None)
     hooks.check(store, emu, figures)
     emu.stop()
     return figures
+
+
+def check_stripe(stripe: FakeStripe, emu: SlackEmulator, figures: Figures) -> None:
+    """Stripe holds at most one refund per approved request and per payment, whichever process
+    was killed when; each refund is confirmed once in its person's conversation."""
+    refunds = list(stripe.refunds.values())
+    figures.stripe_refunds = len(refunds)
+    by_request = collections.Counter(r["metadata"].get("wakeful_request") for r in refunds)
+    by_payment = collections.Counter(r["payment_intent"] for r in refunds)
+    figures.double_refunds += sum(n - 1 for n in by_request.values() if n > 1)
+    figures.double_refunds += sum(n - 1 for n in by_payment.values() if n > 1)
+    confirmed: collections.Counter[str] = collections.Counter()
+    for call in emu.calls("chat.postMessage"):
+        text = str(call.params.get("text", ""))
+        if call.response.get("ok"):
+            confirmed.update(re.findall(r"Stripe confirmed the refund of order (\S+) \(", text))
+    for r in refunds:
+        order = r["metadata"].get("order_id")
+        if confirmed[order] == 0:
+            figures.refunds_unconfirmed += 1
+        figures.confirmations_doubled += max(0, confirmed[order] - 1)
 
 
 class Webhooks:

@@ -1,0 +1,104 @@
+"""`wakeful gateway`: run the credential gateway, or flip its kill switch.
+
+- `wakeful gateway` runs it (config from `--config` or WAKEFUL_GATEWAY_CONFIG, the store
+  from `--db` or WAKEFUL_DB, where the revocations live);
+- `wakeful gateway revoke <name> [--reason ...]` cuts a destination off at every gateway
+  reading this store, within a second; `restore <name>` lets it through again;
+- `wakeful gateway status` lists what is revoked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import time
+from collections.abc import Callable
+
+from wakeful.bot.config import Config, ConfigError
+from wakeful.core.store import open_store
+
+
+def _run(args: argparse.Namespace, env: dict[str, str]) -> int:
+    from wakeful.bot.gateway_serve import serve
+
+    config = args.config or env.get("WAKEFUL_GATEWAY_CONFIG", "").strip()
+    if not config:
+        raise ConfigError("WAKEFUL_GATEWAY_CONFIG is not set (the gateway's TOML file)")
+    db = Config.from_env(env).db
+    return serve(config, env, db, ready_fd=args.ready_fd, parent=args.parent)
+
+
+def _revoke(args: argparse.Namespace, env: dict[str, str]) -> int:
+    store = open_store(Config.from_env(env).db)
+    try:
+        fresh = store.revoke_destination(args.name, int(time.time()), _who(), args.reason or "")
+    finally:
+        store.close()
+    print(
+        f"revoked {args.name}: every gateway refuses it within 1 s"
+        if fresh
+        else f"{args.name} was already revoked"
+    )
+    return 0
+
+
+def _restore(args: argparse.Namespace, env: dict[str, str]) -> int:
+    store = open_store(Config.from_env(env).db)
+    try:
+        lifted = store.restore_destination(args.name)
+    finally:
+        store.close()
+    print(f"restored {args.name}" if lifted else f"{args.name} was not revoked")
+    return 0
+
+
+def _status(args: argparse.Namespace, env: dict[str, str]) -> int:
+    store = open_store(Config.from_env(env).db)
+    try:
+        revoked = store.revoked_destinations()
+    finally:
+        store.close()
+    print(f"revoked destinations: {len(revoked)}")
+    for r in revoked.values():
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(r.revoked_at))
+        reason = f"  reason: {r.reason}" if r.reason else ""
+        print(f"  {r.destination}  since {when}  by {r.revoked_by or '?'}{reason}")
+    return 0
+
+
+def _who() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return ""
+
+
+def register(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    common: Callable[[argparse.ArgumentParser], None],
+    env_of: Callable[[argparse.Namespace], dict[str, str]],
+) -> None:
+    """Add `wakeful gateway ...` to the `wakeful` parser."""
+
+    def call(body: Callable[[argparse.Namespace, dict[str, str]], int]) -> Callable[..., int]:
+        return lambda args: body(args, env_of(args))
+
+    p = sub.add_parser("gateway", help="the credential gateway: run it, revoke or restore")
+    common(p)
+    p.add_argument("--config", help="the gateway's TOML file (WAKEFUL_GATEWAY_CONFIG)")
+    p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--parent", type=int, help=argparse.SUPPRESS)
+    p.set_defaults(func=call(_run))
+    commands = p.add_subparsers(dest="gateway_command", metavar="ACTION")
+    q = commands.add_parser("revoke", help="cut a destination off at every gateway, in 1 s")
+    common(q)
+    q.add_argument("name")
+    q.add_argument("--reason", help="why (kept with the revocation)")
+    q.set_defaults(func=call(_revoke))
+    q = commands.add_parser("restore", help="let a revoked destination through again")
+    common(q)
+    q.add_argument("name")
+    q.set_defaults(func=call(_restore))
+    q = commands.add_parser("status", help="list the revoked destinations")
+    common(q)
+    q.set_defaults(func=call(_status))

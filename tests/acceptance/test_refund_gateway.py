@@ -1,0 +1,227 @@
+"""Refunds that are real, run as a user runs them: `wakeful serve` (with its gateway child, or
+beside a `wakeful gateway` of its own for a split deployment) against the Slack emulator, the
+fake Stripe API behind the gateway, and Stripe's signed webhooks back to `/webhooks/stripe`.
+
+The exactly-once tests kill a process at the worst moment: the worker after Stripe refunded and
+before the result was recorded, and, separately, the gateway in the middle of relaying Stripe's
+answer. After recovery Stripe holds one refund per approved request, the person got one reply
+naming it and one confirmation from Stripe's webhook, and the gateway's audit log shows the
+same Idempotency-Key on both attempts. Both stores.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.test_examples import approve
+from tests.acceptance.test_slack_app import (
+    BOT_USER,
+    TEAM,
+    TOKEN,
+    Wakeful,
+    dm,
+    eventually,
+    launch,
+    pg_schema_url,
+    shut_down,
+)
+from tests.support.chaos import free_port
+from tests.support.gateway import GatewayProcess, audit_lines, write_config
+from wakeful.devtools.emulator import SlackEmulator
+from wakeful.devtools.fake_stripe import FakeStripe
+
+BOSS, ALICE = "U0BOSS", "U0ALICE"
+HOOKS = "C0HOOKS"
+WEBHOOK_SECRET = "whsec_acceptance"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "refunds.db")
+    else:
+        with pg_schema_url() as url:
+            yield url
+
+
+@pytest.fixture
+def emu() -> Iterator[SlackEmulator]:
+    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as running:
+        yield running
+
+
+@pytest.fixture
+def stripe() -> Iterator[FakeStripe]:
+    with FakeStripe(webhook_secret=WEBHOOK_SECRET) as fake:
+        yield fake
+
+
+def settings(**more: str) -> dict[str, str]:
+    return {
+        "WAKEFUL_APPROVERS": BOSS,
+        "WAKEFUL_BATCH_WINDOW": "0.1",
+        "WAKEFUL_REFUNDS": "stripe",
+        "WAKEFUL_STRIPE_WEBHOOK_SECRET": WEBHOOK_SECRET,
+        "WAKEFUL_WEBHOOK_CHANNEL": HOOKS,
+        "WAKEFUL_LEASE_TTL": "2",
+        "WAKEFUL_BACKOFF_BASE": "1",
+        **more,
+    }
+
+
+def start(tmp: Path, emu: SlackEmulator, db: str, stripe: FakeStripe, **more: str) -> Wakeful:
+    backend = "postgres" if "://" in db else "sqlite"
+    app = launch(tmp, emu, db, settings(**more), backend=backend)
+    stripe.webhook_url = f"http://127.0.0.1:{app.port}"
+    return app
+
+
+def refund_and_wait(app: Wakeful, stripe: FakeStripe, order: str) -> str:
+    assert app.sender.message(ALICE, f"refund order {order}").status == 200
+    return approve(app, dm(ALICE))
+
+
+def check_once(app: Wakeful, stripe: FakeStripe, order: str, request_id: str) -> None:
+    """One refund, one reply naming it, one confirmation from Stripe's webhook."""
+    channel = dm(ALICE)
+    app.wait_post(channel, f"Refunded order {order} through Stripe (re_", timeout=30)
+    app.wait_post(channel, f"Stripe confirmed the refund of order {order}", timeout=30)
+    [refund] = stripe.refunds.values()
+    assert refund["metadata"]["wakeful_request"] == request_id
+    replies = app.posts(channel, f"Refunded order {order}")
+    assert [r["text"] for r in replies] == [
+        f"Refunded order {order} through Stripe ({refund['id']}, 20.00 USD)."
+    ]
+    time.sleep(1.0)  # one settle: nothing else arrives
+    assert [r["text"] for r in app.posts(channel, "Stripe confirmed")] == [
+        f"Stripe confirmed the refund of order {order} ({refund['id']}, 20.00 USD)."
+    ]
+    assert len(stripe.refunds) == 1
+
+
+def everything_stored(db: str) -> str:
+    """Every row of every table of the store, as text."""
+    if "://" not in db:
+        conn = sqlite3.connect(db)
+        try:
+            return "\n".join(conn.iterdump())
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(db) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = "
+                "current_schema()"
+            )
+        ]
+        return "\n".join(
+            str(row[0])
+            for t in tables
+            for row in conn.execute(f'SELECT row_to_json(t)::text FROM "{t}" t')  # type: ignore[call-overload]
+        )
+
+
+def test_a_refund_through_serves_gateway_child_and_the_worker_never_holds_the_secret(
+    emu: SlackEmulator, stripe: FakeStripe, db: str, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, stripe.url)
+    app = start(
+        tmp_path,
+        emu,
+        db,
+        stripe,
+        WAKEFUL_GATEWAY_CONFIG=str(config),
+        STRIPE_SECRET_KEY=stripe.api_key,
+    )
+    try:
+        stripe.add_payment("1001")
+        # The first attempt meets a rate limit: an error logged and stored, then retried.
+        stripe.fail_next(429, "invalid_request_error", "Request rate limit exceeded.", "rate_limit")
+        request_id = refund_and_wait(app, stripe, "1001")
+        check_once(app, stripe, "1001", request_id)
+        assert stripe.keys_seen() == [request_id, request_id]
+        secret = stripe.api_key.encode()
+        worker = Path(f"/proc/{app.proc.popen.pid}/environ").read_bytes()
+        assert b"STRIPE_SECRET_KEY" not in worker and secret not in worker
+        assert b"WAKEFUL_GATEWAY_URL=http://127.0.0.1:" in worker
+        assert stripe.api_key not in everything_stored(db)
+        log = app.proc.log.read_bytes() + "\n".join(list(app.proc.lines.queue)).encode()
+        assert b"gateway started" in log and b"tool failed on" in log, "an error was logged"
+        assert secret not in log
+        audit = (tmp_path / "gateway-audit.jsonl").read_bytes()
+        assert request_id.encode() in audit and secret not in audit
+        slack = json.dumps([c.params for c in emu.calls()]).encode()
+        assert secret not in slack
+    finally:
+        shut_down(app)
+
+
+def test_sigkill_of_the_worker_between_stripe_and_the_record_refunds_once(
+    emu: SlackEmulator, stripe: FakeStripe, db: str, tmp_path: Path
+) -> None:
+    socket_path = tmp_path / "gateway.sock"
+    config = write_config(tmp_path, stripe.url, listen=f"unix:{socket_path}")
+    env = {"STRIPE_SECRET_KEY": stripe.api_key}
+    gateway = GatewayProcess(config, env, db, tmp_path / "gateway.log")
+    url = {"WAKEFUL_GATEWAY_URL": gateway.url}
+    try:
+        stripe.add_payment("2001")
+        app = start(tmp_path, emu, db, stripe, **url)
+        try:
+            stripe.hold_next("answer")
+            request_id = refund_and_wait(app, stripe, "2001")
+            assert stripe.held.wait(15), f"Stripe was never called:\n{app.tail()}"
+            app.proc.popen.send_signal(signal.SIGKILL)  # Stripe refunded; nothing recorded
+            assert app.proc.stop() == -signal.SIGKILL
+        finally:
+            app.store.close()
+            stripe.release()
+        assert len(stripe.refunds) == 1
+        again = start(tmp_path, emu, db, stripe, **url)
+        try:
+            check_once(again, stripe, "2001", request_id)
+            assert stripe.keys_seen() == [request_id, request_id], "the same key, twice"
+            keys = [a["idempotency_key"] for a in audit_lines(tmp_path) if a["method"] == "POST"]
+            assert keys == [request_id, request_id], "the audit log shows the repeated key"
+        finally:
+            shut_down(again)
+    finally:
+        gateway.stop()
+
+
+def test_sigkill_of_the_gateway_mid_request_refunds_once(
+    emu: SlackEmulator, stripe: FakeStripe, db: str, tmp_path: Path
+) -> None:
+    listen = f"127.0.0.1:{free_port()}"
+    config = write_config(tmp_path, stripe.url, listen=listen)
+    env = {"STRIPE_SECRET_KEY": stripe.api_key}
+    gateway = GatewayProcess(config, env, db, tmp_path / "gateway.log")
+    stripe.add_payment("3001")
+    app = start(tmp_path, emu, db, stripe, WAKEFUL_GATEWAY_URL=gateway.url)
+    try:
+        stripe.hold_next("body")  # Stripe refunds, sends its status, holds the body
+        request_id = refund_and_wait(app, stripe, "3001")
+        assert eventually(
+            lambda: any(a["idempotency_key"] == request_id for a in audit_lines(tmp_path)), 15
+        ), f"the gateway never had Stripe's answer:\n{app.tail()}"
+        gateway.proc.send_signal(signal.SIGKILL)  # mid-request: the answer half relayed
+        assert gateway.stop() == -signal.SIGKILL
+        stripe.release()
+        gateway = GatewayProcess(config, env, db, tmp_path / "gateway.log")  # restarted
+        check_once(app, stripe, "3001", request_id)
+        assert stripe.keys_seen()[0] == request_id and set(stripe.keys_seen()) == {request_id}
+        keys = [a["idempotency_key"] for a in audit_lines(tmp_path) if a["method"] == "POST"]
+        assert len(keys) >= 2 and set(keys) == {request_id}, "the repeated key, in the audit"
+    finally:
+        shut_down(app)
+        gateway.stop()
