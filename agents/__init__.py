@@ -11,7 +11,7 @@ its run. The modules behind these names may change; these names are the contract
 """
 
 from wakeful.agents.base import Agent, Block
-from wakeful.bot.blocks import utc
+from wakeful.bot.blocks import feedback_blocks, utc
 from wakeful.bot.blocks import when as slack_date
 from wakeful.bot.events import AssistantThreadStarted, Feedback, HomeOpened
 from wakeful.bot.home import HomeView, NextTimer, Pending, default_home, header, section
@@ -35,6 +35,7 @@ from wakeful.core.query import Query
 from wakeful.core.records import ApprovalState, DeadLetters, StepRecord, TimerState
 from wakeful.core.records import Event as StoredEvent
 from wakeful.core.run import Run, Steps, Tool, step_key
+from wakeful.core.usage import ModelUsage
 
 __all__ = [
     "Agent",
@@ -56,6 +57,7 @@ __all__ = [
     "InvalidInput",
     "LeaseLost",
     "Message",
+    "ModelUsage",
     "NextTimer",
     "Pending",
     "Query",
@@ -74,6 +76,7 @@ __all__ = [
     "WebhookDelivery",
     "Zone",
     "default_home",
+    "feedback_blocks",
     "header",
     "inert",
     "section",

@@ -29,11 +29,21 @@ class Agent:
     tool once, as a durable step keyed by the request id."""
 
     greeting: ClassVar[str] = GREETING
-    """Posted when a person opens a new assistant thread with the app."""
+    """Posted once when a person first opens the app's Messages tab (Slack's Agent messaging
+    experience), or in each new assistant thread (the older assistant view)."""
 
     suggested_prompts: ClassVar[Sequence[tuple[str, str]]] = ()
-    """(title, message) pairs shown under the greeting (at most 4; Slack shows them as
-    buttons that send the message)."""
+    """(title, message) pairs pinned to the Messages tab (or shown under an assistant
+    thread's greeting): at most 4; Slack shows them as buttons that send the message."""
+
+    thinking_status: ClassVar[bool] = False
+    """Show "is thinking…" (Slack's status) in every conversation a run answers (a DM, a
+    mention, a thread) until its reply, for an agent whose answers take seconds (a model's).
+    False: only in assistant threads (the older assistant view)."""
+
+    loading_messages: ClassVar[Sequence[str]] = ()
+    """Lines Slack rotates through under "is thinking…" (at most 10 are sent); empty: the
+    status alone."""
 
     failure_text: ClassVar[str | None] = None
     """Told once to the person whose message could not be handled (its attempts ran out);

@@ -34,13 +34,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--skip-http", action="store_true")
     p.add_argument(
         "--only",
-        default="engine,ops,http,e2e,pg",
-        help="comma-separated parts to run (engine, ops, http, front, e2e, pg); default all but "
-        "front (the front alone against the bare Bolt app, in rounds)",
+        default="engine,ops,http,e2e,claude,pg",
+        help="comma-separated parts to run (engine, ops, http, front, e2e, claude, pg); default "
+        "all but front (the front alone against the bare Bolt app, in rounds)",
     )
     args = p.parse_args(argv)
     parts = set(args.only.split(","))
-    unknown = parts - {"engine", "ops", "http", "front", "e2e", "pg"}
+    unknown = parts - {"engine", "ops", "http", "front", "e2e", "claude", "pg"}
     if unknown:
         p.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
     named = argv is not None and any(a.startswith("--only") for a in argv)
@@ -64,6 +64,10 @@ def main(argv: list[str]) -> int:
         from .e2e import run_e2e
 
         figures += run_e2e(args.quick)
+    if "claude" in parts:
+        from .claude import run_claude
+
+        figures += run_claude(args.quick)
     dsn = os.environ.get("WAKEFUL_TEST_PG_DSN", "")
     if "pg" not in parts:
         pass
@@ -80,7 +84,7 @@ def main(argv: list[str]) -> int:
         text = [
             "# Benchmark results",
             "",
-            f"`python -m bench{'' if len(parts) == 5 else ' --only ' + args.only}`"
+            f"`python -m bench{'' if len(parts) == 6 else ' --only ' + args.only}`"
             f" ({'quick' if args.quick else 'full'} run), {when}, on {machine()}.",
             "Every ratio is against a baseline measured in the same run.",
             "",

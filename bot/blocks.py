@@ -89,3 +89,44 @@ def not_yours(requester: str) -> list[Block]:
             "can answer it."
         )
     ]
+
+
+FEEDBACK = "wakeful_feedback"
+"""The action_id of the feedback buttons under a reply (Block Kit `feedback_buttons` in a
+`context_actions` block): the positive button's value is `positive`, the negative's `negative`."""
+FEEDBACK_VALUES = ("positive", "negative")
+FEEDBACK_THANKS = {
+    "positive": "Thanks for the feedback: glad that helped.",
+    "negative": "Thanks for the feedback: I'll keep it in mind.",
+}
+"""What the person who clicked sees, once, only them."""
+SECTION_LIMIT = 3000
+
+
+def feedback_blocks(text: str) -> list[Block]:
+    """A reply as Block Kit with Slack's feedback buttons under it: the (already escaped) text
+    in mrkdwn sections of at most 3,000 characters, cut at line ends where it can be, then a
+    `context_actions` block with thumbs up / down. A click comes back as a `Feedback` event."""
+    sections: list[Block] = []
+    rest = text
+    while rest:
+        cut = len(rest) if len(rest) <= SECTION_LIMIT else rest.rfind("\n", 0, SECTION_LIMIT)
+        if cut <= 0:
+            cut = min(len(rest), SECTION_LIMIT)
+        sections.append({"type": "section", "text": {"type": "mrkdwn", "text": rest[:cut]}})
+        rest = rest[cut:].lstrip("\n")
+    buttons = {
+        "type": "feedback_buttons",
+        "action_id": FEEDBACK,
+        "positive_button": {
+            "text": {"type": "plain_text", "text": "Good response"},
+            "accessibility_label": "Mark this answer as helpful",
+            "value": "positive",
+        },
+        "negative_button": {
+            "text": {"type": "plain_text", "text": "Bad response"},
+            "accessibility_label": "Mark this answer as not helpful",
+            "value": "negative",
+        },
+    }
+    return [*sections, {"type": "context_actions", "elements": [buttons]}]

@@ -2,8 +2,8 @@
 
 The engine knows a person's message, a command, an approval's answer, a timer tick and a
 webhook delivery (core/events.py); the surfaces Slack has around a conversation (the App Home
-tab, the assistant thread, the feedback buttons under a reply) are the Slack edge's, so their
-types live here and the engine decodes them without naming them.
+tab, the Messages tab, the assistant thread, the feedback buttons under a reply) are the Slack
+edge's, so their types live here and the engine decodes them without naming them.
 """
 
 from __future__ import annotations
@@ -51,6 +51,28 @@ class AssistantThreadStarted(Event):
 
 @register
 @dataclass(frozen=True, kw_only=True)
+class MessagesTabOpened(Event):
+    """The person opened the DM with the app (its Messages tab, Slack's Agent messaging
+    experience): wakeful pins the agent's `suggested_prompts` there and, the first time,
+    greets them with the agent's `greeting`."""
+
+    TYPE: ClassVar[str] = "messages_tab_opened"
+
+    user: str
+    team: str
+    channel: str
+
+    @property
+    def reply_to(self) -> Conversation:
+        return Conversation(self.channel)
+
+    @property
+    def urgent(self) -> bool:
+        return True
+
+
+@register
+@dataclass(frozen=True, kw_only=True)
 class Feedback(Event):
     """A thumbs up or down on one of the agent's replies (Slack's feedback buttons)."""
 
@@ -68,7 +90,12 @@ class Feedback(Event):
         return Conversation(self.channel, self.thread_ts or self.message_ts)
 
 
-SURFACE_EVENTS: tuple[type[Event], ...] = (HomeOpened, AssistantThreadStarted, Feedback)
+SURFACE_EVENTS: tuple[type[Event], ...] = (
+    HomeOpened,
+    MessagesTabOpened,
+    AssistantThreadStarted,
+    Feedback,
+)
 
 
 def _infer_slack(source: str, payload: Mapping[str, Any]) -> str | None:

@@ -14,10 +14,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from wakeful.core import usage
 from wakeful.core.errors import InvalidInput
 from wakeful.core.store import Store
 from wakeful.core.store.overview import InboxView, Overview
 from wakeful.core.store.probe import Probe, probe
+from wakeful.core.usage import ModelUsage
 
 CELL = 60
 """Widest cell in a table; longer text (errors, message text) is cut with an ellipsis."""
@@ -36,6 +38,8 @@ def check_readable(db: str) -> Probe:
 
 def render_json(view: Overview | InboxView, store: Store, db: str) -> str:
     data = dataclasses.asdict(view)
+    for run in data.get("runs") or []:
+        run["usage"] = json.loads(run["usage"]) if run.get("usage") else None
     data["store"] = {"db": db, "backend": store.db.dialect, "schema": store.schema_version()}
     return json.dumps(data, indent=2, sort_keys=False)
 
@@ -116,6 +120,8 @@ def render_overview(view: Overview, header: str) -> str:
 
 def render_inbox(view: InboxView, header: str) -> str:
     now, c = view.now, view.counts
+    models = any(r.get("usage") for r in view.runs)  # an agent that calls a model says so
+    model_headers = ["model calls", "est. cost"] if models else []
     lease = view.lease
     if lease is None:
         held = "none yet"
@@ -149,7 +155,7 @@ def render_inbox(view: InboxView, header: str) -> str:
         "",
         f"runs (latest {len(view.runs)}, from the run log)",
         table(
-            ["claimed", "took", "gen", "holder", "events"],
+            ["claimed", "took", "gen", "holder", "events", *model_headers],
             [
                 [
                     ago(r["claimed_at"], now),
@@ -157,10 +163,12 @@ def render_inbox(view: InboxView, header: str) -> str:
                     r["gen"],
                     r["holder"],
                     ",".join(str(i) for i in json.loads(r["events"])),
+                    *(_run_usage(r) if models else []),
                 ]
                 for r in view.runs
             ],
         ),
+        *_model_usage(view.runs),
         "",
         f"outbox (latest {len(view.outbox)})",
         table(
@@ -203,6 +211,48 @@ def render_inbox(view: InboxView, header: str) -> str:
         ),
     ]
     return "\n".join(lines)
+
+
+def _usage_of(run: dict[str, Any]) -> dict[str, ModelUsage]:
+    return usage.from_json(json.loads(run["usage"])) if run.get("usage") else {}
+
+
+def _run_usage(run: dict[str, Any]) -> list[str]:
+    """A run's model calls (`3 (1 replayed)`) and estimated cost, `-` when it made none."""
+    used = list(_usage_of(run).values())
+    if not used:
+        return ["-", "-"]
+    calls, replayed = sum(u.calls for u in used), sum(u.replayed for u in used)
+    shown = f"{calls} ({replayed} replayed)" if replayed else str(calls)
+    return [shown, _dollars(used)]
+
+
+def _model_usage(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """The shown runs' model usage added up per model: calls, tokens by kind, cost."""
+    totals = usage.by_model(u for r in runs for u in _usage_of(r).values())
+    if not totals:
+        return []
+    rows = [
+        [
+            model,
+            u.calls,
+            u.replayed,
+            u.input,
+            u.cache_write,
+            u.cache_read,
+            u.output,
+            _dollars([u]),
+        ]
+        for model, u in totals.items()
+    ]
+    headers = ["model", "calls", "replayed", "input", "cache write", "cache read", "output"]
+    return ["", "model usage (the runs above)", table([*headers, "est. cost"], rows)]
+
+
+def _dollars(used: Sequence[ModelUsage]) -> str:
+    if any(u.cost is None and u.calls for u in used):
+        return "unknown"
+    return f"${sum(u.cost or 0.0 for u in used):.4f}"
 
 
 def _state(status: str) -> str:

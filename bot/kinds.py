@@ -21,8 +21,10 @@ command is now an ephemeral whose `ref` is the response_url)."""
 HOME = kinds.register(Kind("home", merge=KEEP_LAST, gathered=True, needs_user=True))
 """A person's App Home view (views.publish): only the latest of a batch is published."""
 STATUS = kinds.register(Kind("status", merge=KEEP_LAST, needs_thread=True, may_be_empty=True))
-"""An assistant thread's "is thinking…" (assistant.threads.setStatus; empty clears it)."""
-PROMPTS = kinds.register(Kind("prompts", merge=KEEP_LAST, needs_thread=True))
-"""An assistant thread's suggested prompts (assistant.threads.setSuggestedPrompts)."""
+"""A conversation's "is thinking…" under the thread being answered (assistant.threads.setStatus;
+`blocks` carry the loading messages; empty text clears it)."""
+PROMPTS = kinds.register(Kind("prompts", merge=KEEP_LAST))
+"""Suggested prompts (assistant.threads.setSuggestedPrompts): pinned to the Messages tab (no
+thread), or an assistant thread's."""
 
 kinds.set_limits(Limits(text=SLACK_TEXT_LIMIT, blocks=SLACK_BLOCK_LIMIT))

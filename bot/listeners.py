@@ -23,8 +23,9 @@ from slack_sdk import WebClient
 
 import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
 from wakeful.bot import blocks, payloads
-from wakeful.bot.events import AssistantThreadStarted, Feedback, HomeOpened
+from wakeful.bot.events import AssistantThreadStarted, Feedback, HomeOpened, MessagesTabOpened
 from wakeful.bot.installations import StoreInstallations
+from wakeful.core import metrics
 from wakeful.core.effects import Message
 from wakeful.core.errors import InvalidInput, StoreUnavailable
 from wakeful.core.events import Command, Event
@@ -136,10 +137,13 @@ class Listeners:
         )
         self._store(InboxId.person(team, user), event_id, said)
 
-    def _store(self, inbox: str, key: str, event: Event) -> None:
-        """Store a typed event in `inbox` under Slack's key; the worker is woken for it."""
+    def _store(self, inbox: str, key: str, event: Event) -> bool:
+        """Store a typed event in `inbox` under Slack's key; the worker is woken for it.
+        False: that key was stored before (Slack's retry, a double click)."""
         if self.store.ingest(inbox, "slack", key, event.to_wire(), self.clock()).stored:
             self.wake_worker.kick()
+            return True
+        return False
 
     def _on_message(
         self, ack: Ack, body: dict[str, Any], event: dict[str, Any], context: BoltContext
@@ -205,18 +209,26 @@ class Listeners:
         ack()
 
     def _on_home_opened(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
-        """The Home tab was opened: a run of the person's inbox refreshes it (its hooks)."""
+        """The Home tab was opened: a run of the person's inbox refreshes it (its hooks). The
+        Messages tab (the DM with the app, Slack's Agent messaging experience): a run pins the
+        agent's suggested prompts there and greets the person the first time."""
         team, user, event_id = (
             str(body.get("team_id") or ""),
             event.get("user"),
             body.get("event_id"),
         )
-        if event.get("tab", "home") == "home" and isinstance(user, str) and user and team:
-            if not isinstance(event_id, str):
-                raise InvalidInput("event envelope lacks team_id or event_id")
-            inbox = InboxId.person(team, user)
+        tab, channel = event.get("tab", "home"), event.get("channel")
+        if tab not in ("home", "messages") or not (isinstance(user, str) and user and team):
+            ack()
+            return
+        if not isinstance(event_id, str):
+            raise InvalidInput("event envelope lacks team_id or event_id")
+        inbox = InboxId.person(team, user)
+        if tab == "home":
             self.store.open_home(inbox, self.clock())
             self._store(inbox, event_id, HomeOpened(user=user, team=team))
+        elif isinstance(channel, str) and channel:
+            self._store(inbox, event_id, MessagesTabOpened(user=user, team=team, channel=channel))
         ack()
 
     def _on_assistant_thread(self, ack: Ack, body: dict[str, Any], event: dict[str, Any]) -> None:
@@ -294,7 +306,8 @@ class Listeners:
 
     def _on_feedback(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         """A thumbs up or down under a reply: an inbox event of the person who pressed it,
-        keyed by the message, the person and the value, so a double click is one."""
+        keyed by the message, the person and the value, so a double click is one; counted
+        (`wakeful_feedback_total`) and thanked, to them alone, when stored."""
         user = (body.get("user") or {}).get("id")
         team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id")
         container = body.get("container") or {}
@@ -316,7 +329,20 @@ class Listeners:
             thread_ts=thread if isinstance(thread, str) and thread else None,
         )
         key = f"feedback:{channel}:{message_ts}:{user}:{value}"
-        self._store(InboxId.person(str(team), str(user)), key, feedback)
+        inbox = InboxId.person(str(team), str(user))
+        if self._store(inbox, key, feedback):
+            metrics.FEEDBACK.labels(str(value)).inc()
+            # Acknowledged to the clicker alone, where the reply is, once per click stored.
+            thanks = Message(
+                str(channel),
+                blocks.FEEDBACK_THANKS[str(value)],
+                thread_ts=feedback.thread_ts,
+                kind="ephemeral",
+                user=str(user),
+                priority="urgent",
+            )
+            self.store.post(inbox, [thanks], self.clock())
+            self.wake_dispatcher.kick()
         ack()
 
     def _on_approve(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:

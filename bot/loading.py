@@ -155,11 +155,12 @@ def build_runner(
     env: Mapping[str, str] | None = None,
     clock: Clock = wall_clock,
     tokens: Callable[[str | None], str] | None = None,
+    wake_dispatcher: Callable[[], None] | None = None,
 ) -> Runner:
     """The configured agent behind the worker: its tools, the Slack approval prompts, and the
-    hooks of the Slack surfaces (the Home tab, the assistant thread's status and greeting).
+    hooks of the Slack surfaces (the Home tab, the "is thinking…" status, the greeting).
     `tokens` (distribution mode) gives the time-zone look-up the token of the workspace whose
-    run asks."""
+    run asks; `wake_dispatcher` sends a status at once."""
     from wakeful.bot.surfaces import SlackApprovals, surface_hooks
     from wakeful.bot.zones import WorkspaceHook, ZoneLookup
 
@@ -186,7 +187,7 @@ def build_runner(
         view=SlackApprovals(),
         tools=tools,
     )
-    hooks: list[RunHook] = surface_hooks(store, config, agent)
+    hooks: list[RunHook] = surface_hooks(store, config, agent, wake_dispatcher)
     if tokens is not None:
         hooks.insert(0, WorkspaceHook())
     runner_agent: Agent = agent

@@ -27,7 +27,7 @@ HANDLED_EVENTS = (
 COMMAND = "/wakeful"
 REQUEUE = "wakeful_requeue"
 """The Home tab's Requeue button (approvers only)."""
-FEEDBACK = "wakeful_feedback"
+FEEDBACK = blocks.FEEDBACK
 """The action_id of the feedback buttons under a reply (Block Kit `feedback_buttons`, whose
 positive and negative buttons carry the values `positive` and `negative`)."""
 _OBJECT_FIELDS = ("user", "team", "channel", "container", "enterprise", "message", "event")

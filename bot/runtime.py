@@ -34,12 +34,14 @@ def build_runner(
     store: Store,
     client: WebClient | None,
     distribution: Distribution | None = None,
+    wake: Wakeup | None = None,
 ) -> Runner:
     """The configured agent behind the worker, with the Slack edge's surfaces (bot/loading.py)."""
     from wakeful.bot.loading import build_runner as build
 
     tokens = None if distribution is None else distribution.workspaces.token
-    return build(config, store, client, tokens=tokens)
+    kick = None if wake is None else wake.kick
+    return build(config, store, client, tokens=tokens, wake_dispatcher=kick)
 
 
 def identify(client: WebClient, api_url: str) -> dict[str, str]:
@@ -111,7 +113,9 @@ class Runtime:
             self.client = make_client("", self.config.api_url)  # the token goes with each call
         loops: list[Any] = []
         if "worker" in self.roles:
-            runner = build_runner(self.config, self.store, self.client, self.distribution)
+            runner = build_runner(
+                self.config, self.store, self.client, self.distribution, self.wake_dispatcher
+            )
             loops.append(
                 Worker(
                     store=self.store,

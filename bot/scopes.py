@@ -22,7 +22,7 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
     "conversations.replies": _HISTORY,
     "users.info": ("users:read",),
     "views.publish": (),
-    "assistant.threads.setStatus": ("assistant:write",),
+    "assistant.threads.setStatus": ("chat:write", "assistant:write"),
     "assistant.threads.setSuggestedPrompts": ("assistant:write",),
 }
 """The Web API methods wakeful calls and the bot scopes that grant each (any one of them, as

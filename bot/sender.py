@@ -230,18 +230,23 @@ class SlackSender:
         return None
 
     def _assistant(self, part: Part, client: Any) -> str | None:
-        """An assistant thread's status or suggested prompts. Only apps with the Agents & AI
-        Apps feature may set them: any refusal is logged once and the part counts as done, so
-        a workspace without the feature simply shows nothing."""
+        """A conversation's "is thinking…" status (its loading messages in `blocks`) or the
+        suggested prompts of the Messages tab (no thread) or an assistant thread. An app or a
+        conversation that may not have them answers with a refusal: logged once, and the part
+        counts as done, so a workspace without the feature simply shows nothing."""
         try:
             if part.kind == "status":
+                loading = [str(b["loading"]) for b in part.blocks or [] if b.get("loading")]
                 client.assistant_threads_setStatus(
-                    channel_id=part.channel, thread_ts=part.thread_ts, status=part.text
+                    channel_id=part.channel,
+                    thread_ts=part.thread_ts,
+                    status=part.text,
+                    loading_messages=loading or None,
                 )
             else:
                 client.assistant_threads_setSuggestedPrompts(
                     channel_id=part.channel,
-                    thread_ts=part.thread_ts,
+                    thread_ts=part.thread_ts or None,
                     title=part.text,
                     prompts=part.blocks or [],
                 )

@@ -1,6 +1,6 @@
 """The Slack surfaces around an agent's runs: how an approval is shown (Block Kit with Approve /
-Deny buttons) and rewritten once answered, the assistant thread's greeting and suggested
-prompts, its "is thinking…" status, and the Home tab (bot/home.py).
+Deny buttons) and rewritten once answered, the greeting and suggested prompts of the Messages
+tab (or of an assistant thread), the "is thinking…" status, and the Home tab (bot/home.py).
 
 The engine asks for none of these by name: it shows approvals through the `ApprovalView` it is
 given and runs the hooks it is given around each run. Everything here goes through the run's
@@ -9,14 +9,14 @@ effects, so the fenced finish writes it with the rest and the dispatcher sends i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
 from wakeful.bot import blocks
 from wakeful.bot.config import Config
-from wakeful.bot.events import AssistantThreadStarted
+from wakeful.bot.events import AssistantThreadStarted, MessagesTabOpened
 from wakeful.bot.home import HomeHook, legacy_summary
 from wakeful.bot.slack_text import inert
 from wakeful.core.effects import ApprovalRequest, Effects, Message
@@ -30,6 +30,10 @@ THINKING = "is thinking…"
 GREETING = "Hi! Ask me anything here; I answer in this thread."
 PROMPTS_TITLE = "Try one of these"
 MAX_PROMPTS = 4
+MAX_LOADING = 10
+"""Loading messages Slack takes with one status."""
+GREETED = "greeted"
+"""The durable mark (a step) of a person greeted on the Messages tab."""
 
 
 class SlackApprovals:
@@ -62,82 +66,140 @@ class SlackApprovals:
         )
 
 
+def _prompts(agent: Any) -> list[dict[str, str]]:
+    pairs = list(getattr(agent, "suggested_prompts", ()) or ())[:MAX_PROMPTS]
+    return [{"title": str(title), "message": str(message)} for title, message in pairs]
+
+
 @dataclass
 class GreetingHook:
-    """A new assistant thread is greeted once, with the agent's greeting and suggested prompts
-    (the thread's key refuses a retried event's second greeting)."""
+    """Where a conversation with the app starts, the agent's suggested prompts are shown and
+    its greeting posted once. The Messages tab (Slack's Agent messaging experience): the
+    prompts are pinned to the tab (no thread) each time it is opened, the greeting posted the
+    first time only (a durable mark per person). An assistant thread (the older assistant
+    view): greeting and prompts in the thread (its key refuses a retried event's second)."""
 
     agent: Any
+    store: Store | None = None
 
     def before(self, run: Run) -> None:
         return None
 
+    def failed(self, run: Run, effects: Effects) -> None:
+        return None
+
     def after(self, run: Run, effects: Effects) -> None:
         greeting = str(getattr(self.agent, "greeting", "") or GREETING)
-        prompts = [
-            {"title": str(title), "message": str(message)}
-            for title, message in list(getattr(self.agent, "suggested_prompts", ()) or ())[
-                :MAX_PROMPTS
-            ]
-        ]
+        prompts = _prompts(self.agent)
         for e in run.events:
-            if not isinstance(e, AssistantThreadStarted):
-                continue
-            effects.messages.append(
-                Message(e.channel, greeting, thread_ts=e.thread_ts, priority="urgent")
-            )
-            if prompts:
-                effects.messages.append(
-                    Message(
-                        e.channel,
-                        PROMPTS_TITLE,
-                        thread_ts=e.thread_ts,
-                        kind="prompts",
-                        blocks=prompts,
+            if isinstance(e, MessagesTabOpened):
+                if self._first_greeting(run, e):
+                    effects.messages.append(Message(e.channel, greeting, priority="urgent"))
+                if prompts:
+                    effects.messages.append(
+                        Message(e.channel, PROMPTS_TITLE, kind="prompts", blocks=prompts)
                     )
+            elif isinstance(e, AssistantThreadStarted):
+                effects.messages.append(
+                    Message(e.channel, greeting, thread_ts=e.thread_ts, priority="urgent")
                 )
+                if prompts:
+                    effects.messages.append(
+                        Message(
+                            e.channel,
+                            PROMPTS_TITLE,
+                            thread_ts=e.thread_ts,
+                            kind="prompts",
+                            blocks=prompts,
+                        )
+                    )
+
+    def _first_greeting(self, run: Run, e: MessagesTabOpened) -> bool:
+        """Whether this is the first time the person opened the Messages tab (marked now, so
+        a second open, whenever, greets nobody)."""
+        if self.store is None:
+            return True
+        key = f"greeted:{run.inbox}"
+        found, by = self.store.step_result(key)
+        if not found:  # the mark holds the event that greeted: its own retry greets again
+            by = self.store.record_step(key, run.inbox, GREETED, None, e.key, run.now)
+        return bool(by == e.key)
 
 
-def assistant_threads(run: Run) -> list[tuple[str, str]]:
-    """(channel, thread) of each DM thread this run answers: where a status can show."""
+def thinking_threads(run: Run, everywhere: bool = True) -> list[tuple[str, str]]:
+    """(channel, thread) of each conversation this run answers a person in, where "is
+    thinking…" shows: a DM (its thread, or the message itself), a mention (the thread the
+    reply starts or joins), a reply in a thread. Not `everywhere`: only assistant threads (a
+    thread in the app's DM, the older assistant view)."""
     found: list[tuple[str, str]] = []
     for e in run.events:
-        if not isinstance(e, Said) or e.channel_type != "im" or e.mention or not e.thread_ts:
+        if not isinstance(e, Said):
             continue
-        if (e.channel, e.thread_ts) not in found:
-            found.append((e.channel, e.thread_ts))
+        if not everywhere and (e.channel_type != "im" or e.mention or not e.thread_ts):
+            continue
+        thread = e.thread_ts or e.ts
+        if thread and (e.channel, thread) not in found:
+            found.append((e.channel, thread))
     return found
 
 
 @dataclass
 class StatusHook:
-    """Shows "is thinking…" in the assistant thread while its run is in flight (queued at
-    once, urgent, so it skips the gap), cleared behind the run's reply. A workspace or app
-    without the feature answers the call with an error the sender logs once."""
+    """Shows "is thinking…" (with the agent's `loading_messages`) under each conversation its
+    run answers while the run is in flight (for an agent with `thinking_status`; else in
+    assistant threads only, as it always did): queued at once, urgent, so it skips the gap.
+    Cleared behind the run's reply, and after a failed run (the retry shows it again). A
+    workspace or app that may not set it answers with an error the sender logs once; Slack
+    itself removes a status after 2 minutes without a message (a worker that died mid-run)."""
 
     store: Store
+    agent: Any = None
+    kick: Callable[[], None] | None = None
+    """Wakes this process's dispatcher, so the status goes out while the run is in flight."""
+
+    def _threads(self, run: Run) -> list[tuple[str, str]]:
+        return thinking_threads(run, bool(getattr(self.agent, "thinking_status", False)))
+
+    def _loading(self) -> list[dict[str, Any]] | None:
+        lines = [str(m) for m in getattr(self.agent, "loading_messages", ()) or () if str(m)]
+        return [{"loading": line} for line in lines[:MAX_LOADING]] or None
 
     def before(self, run: Run) -> None:
+        loading = self._loading()
         rows = [
-            Message(channel, THINKING, thread_ts=thread, kind="status", priority="urgent")
-            for channel, thread in assistant_threads(run)
+            Message(
+                channel,
+                THINKING,
+                thread_ts=thread,
+                kind="status",
+                priority="urgent",
+                blocks=loading,
+            )
+            for channel, thread in self._threads(run)
         ]
         if rows:
             self.store.post(run.inbox, rows, run.now)
+            if self.kick is not None:
+                self.kick()
 
     def after(self, run: Run, effects: Effects) -> None:
-        for channel, thread in assistant_threads(run):
+        for channel, thread in self._threads(run):
             effects.messages.append(
                 Message(channel, "", thread_ts=thread, kind="status", priority="urgent")
             )
 
+    def failed(self, run: Run, effects: Effects) -> None:
+        self.after(run, effects)
 
-def surface_hooks(store: Store, config: Config, agent: Any) -> list[RunHook]:
+
+def surface_hooks(
+    store: Store, config: Config, agent: Any, kick: Callable[[], None] | None = None
+) -> list[RunHook]:
     """The hooks every agent's runs get: the Home tab, the greeting, and (with
-    WAKEFUL_ASSISTANT) the assistant thread's status."""
-    hooks: list[RunHook] = [HomeHook(store, agent, config.approvers), GreetingHook(agent)]
+    WAKEFUL_ASSISTANT) the "is thinking…" status (`kick` wakes the dispatcher for it)."""
+    hooks: list[RunHook] = [HomeHook(store, agent, config.approvers), GreetingHook(agent, store)]
     if config.assistant:
-        hooks.append(StatusHook(store))
+        hooks.append(StatusHook(store, agent, kick))
     return hooks
 
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from wakeful.core import kinds
 from wakeful.core.errors import InvalidInput
 from wakeful.core.storable import check_name, needs_cleaning, storable_value
+from wakeful.core.usage import ModelUsage
 
 Priority = Literal["normal", "urgent"]
 MissedPolicy = Literal["coalesce", "catch_up"]
@@ -197,6 +198,8 @@ class Effects:
     """Event id -> error, for events to dead-letter now, without another try."""
     traceback: str | None = None
     """The traceback of the failure behind `failed` / `dead` (`wakeful inspect` shows it)."""
+    usage: list[ModelUsage] = field(default_factory=list)
+    """The run's model calls (tokens and estimated cost, per model): logged with the run."""
     set_aside_session: str | None = None
     """A reason: move the inbox's saved session aside (kept for the operator), so the next
     run starts fresh, and give the inbox's other events that failed only on that session

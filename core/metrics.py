@@ -29,6 +29,8 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from wakeful.core.usage import KINDS, ModelUsage
+
 if TYPE_CHECKING:
     from wakeful.core.store import Store
 
@@ -138,9 +140,37 @@ ACK_SECONDS = Histogram(
     registry=REGISTRY,
 )
 
+MODEL_CALLS = Counter(
+    "wakeful_model_calls_total",
+    "Model calls by model and outcome: made (billed), or replayed (a retried run got the "
+    "recorded answer back instead of calling again).",
+    ["model", "outcome"],
+    registry=REGISTRY,
+)
+MODEL_TOKENS = Counter(
+    "wakeful_model_tokens_total",
+    "Tokens of the model calls made, by model and kind: input (full price), output, "
+    "cache_write, cache_read.",
+    ["model", "kind"],
+    registry=REGISTRY,
+)
+MODEL_COST = Counter(
+    "wakeful_model_cost_dollars_total",
+    "Estimated cost of the model calls made, in US dollars, from the agent's price table.",
+    ["model"],
+    registry=REGISTRY,
+)
+FEEDBACK = Counter(
+    "wakeful_feedback_total",
+    "Feedback on the agent's replies (a click stored once), by value: positive, negative.",
+    ["value"],
+    registry=REGISTRY,
+)
+
 # The ingest path runs thousands of times a second: its children are looked up once.
 _INGEST_CHILDREN: dict[tuple[str, str], Any] = {}
 _SOURCE = re.compile(r"[a-z0-9_.-]{1,40}")
+_MODEL = re.compile(r"[A-Za-z0-9._-]{1,60}")
 
 
 def count_ingest(source: str, outcome: str) -> None:
@@ -156,6 +186,21 @@ def source_label(source: object) -> str:
     if isinstance(source, str) and _SOURCE.fullmatch(source):
         return source
     return "invalid"
+
+
+def count_model(usage: ModelUsage) -> None:
+    """One model call (or one replayed), counted when it returns: a run that never finishes
+    was still billed for it."""
+    model = usage.model if _MODEL.fullmatch(usage.model) else "other"
+    if usage.calls:
+        MODEL_CALLS.labels(model, "made").inc(usage.calls)
+    if usage.replayed:
+        MODEL_CALLS.labels(model, "replayed").inc(usage.replayed)
+    for kind in KINDS:
+        if amount := usage.tokens(kind):
+            MODEL_TOKENS.labels(model, kind).inc(amount)
+    if usage.cost:
+        MODEL_COST.labels(model).inc(usage.cost)
 
 
 def count_claim(attempts: list[int]) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from wakeful.core.usage import ModelUsage
+
 EventStatus = Literal["pending", "running", "done", "dead"]
 OutboxStatus = Literal["pending", "sending", "sent", "failed"]
 Answer = Literal["yes", "no", "expired"]
@@ -143,6 +145,8 @@ class RunRecord:
     events: tuple[int, ...]
     claimed_at: int
     finished_at: int
+    usage: dict[str, ModelUsage] = field(default_factory=dict)
+    """The run's model calls per model (tokens, estimated cost), as its agent reported them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from wakeful.core import effects as fx
+from wakeful.core import metrics
 from wakeful.core.effects import ApprovalRequest, Effects, Timer, check_json
 from wakeful.core.errors import InvalidInput
 from wakeful.core.events import (
@@ -29,6 +30,7 @@ from wakeful.core.inbox_id import InboxId
 from wakeful.core.rules import digest as digests
 from wakeful.core.rules.approvals import ApprovalBudget
 from wakeful.core.settings import DEFAULTS
+from wakeful.core.usage import ModelUsage
 
 if TYPE_CHECKING:
     from wakeful.core.query import Query
@@ -44,9 +46,17 @@ class StepLedger(Protocol):
         ...
 
     def record_step(
-        self, key: str, inbox: str | None, name: str, args: Any, result: Any, now: int
+        self,
+        key: str,
+        inbox: str | None,
+        name: str,
+        args: Any,
+        result: Any,
+        now: int,
+        replay: bool = False,
     ) -> Any:
-        """Record a step's result unless one is recorded; return the result that stands."""
+        """Record a step's result unless one is recorded; return the result that stands.
+        `replay`: recorded only for a retry to replay (pruned after the retention)."""
         ...
 
 
@@ -156,6 +166,7 @@ class Run:
         self._budget: ApprovalBudget | None = None
         self._not_asked_in: Conversation | None = None
         self._untold = 0
+        self._usage: list[ModelUsage] = []
 
     # -- reading -----------------------------------------------------------------------
 
@@ -296,14 +307,25 @@ class Run:
         self._untold = 0
         return note
 
-    def step(self, name: str, fn: Callable[[str], T], *, cause: Event | None = None) -> T:
+    def step(
+        self,
+        name: str,
+        fn: Callable[[str], T],
+        *,
+        cause: Event | None = None,
+        replay: bool = False,
+    ) -> T:
         """Run `fn(key)` once per `(cause, name)` and record what it returns.
 
         The key is stable across retries (see `step_key`): pass it to the system you call as
         its idempotency key. A retried or resumed run gets the recorded result back without
         calling `fn` again. The step itself is at-least-once: a crash after `fn` acted and
         before its result was recorded calls it again with the same key, so the system it
-        calls must honour the key. `cause` defaults to the run's only event."""
+        calls must honour the key. `cause` defaults to the run's only event.
+
+        `replay=True` for a result that only a retry of this run needs (a model's answer, so a
+        retried run does not pay for it again): it is pruned with the run log once older than
+        WAKEFUL_RETENTION. A step that records a side effect (a refund) is kept for good."""
         origin = cause or self._only_event(name)
         key = step_key(self.inbox, origin, name)
         found, value = self._services.ledger.step_result(key)
@@ -311,8 +333,24 @@ class Run:
             return value  # type: ignore[no-any-return]
         result = fn(key)
         check_json(result, f"the result of step {name!r}")
-        stood = self._services.ledger.record_step(key, self.inbox, name, None, result, self.now)
+        ledger = self._services.ledger
+        stood = ledger.record_step(key, self.inbox, name, None, result, self.now, replay=replay)
         return stood  # type: ignore[no-any-return]
+
+    def record_usage(self, usage: ModelUsage) -> None:
+        """One model call's tokens and estimated cost (or `ModelUsage.replay(model)` for an
+        answer a retried run got back from its step). Counted in the metrics at once (a run
+        that never finishes was still billed) and written to the run log with the finish,
+        added up per model (`wakeful inspect <inbox>` shows it)."""
+        if not isinstance(usage, ModelUsage):
+            raise InvalidInput("record_usage takes a ModelUsage")
+        self._usage.append(usage)
+        metrics.count_model(usage)
+
+    @property
+    def usage(self) -> tuple[ModelUsage, ...]:
+        """The model calls this run has recorded so far."""
+        return tuple(self._usage)
 
     def set_timer(self, timer: Timer, *, to: Event | Conversation | None = None) -> None:
         """Add or replace the inbox's timer of that name; its ticks answer in `to`."""
@@ -340,6 +378,7 @@ class Run:
                 fx.Message(where.channel, note, thread_ts=where.thread_ts, priority="urgent")
             )
             self._not_asked_in = None
+        self._effects.usage = list(self._usage)
         return self._effects
 
     def _request_id(self, tool: str, cause: Event | None) -> str:

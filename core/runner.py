@@ -43,7 +43,8 @@ class Agent(Protocol):
 class RunHook(Protocol):
     """Work around a run that is not the agent's (a surface to refresh, a status to show).
     `before` may queue what must show at once; `after` may add to the run's effects, which
-    the fenced finish writes with the rest."""
+    the fenced finish writes with the rest. A hook may also have `failed(run, effects)`,
+    called instead of `after` when the agent failed (to undo what `before` showed)."""
 
     def before(self, run: Run) -> None: ...
 
@@ -98,19 +99,32 @@ class Runner:
         """The effects of one claim's run. An agent's failure is the run's effects too (its
         events retried, or dead on their last attempt, the error and traceback kept); a lost
         lease or a store that cannot be reached is raised: neither is the run's fault."""
+        started: list[Run] = []
         try:
-            return self._run(claim, session(), now, heartbeat)
+            return self._run(claim, session(), now, heartbeat, started)
         except (LeaseLost, StoreUnavailable):
             raise
         except SessionUnusable as exc:
-            return self._unusable_session(claim, exc)
+            return self._failed(started, self._unusable_session(claim, exc))
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             log.warning("agent failed on %s %s: %s", claim.inbox, claim.ids, error)
             trace = traceback.format_exc()
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s", trace)
-            return fx.Effects(failed={e.id: error for e in claim.events}, traceback=trace)
+            failed = fx.Effects(failed={e.id: error for e in claim.events}, traceback=trace)
+            return self._failed(started, failed)
+
+    def _failed(self, started: list[Run], effects: fx.Effects) -> fx.Effects:
+        """A failed run's effects keep what it already paid for (its model calls, logged with
+        the run) and what its surfaces must undo (a status shown, cleared now)."""
+        for run in started:
+            effects.usage = list(run.usage)
+            for hook in self.hooks:
+                undo = getattr(hook, "failed", None)
+                if undo is not None:
+                    undo(run, effects)
+        return effects
 
     def _unusable_session(self, claim: Claim, exc: SessionUnusable) -> fx.Effects:
         """Retry as any failure; on the last attempt dead-letter the events, set the session
@@ -139,7 +153,9 @@ class Runner:
             set_aside_session=str(exc),
         )
 
-    def _run(self, claim: Claim, session: Any, now: int, heartbeat: Any) -> fx.Effects:
+    def _run(
+        self, claim: Claim, session: Any, now: int, heartbeat: Any, started: list[Run]
+    ) -> fx.Effects:
         events: list[Event] = []
         tool_failed: dict[int, str] = {}
         trace = None
@@ -157,6 +173,7 @@ class Runner:
         if tool_failed and not events:
             return fx.Effects(failed=tool_failed, traceback=trace)
         run = Run(claim.inbox, events, session, now, self.services, heartbeat)
+        started.append(run)
         for hook in self.hooks:
             hook.before(run)
         returned = self.agent.run(run)
@@ -167,6 +184,8 @@ class Runner:
         if not effects.failed and not effects.dead:
             for hook in self.hooks:
                 hook.after(run, effects)
+        else:
+            effects = self._failed([run], effects)
         if tool_failed:
             effects.failed.update(tool_failed)
             effects.traceback = effects.traceback or trace

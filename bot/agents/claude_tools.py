@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from wakeful.agents import (
@@ -109,7 +109,12 @@ class RunContext:
     urgent: bool = False
     digest_fired: bool = False
     calls: int = 0
-    usage: list[int] = field(default_factory=lambda: [0, 0])
+    now: int = 0
+    """The run's time; a retried run replaying its calls acts at the time they were made."""
+    history_end: int = -1
+    """Index of the last turn of the saved conversation in the turns sent (-1: none)."""
+    ttl: str = "5m"
+    """The prompt cache's TTL for this run's calls (`off`: no breakpoints)."""
 
     @property
     def where(self) -> Conversation | None:
@@ -256,7 +261,7 @@ class ClaudeTools:
         where = ctx.where
         if where is None:
             raise ToolInputError("There is no conversation to post the reminder in.")
-        at = ctx.run.now + seconds
+        at = ctx.now + seconds
         data = {"kind": "reminder", "text": text.strip()}
         ctx.run.set_timer(Timer.once(f"remind-{key}", at, data), to=where)
         return f"Reminder set for {utc(at)}."
@@ -277,9 +282,9 @@ class ClaudeTools:
                 raise ToolInputError("every_seconds must be a whole number.")
             if too_often := digest_too_often(every):
                 raise ToolInputError(too_often)
-            ctx.run.set_timer(Timer.every(DIGEST, every, ctx.run.now + every, data), to=where)
+            ctx.run.set_timer(Timer.every(DIGEST, every, ctx.now + every, data), to=where)
             ctx.state["digest"] = {"every": every}
-            return f"Digest set: every {every} seconds, first at {utc(ctx.run.now + every)}."
+            return f"Digest set: every {every} seconds, first at {utc(ctx.now + every)}."
         if mode == "daily":
             at = str(args.get("daily_at") or "")
             if not _HHMM.match(at):

@@ -118,6 +118,10 @@ def digest_lines(
             {"new_dead": new_dead},
         ),
     ]
+    if "feedback_positive" in stats:  # an agent whose replies carry feedback buttons
+        counts = {"positive": stats["feedback_positive"], "negative": stats["feedback_negative"]}
+        text = "feedback on replies: {positive} positive, {negative} negative"
+        lines.append(digest.line("feedback", text, counts))
     if channel and since is not None:
         lines.extend(webhook_lines(query, channel, since))
     return lines

@@ -39,8 +39,10 @@ def is_clean_user_turn(turn: Turn) -> bool:
     )
 
 
-def trim_history(turns: list[Turn], budget: int) -> list[Turn]:
-    """Drop the oldest turns until the rest fits `budget` tokens.
+def trim_history(turns: list[Turn], budget: int, down_to: int | None = None) -> list[Turn]:
+    """Past `budget` tokens, drop the oldest turns until the rest fits `down_to` (default: the
+    budget itself). Cutting well below the cap at once keeps the history's start, hence the
+    prompt cache's prefix, the same for the turns that follow.
 
     The history may only start at a user turn without tool_result blocks, so an assistant
     tool_use is never separated from the user turn that carries its result. When even the
@@ -50,12 +52,13 @@ def trim_history(turns: list[Turn], budget: int) -> list[Turn]:
     total = sum(sizes)
     if total <= budget:
         return turns
+    target = budget if down_to is None else min(budget, down_to)
     dropped, start = 0, 0
     for i in range(1, len(turns)):
         dropped += sizes[i - 1]
         if is_clean_user_turn(turns[i]):
             start = i
-            if total - dropped <= budget:
+            if total - dropped <= target:
                 break
     return turns[start:]
 

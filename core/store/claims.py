@@ -364,6 +364,7 @@ class Claims(StoreBase):
                 "claim_seq": claim.seq,
                 "finish_seq": finish_seq,
                 "events": check_json(claim.ids, "events"),
+                "usage": prepared.usage,
                 "claimed_at": claim.claimed_at,
                 "now": now,
             },

@@ -310,8 +310,8 @@ WHERE id = %(id)s AND status = 'failed';
 
 -- name: insert_step
 -- Record a durable step's result under its key, unless one is recorded.
-INSERT INTO steps (key, inbox, name, args, result, created_at)
-VALUES (%(key)s, %(inbox)s, %(name)s, %(args)s, %(result)s, %(now)s)
+INSERT INTO steps (key, inbox, name, args, result, replay, created_at)
+VALUES (%(key)s, %(inbox)s, %(name)s, %(args)s, %(result)s, %(replay)s, %(now)s)
 ON CONFLICT (key) DO NOTHING;
 
 -- name: get_step
@@ -359,8 +359,9 @@ UPDATE leases SET seq = seq + 1 WHERE inbox = %(inbox)s RETURNING seq;
 
 -- name: insert_run
 -- Log a finished run with its claim and finish sequence numbers.
-INSERT INTO runs (inbox, holder, gen, claim_seq, finish_seq, events, claimed_at, finished_at)
-VALUES (%(inbox)s, %(holder)s, %(gen)s, %(claim_seq)s, %(finish_seq)s, %(events)s,
+INSERT INTO runs (inbox, holder, gen, claim_seq, finish_seq, events, usage, claimed_at,
+                  finished_at)
+VALUES (%(inbox)s, %(holder)s, %(gen)s, %(claim_seq)s, %(finish_seq)s, %(events)s, %(usage)s,
         %(claimed_at)s, %(now)s);
 
 -- name: inbox_runs
@@ -517,11 +518,20 @@ DELETE FROM threads WHERE (channel, thread_ts) IN (
     ORDER BY last_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
 );
 
+-- name: prune_steps
+-- Replay-only steps (a model's answer, kept for a retry) recorded before the cutoff, oldest
+-- first, one batch. Steps that record a side effect are never pruned.
+DELETE FROM steps WHERE key IN (
+    SELECT key FROM steps WHERE replay = 1 AND created_at < %(cutoff)s
+    ORDER BY created_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+);
+
 -- name: oldest_history
 -- The age of the oldest prunable row of each pruned table (each an index's first entry).
 SELECT (SELECT MIN(updated_at) FROM events WHERE status = 'done') AS events,
        (SELECT MIN(sent_at) FROM outbox WHERE status = 'sent') AS outbox,
        (SELECT MIN(finished_at) FROM runs) AS runs,
+       (SELECT MIN(created_at) FROM steps WHERE replay = 1) AS steps,
        (SELECT MIN(answered_at) FROM approvals WHERE answer IS NOT NULL) AS approvals,
        (SELECT MIN(last_at) FROM threads) AS threads;
 

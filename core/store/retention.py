@@ -1,15 +1,15 @@
 """Retention: history does not grow forever.
 
-Done events, sent outbox rows, run-log rows, answered (or expired) approvals, and threads the
-bot has not posted or been mentioned in since, are deleted once older than
-`settings.retention` (a reply in a forgotten thread needs a new @mention, as before the bot
-took part), a batch at a time, each batch its own short transaction, oldest first through an
-index on its age. What stays: everything open (pending and running
-events, unsent rows, open approvals, timers, leases, sessions), dead events and parked rows
-(they wait for a person), sessions set aside, and the recorded durable steps (`steps`,
-the record that a side effect happened). A done event is kept at least `REDELIVERY_WINDOW`
-(4 days) whatever the setting, because its row is its dedupe key: a redelivery inside that
-window is refused.
+Done events, sent outbox rows, run-log rows, replay-only steps (a model's recorded answer, kept
+for a retry), answered (or expired) approvals, and threads the bot has not posted or been
+mentioned in since, are deleted once older than `settings.retention` (a reply in a forgotten
+thread needs a new @mention, as before the bot took part), a batch at a time, each batch its
+own short transaction, oldest first through an index on its age. What stays: everything open
+(pending and running events, unsent rows, open approvals, timers, leases, sessions), dead
+events and parked rows (they wait for a person), sessions set aside, and the durable steps that
+record a side effect (`steps`, the record that a refund happened). A done event is kept at
+least `REDELIVERY_WINDOW` (4 days) whatever the setting, because its row is its dedupe key: a
+redelivery inside that window is refused.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ PRUNES = {
     "events": "prune_events",
     "outbox": "prune_outbox",
     "runs": "prune_runs",
+    "steps": "prune_steps",
     "approvals": "prune_approvals",
     "threads": "prune_threads",
 }

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from wakeful.core import usage
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer, check_json
 from wakeful.core.errors import InvalidInput
 from wakeful.core.records import (
@@ -121,6 +122,7 @@ class PreparedEffects:
     cancel: list[str]
     approvals: list[PreparedApproval]
     traceback: str | None = None
+    usage: str | None = None
 
 
 def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
@@ -159,6 +161,7 @@ def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
         cancel=[storable(name) for name in effects.cancel_timers],  # such a name matches none
         approvals=approvals,
         traceback=None if effects.traceback is None else storable(effects.traceback[-8000:]),
+        usage=check_json(usage.to_json(effects.usage), "usage") if effects.usage else None,
     )
 
 
@@ -261,4 +264,5 @@ def run_record(row: Row) -> RunRecord:
         events=tuple(json.loads(row["events"])),
         claimed_at=int(row["claimed_at"]),
         finished_at=int(row["finished_at"]),
+        usage=usage.from_json(json.loads(row["usage"])) if row["usage"] else {},
     )

@@ -302,8 +302,8 @@ WHERE id = :id AND status = 'failed';
 
 -- name: insert_step
 -- Record a durable step's result under its key, unless one is recorded.
-INSERT INTO steps (key, inbox, name, args, result, created_at)
-VALUES (:key, :inbox, :name, :args, :result, :now)
+INSERT INTO steps (key, inbox, name, args, result, replay, created_at)
+VALUES (:key, :inbox, :name, :args, :result, :replay, :now)
 ON CONFLICT (key) DO NOTHING;
 
 -- name: get_step
@@ -347,8 +347,9 @@ UPDATE leases SET seq = seq + 1 WHERE inbox = :inbox RETURNING seq;
 
 -- name: insert_run
 -- Log a finished run with its claim and finish sequence numbers.
-INSERT INTO runs (inbox, holder, gen, claim_seq, finish_seq, events, claimed_at, finished_at)
-VALUES (:inbox, :holder, :gen, :claim_seq, :finish_seq, :events,
+INSERT INTO runs (inbox, holder, gen, claim_seq, finish_seq, events, usage, claimed_at,
+                  finished_at)
+VALUES (:inbox, :holder, :gen, :claim_seq, :finish_seq, :events, :usage,
         :claimed_at, :now);
 
 -- name: inbox_runs
@@ -502,6 +503,14 @@ DELETE FROM threads WHERE rowid IN (
     WHERE last_at < :cutoff ORDER BY last_at LIMIT :batch
 );
 
+-- name: prune_steps
+-- Replay-only steps (a model's answer, kept for a retry) recorded before the cutoff, oldest
+-- first, one batch. Steps that record a side effect are never pruned.
+DELETE FROM steps WHERE rowid IN (
+    SELECT rowid FROM steps INDEXED BY steps_replay_age
+    WHERE replay = 1 AND created_at < :cutoff ORDER BY created_at LIMIT :batch
+);
+
 -- name: oldest_history
 -- The age of the oldest prunable row of each pruned table (each an index's first entry).
 SELECT (SELECT MIN(updated_at) FROM events INDEXED BY events_done_age
@@ -509,6 +518,8 @@ SELECT (SELECT MIN(updated_at) FROM events INDEXED BY events_done_age
        (SELECT MIN(sent_at) FROM outbox INDEXED BY outbox_sent_age
         WHERE status = 'sent') AS outbox,
        (SELECT MIN(finished_at) FROM runs INDEXED BY runs_age) AS runs,
+       (SELECT MIN(created_at) FROM steps INDEXED BY steps_replay_age
+        WHERE replay = 1) AS steps,
        (SELECT MIN(answered_at) FROM approvals INDEXED BY approvals_answered_age
         WHERE answer IS NOT NULL) AS approvals,
        (SELECT MIN(last_at) FROM threads INDEXED BY threads_age) AS threads;

@@ -6,6 +6,9 @@ same call, a race of two answers) changes nothing and gets the first back. An ap
 step is keyed by the approval's request id; an agent's own step by its inbox, cause and name
 (core/run.py `step_key`); a step may also be keyed by a business key of the agent's choosing
 (`refund_order:<order>`), across every inbox.
+
+A step recorded only so that a retried run can replay it (a model's answer: `replay`) is pruned
+once older than the retention; one recording a side effect is kept for good.
 """
 
 from __future__ import annotations
@@ -23,9 +26,17 @@ from wakeful.core.store.sql import Row
 
 class Steps(StoreBase):
     def record_step(
-        self, key: str, inbox: str | None, name: str, args: Any, result: Any, now: int
+        self,
+        key: str,
+        inbox: str | None,
+        name: str,
+        args: Any,
+        result: Any,
+        now: int,
+        replay: bool = False,
     ) -> Any:
-        """Record `result` under `key` unless a result is recorded; the one that stands."""
+        """Record `result` under `key` unless a result is recorded; the one that stands.
+        `replay`: kept only so a retried run can replay it (pruned after the retention)."""
         require(key=key, name=name)
         if inbox is not None:
             check_name("inbox", inbox)
@@ -36,6 +47,7 @@ class Steps(StoreBase):
             "name": name,
             "args": None if args is None else check_json(args, "step args"),
             "result": body,
+            "replay": 1 if replay else 0,
             "now": now,
         }
         with self._tx() as tx:

@@ -2,8 +2,9 @@
 own limits rather than a more forgiving stand-in.
 
 Each check returns Slack's error code, or None when Slack would take the call:
-`msg_too_long` (text over 40,000 characters), `invalid_blocks` (over 50 blocks, or a section
-text over 3,000), `missing_scope` (a method the granted scopes do not cover, per bot/scopes.py).
+`msg_too_long` (text over 40,000 characters), `invalid_blocks` (over 50 blocks, a section
+text over 3,000, or a `context_actions` block whose feedback buttons are not Slack's shape),
+`missing_scope` (a method the granted scopes do not cover, per bot/scopes.py).
 Membership (`not_in_channel`, `user_not_in_channel`) and authorship (`cant_update_message`) need
 the emulator's state and are checked where it is kept.
 """
@@ -62,4 +63,35 @@ def blocks_error(raw: Any) -> str | None:
         long = isinstance(text, dict) and len(str(text.get("text", ""))) > SECTION_TEXT_LIMIT
         if block["type"] == "section" and long:
             return "invalid_blocks"
+        if block["type"] == "context_actions" and not _context_actions_ok(block):
+            return "invalid_blocks"
     return None
+
+
+CONTEXT_ACTIONS_LIMIT = 5
+LABEL_LIMIT = 75
+
+
+def _context_actions_ok(block: Mapping[str, Any]) -> bool:
+    """A `context_actions` block as the Block Kit reference describes it: 1 to 5 elements,
+    feedback buttons (a positive and a negative button, each with plain text and a value) or
+    icon buttons."""
+    elements = block.get("elements")
+    if not isinstance(elements, list) or not 1 <= len(elements) <= CONTEXT_ACTIONS_LIMIT:
+        return False
+    for element in elements:
+        kind = element.get("type") if isinstance(element, dict) else None
+        if kind == "icon_button":
+            continue
+        if kind != "feedback_buttons":
+            return False
+        for side in ("positive_button", "negative_button"):
+            button = element.get(side)
+            if not isinstance(button, dict) or not isinstance(button.get("value"), str):
+                return False
+            label = button.get("text")
+            if not isinstance(label, dict) or label.get("type") != "plain_text":
+                return False
+            if len(str(button.get("accessibility_label", ""))) > LABEL_LIMIT:
+                return False
+    return True

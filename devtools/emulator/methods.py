@@ -20,6 +20,12 @@ from wakeful.devtools.emulator.common import (
 )
 from wakeful.devtools.emulator.oauth import Workspace
 
+MAX_LOADING_MESSAGES = 10
+"""Loading messages one `assistant.threads.setStatus` may carry (Slack's method page)."""
+MAX_PROMPTS = 4
+STATUS_TIMEOUT = 120
+"""Seconds after which Slack removes a status no message followed."""
+
 
 class WebApi:
     """The Web API methods the emulator answers, each called with the state's lock held."""
@@ -189,30 +195,70 @@ class WebApi:
         self._homes.setdefault(user, []).append(view)
         return {"view": {"id": f"V{len(self._homes[user]):08d}", **view}}
 
-    def _assistant_thread(self, params: JsonDict) -> tuple[str, str]:
-        channel, thread = params.get("channel_id"), params.get("thread_ts")
-        if not isinstance(channel, str) or not channel or not isinstance(thread, str):
-            raise _SlackError("invalid_arguments")
-        if not channel.startswith("D"):
-            raise _SlackError("not_allowed")  # assistant threads live in the app's DM
-        return channel, thread
-
     def _set_status(self, params: JsonDict) -> JsonDict:
-        channel, thread = self._assistant_thread(params)
-        status = {"channel_id": channel, "thread_ts": thread, "status": params.get("status")}
-        self._statuses.append(status)
+        """`assistant.threads.setStatus`: in any conversation the app may post in (the Agent
+        messaging experience, with `chat:write`), under a thread; at most 10 loading
+        messages. An empty status clears it; Slack also clears it when the app posts in that
+        thread, or after 2 minutes (see `shown_status`)."""
+        thread = params.get("thread_ts")
+        if not isinstance(thread, str) or not thread or params.get("status") is None:
+            raise _SlackError("invalid_arguments")
+        channel, _ = self._channel({"channel": params.get("channel_id")})
+        loading = _json_field(params, "loading_messages")
+        if loading is not None and (
+            not isinstance(loading, list)
+            or len(loading) > MAX_LOADING_MESSAGES
+            or not all(isinstance(m, str) and m for m in loading)
+        ):
+            raise _SlackError("invalid_arguments")
+        self._statuses.append(
+            {
+                "channel_id": channel,
+                "thread_ts": thread,
+                "status": params.get("status"),
+                "loading_messages": loading,
+                "at": self._clock(),
+            }
+        )
         return {}
 
     def _set_prompts(self, params: JsonDict) -> JsonDict:
-        channel, thread = self._assistant_thread(params)
+        """`assistant.threads.setSuggestedPrompts`: pinned to the app's Messages tab (no
+        thread_ts, the Agent messaging experience) or to an assistant thread; only in the
+        app's DM."""
+        channel, thread = params.get("channel_id"), params.get("thread_ts")
+        if not isinstance(channel, str) or not channel or not isinstance(thread, str | None):
+            raise _SlackError("invalid_arguments")
+        if not channel.startswith("D"):
+            raise _SlackError("not_allowed")  # prompts live in the app's DM
         prompts = _json_field(params, "prompts")
-        if not isinstance(prompts, list) or not prompts:
+        if not isinstance(prompts, list) or not prompts or len(prompts) > MAX_PROMPTS:
             raise _SlackError("invalid_arguments")
         title = params.get("title")
         self._prompts.append(
             {"channel_id": channel, "thread_ts": thread, "title": title, "prompts": prompts}
         )
         return {}
+
+    def shown_status(self, channel: str, thread: str) -> str:
+        """What a person sees under the thread now: the latest status set, unless it was
+        cleared, the app posted in the thread since, or 2 minutes passed."""
+        with self._cond:
+            found = [
+                s for s in self._statuses if s["channel_id"] == channel and s["thread_ts"] == thread
+            ]
+            if not found or not found[-1]["status"]:
+                return ""
+            latest = found[-1]
+            if self._clock() - latest["at"] > STATUS_TIMEOUT:
+                return ""
+            posted = any(
+                m.get("user") == self.bot_user_id
+                and m.get("thread_ts") == thread
+                and float(m["ts"]) > latest["at"]
+                for m in self._channels.get(channel, [])
+            )
+            return "" if posted else str(latest["status"])
 
     def _users_info(self, params: JsonDict) -> JsonDict:
         uid = str(params.get("user") or "")

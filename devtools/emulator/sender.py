@@ -207,10 +207,12 @@ class EventSender:
         message: JsonDict | None = None,
         org_install: bool = False,
         thread_ts: str | None = None,
+        action_type: str = "button",
     ) -> Reply:
         """A button click. Pass ``message`` (e.g. from the emulator) to echo its blocks, and
         ``thread_ts`` for a message in a thread (Slack then names it in ``container`` and in
-        ``message``).
+        ``message``). ``action_type`` is the element's type: ``feedback_buttons`` for Slack's
+        thumbs up / down (see ``feedback``).
 
         ``org_install`` sends it as Slack does from an org-wide (Enterprise Grid) install:
         ``"team": null``, the team only in ``user.team_id``."""
@@ -243,7 +245,7 @@ class EventSender:
                     "action_id": action_id,
                     "block_id": block_id,
                     "value": value,
-                    "type": "button",
+                    "type": action_type,
                     "action_ts": now,
                     "text": {"type": "plain_text", "text": value},
                 }
@@ -296,6 +298,42 @@ class EventSender:
             "channel": "D" + user.removeprefix("U"),
             "tab": "home",
             "event_ts": ts,
+        }
+        return self.event(event, event_id)
+
+    def feedback(
+        self,
+        user: str,
+        value: str,
+        channel: str,
+        message_ts: str,
+        thread_ts: str | None = None,
+        message: JsonDict | None = None,
+    ) -> Reply:
+        """A click on a reply's feedback buttons (Block Kit `feedback_buttons` in a
+        `context_actions` block): its value is the pressed button's (`positive` / `negative`
+        for wakeful's)."""
+        return self.block_action(
+            user,
+            "wakeful_feedback",
+            value,
+            channel,
+            message_ts,
+            block_id="feedback",
+            message=message,
+            thread_ts=thread_ts,
+            action_type="feedback_buttons",
+        )
+
+    def messages_tab_opened(self, user: str, event_id: str | None = None) -> Reply:
+        """``app_home_opened`` on the Messages tab: a person opened the DM with the app (the
+        Agent messaging experience's start of a conversation; bolt-python's own fixture)."""
+        event = {
+            "type": "app_home_opened",
+            "user": user,
+            "channel": "D" + user.removeprefix("U"),
+            "tab": "messages",
+            "event_ts": self.next_ts(),
         }
         return self.event(event, event_id)
 

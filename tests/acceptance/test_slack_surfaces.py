@@ -297,10 +297,29 @@ def test_a_run_in_an_assistant_thread_shows_is_thinking_until_the_reply(surfaces
         if c.params.get("channel") == channel and c.params.get("thread_ts") == thread
     )
     assert thinking_at <= reply_at
-    # A plain DM (no assistant thread) shows nothing.
-    app.sender.message("U13303", "hello")
-    app.wait_post("D13303", "Handled 1 message.")
-    assert app.emu.statuses("D13303") == []
+    assert app.emu.shown_status(channel, thread) == ""
+
+
+def test_opening_the_messages_tab_greets_once_and_pins_the_prompts(surfaces: Wakeful) -> None:
+    """Issue 24: `app_home_opened` with `tab == "messages"` (the DM with the app, Slack's
+    Agent messaging experience) pins the agent's suggested prompts to the tab (no thread_ts)
+    and greets the person the first time only; the Home tab stays as it was."""
+    app, user = surfaces, "U24302"
+    channel = f"D{user[1:]}"
+    first = app.sender.messages_tab_opened(user)
+    assert first.status == 200
+    assert app.sender.messages_tab_opened(user, event_id=first.event_id).status == 200  # retry
+    assert app.emu.wait_for(lambda e: bool(e.suggested_prompts(channel)), 10), app.tail()
+    app.wait_post(channel, "Hi")
+    assert app.sender.messages_tab_opened(user).status == 200  # opened again later
+    assert app.emu.wait_for(lambda e: len(e.suggested_prompts(channel)) >= 2, 10), app.tail()
+    time.sleep(QUIET)
+    prompts = app.emu.suggested_prompts(channel)
+    assert len(prompts) == 2 and {p["thread_ts"] for p in prompts} == {None}
+    assert {p["message"] for p in prompts[0]["prompts"]} >= {"status"}
+    greetings = [m for m in app.emu.messages(channel) if m.get("user") == BOT_USER]
+    assert len(greetings) == 1 and "thread_ts" not in greetings[0], greetings
+    assert app.emu.homes(user) == []  # the Messages tab is not the Home tab
 
 
 def test_a_feedback_click_is_one_typed_event_of_the_person_who_clicked(surfaces: Wakeful) -> None:

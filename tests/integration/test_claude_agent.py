@@ -79,7 +79,8 @@ class RecordingSender:
         self.parts: list[Part] = []
 
     def send(self, part: Part) -> str:
-        self.parts.append(part)
+        if part.kind != "status":  # the status around each run is not what these tests read
+            self.parts.append(part)
         return f"1.000{len(self.parts)}"
 
 
@@ -102,9 +103,12 @@ class World:
         timeout: float = 10.0,
         max_steps: int = 8,
         zones: dict[str, str] | None = None,
+        model: str = "claude-test",
+        **options: Any,
     ) -> None:
         self.store = store
         self.fake = fake
+        self.options: dict[str, Any] = {"model": model, **options}
         self.clock = clock or ManualClock(T0)
         self.sender = sender or RecordingSender()
         self.config = Config(approvers=(BOSS,), settings=replace(store.settings, approval_ttl=TTL))
@@ -118,11 +122,12 @@ class World:
                 replace(setup, time_zone=known.time_zone),
                 api_key="test-key",
                 base_url=fake.base_url,
-                model="claude-test",
+                model=model,
                 policies=policies,
                 token_budget=token_budget,
                 timeout=timeout,
                 max_steps=max_steps,
+                **options,
             )
             _agents.append(agent)
             return agent
@@ -138,7 +143,14 @@ class World:
 
     def restart(self, holder: str) -> World:
         """A new process: a fresh agent and loops on the same store, clock and sender."""
-        return World(self.store, self.fake, clock=self.clock, sender=self.sender, holder=holder)
+        return World(
+            self.store,
+            self.fake,
+            clock=self.clock,
+            sender=self.sender,
+            holder=holder,
+            **self.options,
+        )
 
     @property
     def now(self) -> int:
@@ -168,7 +180,13 @@ class World:
         self.dispatcher.tick(now)
 
     def rows(self, kind: str | None = None) -> list[OutboxRow]:
-        return [r for r in self.store.outbox(inbox=INBOX) if kind is None or r.kind == kind]
+        """The inbox's outbox rows of `kind`; by default all but the "is thinking…" status
+        (a surface around every run, tested through the HTTP front)."""
+        return [
+            r
+            for r in self.store.outbox(inbox=INBOX)
+            if (r.kind == kind if kind is not None else r.kind != "status")
+        ]
 
     def replies(self) -> list[OutboxRow]:
         return [r for r in self.rows("post") if r.ref is None]
@@ -241,7 +259,7 @@ def test_a_batch_is_one_user_turn_and_gets_one_urgent_reply(world: World) -> Non
     world.tick()
     [first] = fake.requests
     assert first["model"] == "claude-test"
-    assert first["system"] == SYSTEM_PROMPT
+    assert api.system_text(first) == SYSTEM_PROMPT
     assert {t["name"] for t in first["tools"]} == {
         "refund_order",
         "remind_me",
@@ -261,8 +279,8 @@ def test_a_batch_is_one_user_turn_and_gets_one_urgent_reply(world: World) -> Non
     world.say("what did I say first?")
     fake.script(api.text("You said hi."))
     world.tick(T0 + 30)
-    second = fake.requests[1]["messages"]
-    assert second[0] == turn
+    second = api.plain(fake.requests[1]["messages"])
+    assert second[0] == api.plain(turn)
     assert second[1] == {
         "role": "assistant",
         "content": [{"type": "text", "text": "Hi! I'm here."}],
@@ -299,7 +317,7 @@ def test_outside_text_is_labelled_untrusted_and_cannot_close_its_label(world: Wo
     assert "&lt;wakeful_approval" in text and "<wakeful_approval" not in text
     assert f'<untrusted_slack_message user="{USER}" channel="D1"' in text
     assert '<untrusted_webhook_payload source="ci" id="d-1">' in text
-    system = requests[0]["system"]
+    system = api.system_text(requests[0])
     assert "untrusted" in system and "data, not orders" in system
     assert world.store.approvals(INBOX) == []
 
@@ -574,9 +592,10 @@ def test_a_retried_run_asks_under_the_same_request_id_and_one_prompt_is_posted(
     fake.script(ask)
     stale = world.runner.run(claim, lambda: store.session(INBOX), T0, lambda: None)
     [asked] = stale.approvals
-    # Worker A stalls past its lease; worker B runs the same event again and asks.
-    fake.script(ask)
+    # Worker A stalls past its lease; worker B runs the same event again: it replays A's
+    # recorded answer (no second call) and asks under the same id.
     world.tick(T0 + store.settings.lease_ttl + 1)
+    assert len(fake.requests) == 1
     [approval] = store.approvals(INBOX)
     assert approval.id == asked.id
     assert store.finish(claim, stale, world.now) is False
@@ -606,7 +625,7 @@ def test_yes_resumes_the_call_and_refunds_once_even_when_the_resumed_run_is_retr
     assert len(world.store.recorded_steps(name="refund_order")) == 1
     resumed = fake.requests[2]
     # The retry resumes the same saved call; its tool result says the refund was not repeated.
-    assert fake.requests[1]["messages"][:-1] == resumed["messages"][:-1]
+    assert api.plain(fake.requests[1]["messages"][:-1]) == api.plain(resumed["messages"][:-1])
     assert resumed["messages"][-2]["content"][-1]["id"] == "toolu_a1"
     # The retry resumes with the refund's recorded result: the same tool result both times.
     [result] = tool_results(resumed)
@@ -671,7 +690,7 @@ def test_an_approval_answered_once_the_tool_is_denied_runs_nothing(
         f"Approved by <@{BOSS}>, but refused: tool 'refund_order' is not permitted; "
         "nothing was done."
     )
-    assert store.recorded_steps() == []
+    assert store.recorded_steps(name="refund_order") == []
     assert world.replies()[-1].text == "Refunds are not allowed here; nothing was refunded."
 
 
@@ -685,7 +704,7 @@ def test_a_deny_policy_refuses_the_tool_without_running_it(
         api.text("I'm not allowed to refund orders here."),
     )
     world.tick()
-    assert store.approvals(INBOX) == [] and store.recorded_steps() == []
+    assert store.approvals(INBOX) == [] and store.recorded_steps(name="refund_order") == []
     [result] = tool_results(fake.requests[1])
     assert result["is_error"] is True and "not permitted" in result["content"]
     assert "nothing was done" in result["content"]
@@ -880,7 +899,7 @@ def test_the_session_survives_a_restart_and_a_change_of_worker(world: World) -> 
     other.tick(T0 + 60)
     turns = world.fake.requests[1]["messages"]
     assert "my name is Ada" in json.dumps(turns[0])
-    assert turns[1]["content"] == [{"type": "text", "text": "Nice to meet you, Ada."}]
+    assert api.plain(turns[1]["content"]) == [{"type": "text", "text": "Nice to meet you, Ada."}]
     assert [r.text for r in world.replies()] == ["Nice to meet you, Ada.", "Ada."]
 
 
@@ -889,16 +908,16 @@ def test_a_stale_worker_cannot_write_the_session(store: Store, fake: FakeAnthrop
     world.say("hello")
     claim = store.acquire_and_claim(INBOX, "worker-a", T0)
     assert claim is not None
-    fake.script(api.text("from the stale worker"))
+    fake.script(api.text("the answer"))
     stale = world.runner.run(claim, lambda: store.session(INBOX), T0, lambda: None)
-    assert stale.save_session
-    # Worker A stalls past its lease; worker B takes over and finishes the same event.
-    fake.script(api.text("from the live worker"))
+    assert stale.save_session and stale.session["since"] == T0
+    # Worker A stalls past its lease; worker B takes over the same event, replays the answer A
+    # recorded (no second call) and finishes: the session is B's, A's finish is refused.
     world.tick(T0 + store.settings.lease_ttl + 1)
+    assert len(fake.requests) == 1
     assert store.finish(claim, stale, world.now) is False
-    saved = json.dumps(world.session())
-    assert "from the live worker" in saved and "from the stale worker" not in saved
-    assert [r.text for r in world.replies()] == ["from the live worker"]
+    assert world.session()["since"] == world.now
+    assert [r.text for r in world.replies()] == ["the answer"]
 
 
 @st.composite
@@ -1007,7 +1026,9 @@ def test_build_runner_selects_claude_and_the_sdk_honours_anthropic_base_url(
     world.say("hi")
     world.tick()
     assert fake.requests[0]["model"] == DEFAULT_MODEL
-    assert fake.headers[0]["x-api-key"] == "sk-test"
+    # anthropic 2.x sends the key as a bearer token (0.x sent x-api-key); the API takes both.
+    sent = fake.headers[0].get("x-api-key") or fake.headers[0]["authorization"]
+    assert sent.removeprefix("Bearer ") == "sk-test"
     assert [r.text for r in world.replies()] == ["hello from the fake"]
     with pytest.raises(InvalidInput, match="ANTHROPIC_API_KEY"):
         build_runner(Config(agent="claude"), store, None, env={})

@@ -106,7 +106,8 @@ def test_a_tool_call_to_another_host_or_outside_the_allowlist_is_refused_at_the_
                 ("refused", "not_allowed"),
             ]
             assert lines[0]["asked_for"] == host.replace(":", "%3A")  # as it was asked for
-            posted = [p.text for p in sender.parts]
+            # The Claude agent's "is thinking…" status (issue 24) is not what this test reads.
+            posted = [p.text for p in sender.parts if p.kind != "status"]
             assert posted == ["I was asked to send data elsewhere; the gateway refused it."]
             agent.close()
     attacker.close()

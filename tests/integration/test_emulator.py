@@ -550,3 +550,123 @@ def test_round_trip_through_a_real_bolt_app(emu: SlackEmulator) -> None:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+# -- the Agent messaging experience (issue 24) ----------------------------------------------
+
+
+def test_status_is_set_in_any_conversation_with_at_most_ten_loading_messages_and_clears(
+    emu: SlackEmulator, client: WebClient
+) -> None:
+    """`assistant.threads.setStatus` takes `chat:write` and shows in channels too; it needs a
+    thread; Slack removes it when the app posts in that thread, or after 2 minutes."""
+    lines = [f"line {i}" for i in range(10)]
+    client.assistant_threads_setStatus(
+        channel_id="C1", thread_ts="1.000001", status="is thinking…", loading_messages=lines
+    )
+    assert emu.shown_status("C1", "1.000001") == "is thinking…"
+    assert emu.statuses("C1")[0]["loading_messages"] == lines
+    with pytest.raises(SlackApiError) as too_many:
+        client.assistant_threads_setStatus(
+            channel_id="C1", thread_ts="1.000001", status="x", loading_messages=[*lines, "11"]
+        )
+    assert error_of(too_many) == "invalid_arguments"
+    with pytest.raises(SlackApiError) as no_thread:
+        client.api_call("assistant.threads.setStatus", json={"channel_id": "C1", "status": "x"})
+    assert error_of(no_thread) == "invalid_arguments"
+    client.chat_postMessage(channel="C1", text="the answer", thread_ts="1.000001")
+    assert emu.shown_status("C1", "1.000001") == ""  # the reply took it away
+    emu.remove_channel("C9")
+    with pytest.raises(SlackApiError) as gone:
+        client.assistant_threads_setStatus(channel_id="C9", thread_ts="1.1", status="x")
+    assert error_of(gone) == "channel_not_found"
+
+
+def test_a_status_no_message_follows_is_gone_after_two_minutes() -> None:
+    now = [1_000.0]
+    with SlackEmulator(bot_token=TOKEN, clock=lambda: now[0]) as emu:
+        client = WebClient(token=TOKEN, base_url=emu.api_url)
+        client.assistant_threads_setStatus(channel_id="D1", thread_ts="9.1", status="thinking")
+        now[0] += 120
+        assert emu.shown_status("D1", "9.1") == "thinking"
+        now[0] += 1
+        assert emu.shown_status("D1", "9.1") == ""
+
+
+def test_suggested_prompts_pin_to_the_messages_tab_without_a_thread_only_in_the_dm(
+    emu: SlackEmulator, client: WebClient
+) -> None:
+    prompts = [{"title": "Status", "message": "status"}]
+    client.assistant_threads_setSuggestedPrompts(channel_id="D1", prompts=prompts, title="Try")
+    assert emu.suggested_prompts("D1") == [
+        {"channel_id": "D1", "thread_ts": None, "title": "Try", "prompts": prompts}
+    ]
+    with pytest.raises(SlackApiError) as channel:
+        client.assistant_threads_setSuggestedPrompts(channel_id="C1", prompts=prompts)
+    assert error_of(channel) == "not_allowed"
+    with pytest.raises(SlackApiError) as five:
+        client.assistant_threads_setSuggestedPrompts(channel_id="D1", prompts=prompts * 5)
+    assert error_of(five) == "invalid_arguments"
+
+
+def test_feedback_buttons_are_checked_as_the_block_kit_reference_says(
+    emu: SlackEmulator, client: WebClient
+) -> None:
+    from wakeful.bot.blocks import feedback_blocks
+
+    good = feedback_blocks("Hello " * 1001)  # cut into sections of at most 3,000 characters
+    assert [b["type"] for b in good] == ["section", "section", "section", "context_actions"]
+    client.chat_postMessage(channel="C1", text="hello", blocks=good)
+    broken = [dict(good[-1], elements=[{"type": "feedback_buttons", "action_id": "x"}])]
+    with pytest.raises(SlackApiError) as refused:
+        client.chat_postMessage(channel="C1", text="hello", blocks=broken)
+    assert error_of(refused) == "invalid_blocks"
+    six = [dict(good[-1], elements=good[-1]["elements"] * 6)]
+    with pytest.raises(SlackApiError) as many:
+        client.chat_postMessage(channel="C1", text="hello", blocks=six)
+    assert error_of(many) == "invalid_blocks"
+
+
+def test_the_sender_sends_the_messages_tab_and_feedback_clicks_as_slack_does(
+    emu: SlackEmulator,
+) -> None:
+    got: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+            got.append(
+                json.loads(urllib.parse.parse_qs(body)["payload"][0])
+                if body.startswith("payload=")
+                else json.loads(body)
+            )
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sender = EventSender(f"http://127.0.0.1:{server.server_address[1]}/", SECRET)
+        sender.messages_tab_opened("U7")
+        sender.feedback("U7", "positive", "D7", "1.000007", thread_ts="1.000001")
+    finally:
+        server.shutdown()
+        server.server_close()
+    opened, click = got
+    assert opened["event"] == {
+        "type": "app_home_opened",
+        "user": "U7",
+        "channel": "D7",
+        "tab": "messages",
+        "event_ts": opened["event"]["event_ts"],
+    }
+    [action] = click["actions"]
+    assert (action["type"], action["action_id"], action["value"]) == (
+        "feedback_buttons",
+        "wakeful_feedback",
+        "positive",
+    )
+    assert click["container"]["thread_ts"] == "1.000001"

@@ -53,6 +53,9 @@ def test_aged_history_is_pruned_and_everything_open_dead_or_parked_stays(
     # Kept whatever their age: a pending event, a dead one, a parked row, an open approval.
     assert store.ingest("T1:U3", "slack", "pending", {"text": "x"}, old).stored
     assert store.record_step("refund-old", "T1:U1", "refund_order", {}, True, old)
+    # A model's recorded answer (replay-only) goes with the history; the refund's record stays.
+    store.record_step("call-old", "T1:U1", "claude:call:0", None, {"a": 1}, old, replay=True)
+    store.record_step("call-new", "T1:U2", "claude:call:0", None, {"a": 2}, recent, replay=True)
     open_req = ApprovalRequest("open-approval", "refund_order", {}, "U4", old + 10 * DAY)
     handle(store, "T1:U4", "asks", old, approvals=[open_req])
     store.post("T1:U5", [Message("C-gone", "never delivered")], old)
@@ -63,7 +66,14 @@ def test_aged_history_is_pruned_and_everything_open_dead_or_parked_stays(
     assert before.total == 0
     pruned = store.prune(old + RETENTION + 5)
     # outbox: the old reply, the old approval's prompt and the old post, all sent
-    assert pruned.counts == {"events": 4, "outbox": 3, "runs": 4, "approvals": 1, "threads": 0}
+    assert pruned.counts == {
+        "events": 4,
+        "outbox": 3,
+        "runs": 4,
+        "steps": 1,
+        "approvals": 1,
+        "threads": 0,
+    }
     assert [e.source_id for e in store.events("T1:U1")] == []
     assert [e.source_id for e in store.events("T1:U2")] == ["recent"]
     assert [e.source_id for e in store.events("T1:U3")] == ["pending"]
@@ -71,7 +81,7 @@ def test_aged_history_is_pruned_and_everything_open_dead_or_parked_stays(
     open_state = store.approval("open-approval")
     assert open_state is not None and open_state.answer is None
     assert [r.text for r in store.outbox(status="failed")] == ["never delivered"]
-    assert [c.key for c in store.recorded_steps()] == ["refund-old"]
+    assert sorted(c.key for c in store.recorded_steps()) == ["call-new", "refund-old"]
     assert [r.inbox for r in store.runs()] == ["T1:U2"]
     assert store.prune(old + RETENTION + 5).total == 0
 

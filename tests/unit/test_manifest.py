@@ -64,6 +64,8 @@ def test_manifest_yml_validates_against_slacks_schema() -> None:
         (("display_information",), {}, "/display_information/name: required"),
         (("settings", "event_subscriptions", "bot_events"), ["message.channel"], "not one of"),
         (("features", "slash_commands"), [{"command": "/wakeful"}], "description: required"),
+        (("features", "agent_view"), {"suggested_prompts": []}, "agent_description"),
+        (("features", "agent_view"), {"agent_description": "x", "prompts": []}, "not a manifest"),
         (("features", "assistant_view"), {"suggested_prompts": []}, "assistant_description"),
         (("settings", "interactivity"), {"request_url": "https://x"}, "is_enabled: required"),
         (("features", "app_home", "home_tab"), True, "not a manifest field"),
@@ -84,11 +86,29 @@ def test_the_surfaces_of_issue_13_are_declared() -> None:
     m = manifest()
     events = set(m["settings"]["event_subscriptions"]["bot_events"])
     assert {"message.channels", "message.groups", "message.mpim", "app_home_opened"} <= events
-    assert "assistant_thread_started" in events
     assert m["features"]["app_home"]["home_tab_enabled"] is True
     [command] = m["features"]["slash_commands"]
     assert command["command"] == "/wakeful" and command["should_escape"] is False
-    assert m["features"]["assistant_view"]["suggested_prompts"]
+
+
+def test_the_manifest_declares_slacks_agent_messaging_experience() -> None:
+    """Issue 24: `agent_view` (with `agent_description`) instead of `assistant_view`, which Slack
+    will deprecate; the DM is the Messages tab (`app_home_opened`, tab `messages`), the status
+    needs only `chat:write`. An app still on `assistant_view` keeps working: its
+    `assistant_thread_started` has a listener."""
+    m = manifest()
+    features = m["features"]
+    assert "assistant_view" not in features
+    assert features["agent_view"]["agent_description"].strip()
+    assert features["agent_view"]["suggested_prompts"]
+    assert features["app_home"]["messages_tab_enabled"] is True
+    assert "app_home_opened" in m["settings"]["event_subscriptions"]["bot_events"]
+    assert "chat:write" in METHOD_SCOPES["assistant.threads.setStatus"]
+    assert "assistant_thread_started" in payloads.HANDLED_EVENTS
+    broken = manifest()
+    broken["features"]["assistant_view"] = {"assistant_description": "old"}
+    del broken["features"]["agent_view"]
+    assert problems(broken, SCHEMA) == []  # an older app's manifest still validates
 
 
 def test_every_subscribed_event_has_a_listener() -> None:
