@@ -26,7 +26,8 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookClient
 
-import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
+from wakeful.bot.kinds import NOTICE  # (and registers Slack's outbox kinds)
+from wakeful.bot.refusals import notice_for
 from wakeful.bot.web_client import KeepAliveWebClient
 from wakeful.core import kinds, metrics
 from wakeful.core.errors import PermanentSendError, TransientSendError
@@ -111,6 +112,8 @@ class SlackSender:
                 return self._home(part, client)
             if part.kind in ("status", "prompts"):
                 return self._assistant(part, client)
+            if part.kind == NOTICE.name:
+                return self._notice(part, client)
             if part.retry:
                 found = self.find_posted(part, client)
                 if found is not None:
@@ -127,6 +130,8 @@ class SlackSender:
                 self.forget(team)  # read the installation again: refreshed, or gone
                 if error == "token_expired":
                     raise TransientSendError("token_expired", retry_after=1) from exc
+            if isinstance(failure, PermanentSendError):
+                failure.notice = notice_for(part, error)
             raise failure from exc
         except (
             urllib.error.URLError,
@@ -190,6 +195,13 @@ class SlackSender:
             "event_payload": {"dispatch_id": part.dispatch_id, "part_id": part.part_id},
         }
         response = client.chat_postMessage(**_content(part, threaded=True), metadata=metadata)
+        ts = response.get("ts")
+        return None if ts is None else str(ts)
+
+    def _notice(self, part: Part, client: Any) -> str | None:
+        """A word to one person (bot/refusals.py), in their DM with the bot: chat.postMessage
+        to the user's id opens it. Not paced (the DM is not the refused channel)."""
+        response = client.chat_postMessage(channel=part.user or part.channel, text=part.text)
         ts = response.get("ts")
         return None if ts is None else str(ts)
 
@@ -326,6 +338,7 @@ _METHODS = {
     "home": "views.publish",
     "status": "assistant.threads.setStatus",
     "prompts": "assistant.threads.setSuggestedPrompts",
+    "notice": "chat.postMessage",
 }
 _ERROR_CODE = re.compile(r"[a-z0-9_]{1,60}")
 _METHOD_NAME = re.compile(r"[a-z]+(\.[A-Za-z]+){1,2}")
