@@ -67,6 +67,8 @@ def test_a_reply_under_the_bots_own_top_level_post_reaches_the_agent(app: Wakefu
     app.wait_post(channel, "Reminder: stand up", timeout=10)
     [reminder] = app.posts(channel, "Reminder: stand up")
     assert not reminder.get("thread_ts"), "the reminder was meant to be a top-level post"
+    # The post is recorded just after Slack's answer; a person replies later than that.
+    assert eventually(lambda: app.store.takes_part(channel, reminder["ts"]), 10)
 
     reply = app.sender.message(
         other, "done!", channel=channel, channel_type="channel", thread_ts=reminder["ts"]
