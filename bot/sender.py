@@ -13,6 +13,7 @@ transient / permanent failures.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import re
 import threading
@@ -114,7 +115,7 @@ class SlackSender:
                 return self._assistant(part, client)
             if part.kind == NOTICE.name:
                 return self._notice(part, client)
-            if part.retry:
+            if part.retry or (part.look_first and part.answers):
                 found = self.find_posted(part, client)
                 if found is not None:
                     with self._lock:
@@ -190,10 +191,11 @@ class SlackSender:
 
     def _post(self, part: Part, client: Any) -> str | None:
         self._pace(part)
-        metadata = {
-            "event_type": EVENT_TYPE,
-            "event_payload": {"dispatch_id": part.dispatch_id, "part_id": part.part_id},
-        }
+        payload = {"dispatch_id": part.dispatch_id, "part_id": part.part_id}
+        if part.answers:
+            # One string (Slack's payload values are scalars or objects): the events it answers.
+            payload["answers"] = json.dumps(list(part.answers))
+        metadata = {"event_type": EVENT_TYPE, "event_payload": payload}
         response = client.chat_postMessage(**_content(part, threaded=True), metadata=metadata)
         ts = response.get("ts")
         return None if ts is None else str(ts)
@@ -275,7 +277,10 @@ class SlackSender:
         return None
 
     def find_posted(self, part: Part, client: Any = None) -> str | None:
-        """The ts of a message already carrying this part's id, among the recent ones."""
+        """The ts of a message already carrying this part's id, among the recent ones; or,
+        for a part to look for first (after a restore), one naming any event it answers: the
+        copy's run was posted before the copy was restored, under another dispatch."""
+        answers = set(part.answers) if part.look_first else set()
         client = self._client(InboxId(part.inbox).team) if client is None else client
         seen = 0
         cursor: str | None = None
@@ -295,13 +300,24 @@ class SlackSender:
             for message in messages:
                 meta = message.get("metadata") or {}
                 payload = meta.get("event_payload") or {}
-                if meta.get("event_type") == EVENT_TYPE and payload.get("part_id") == part.part_id:
+                if meta.get("event_type") != EVENT_TYPE:
+                    continue
+                if payload.get("part_id") == part.part_id or _answers(payload) & answers:
                     return str(message.get("ts"))
             seen += len(messages)
             cursor = ((response.get("response_metadata") or {}).get("next_cursor")) or None
             if not cursor or not messages:
                 return None
         return None
+
+
+def _answers(payload: dict[str, Any]) -> set[str]:
+    """The event keys a post's metadata names (none when unreadable: not ours to judge)."""
+    try:
+        keys = json.loads(str(payload.get("answers") or "[]"))
+    except ValueError:
+        return set()
+    return {str(k) for k in keys} if isinstance(keys, list) else set()
 
 
 class _WithToken:
