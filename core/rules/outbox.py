@@ -206,6 +206,8 @@ def _joins(group: list[OutboxRow], row: OutboxRow) -> bool:
         return False
     if row.ref or last.ref:
         return False  # an approval prompt stands alone, so it can be rewritten on its own
+    if row.look_first or last.look_first:
+        return False  # alone, so finding its events' post in Slack says it was sent
     if (row.blocks is None) != (last.blocks is None):
         return False
     if row.blocks is not None:

@@ -72,7 +72,7 @@ def test_aged_history_is_pruned_and_everything_open_dead_or_parked_stays(
         "runs": 4,
         "steps": 1,
         "approvals": 1,
-        "threads": 0,
+        "threads": 2,  # the old top-level posts' threads (a reply under one reaches the agent)
     }
     assert [e.source_id for e in store.events("T1:U1")] == []
     assert [e.source_id for e in store.events("T1:U2")] == ["recent"]
