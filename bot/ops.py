@@ -123,12 +123,17 @@ def _mark_restored(db: str, source: str) -> int:
         marked = store.mark_restored(int(time.time()), source)
     finally:
         store.close()
+    leases, rows = marked.leases_expired, marked.rows_to_check
     print(
-        f"marked {logs.redact(db)} as restored: {marked.leases_expired} leases of the copy ended; "
-        f"{marked.rows_to_check} unsent replies, and the replies to its events, are looked for "
-        "in Slack before they are posted"
+        f"marked {logs.redact(db)} as restored: {_count(leases, 'lease')} of the copy ended; "
+        f"{_count(rows, 'unsent reply', 'unsent replies')}, and the replies to its events, are "
+        "looked for in Slack before they are posted"
     )
     return 0
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def doctor(args: argparse.Namespace, env: dict[str, str]) -> int:

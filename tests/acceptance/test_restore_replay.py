@@ -17,8 +17,10 @@ from tests.acceptance.test_slack_app import (
     TOKEN,
     eventually,
     launch,
+    pg_schema_url,
     shut_down,
 )
+from wakeful.core.effects import Message
 from wakeful.core.events import Message as Said
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import SlackEmulator
@@ -82,7 +84,7 @@ def test_a_restored_copy_does_not_answer_again_what_slack_shows_answered(tmp_pat
         restored = wakeful(tmp_path, str(live), "restore", str(copy))
         assert restored.returncode == 0, restored.stderr
         assert (
-            f"marked {live} as restored: 1 leases of the copy ended; 0 unsent replies, and the "
+            f"marked {live} as restored: 1 lease of the copy ended; 0 unsent replies, and the "
             "replies to its events, are looked for in Slack before they are posted"
         ) in restored.stdout, restored.stdout
 
@@ -99,3 +101,28 @@ def test_a_restored_copy_does_not_answer_again_what_slack_shows_answered(tmp_pat
     assert again == [0] * PENDING, again
     assert len(emu.calls("chat.postMessage")) == posts_before  # looked, never posted
     assert waited < 20, f"the restored store took {waited:.1f} s (a copied lease is 120 s)"
+
+
+def test_after_a_pg_restore_mark_only_records_it_and_ends_the_copys_leases(
+    tmp_path: Path,
+) -> None:
+    with pg_schema_url() as dsn:
+        store = open_store(dsn)
+        now = int(time.time())
+        assert store.acquire("T1:U1", "a-worker-of-the-copy", now) is not None
+        store.post("T1:U1", [Message("C1", "unsent")], now)
+        store.close()
+        marked = wakeful(tmp_path, dsn, "restore", "--mark-only", "nightly.dump")
+        assert marked.returncode == 0, marked.stderr
+        assert marked.stdout.endswith(
+            "as restored: 1 lease of the copy ended; 1 unsent reply, and the replies to its "
+            "events, are looked for in Slack before they are posted\n"
+        ), marked.stdout
+        store = open_store(dsn)
+        try:
+            lease = store.lease("T1:U1")
+            assert lease is not None and lease.expires_at <= int(time.time())
+            assert [r.look_first for r in store.outbox()] == [True]
+            assert store.last_restored() is not None
+        finally:
+            store.close()
