@@ -93,6 +93,9 @@ class SlackSender:
         self._last_post: dict[str, float] = {}
         """Per channel: when its latest post was (or is reserved to be) made."""
         self._turns: dict[str, float] = {}
+        # When each channel's last post actually went: a turn taken on time but reached late (a
+        # busy machine) must not bring the next post closer than the interval to it.
+        self._went: dict[str, float] = {}
         """Turns taken by `reserve`, by part id: when that part's post may go."""
         self._lock = threading.Lock()
         self._assistant_off: set[str] = set()
@@ -180,14 +183,22 @@ class SlackSender:
         return at
 
     def _pace(self, part: Part) -> None:
-        """Wait for the part's turn: the one it reserved, or the next free one."""
+        """Wait for the part's turn: the one it reserved, or the next free one, and never less
+        than the interval after the channel's previous post actually went."""
+        channel = part.channel
         with self._lock:
             now = self._clock()
             at = self._turns.pop(part.part_id, None)
             if at is None:
-                at = self._take_turn(part.channel, now)
+                at = self._take_turn(channel, now)
+            went = self._went.get(channel)
+            if went is not None and at < went + self._interval:
+                at = went + self._interval
+                self._last_post[channel] = max(self._last_post.get(channel, at), at)
         if at > now:
             self._sleep(at - now)
+        with self._lock:
+            self._went[channel] = max(at, self._clock())
 
     def _post(self, part: Part, client: Any) -> str | None:
         self._pace(part)
