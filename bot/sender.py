@@ -206,6 +206,8 @@ class SlackSender:
         if part.answers:
             # One string (Slack's payload values are scalars or objects): the events it answers.
             payload["answers"] = json.dumps(list(part.answers))
+        if part.ref:
+            payload["prompt"] = "1"  # an approval prompt: found only as a prompt (it is rewritten)
         metadata = {"event_type": EVENT_TYPE, "event_payload": payload}
         response = client.chat_postMessage(**_content(part, threaded=True), metadata=metadata)
         ts = response.get("ts")
@@ -313,7 +315,9 @@ class SlackSender:
                 payload = meta.get("event_payload") or {}
                 if meta.get("event_type") != EVENT_TYPE:
                     continue
-                if payload.get("part_id") == part.part_id or _answers(payload) & answers:
+                if payload.get("part_id") == part.part_id:
+                    return str(message.get("ts"))
+                if _answers(payload) & answers and bool(payload.get("prompt")) == bool(part.ref):
                     return str(message.get("ts"))
             seen += len(messages)
             cursor = ((response.get("response_metadata") or {}).get("next_cursor")) or None

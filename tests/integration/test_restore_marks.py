@@ -8,7 +8,7 @@ import json
 from tests.conftest import T0, MakeStore
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.core.clock import ManualClock
-from wakeful.core.effects import Effects, Message
+from wakeful.core.effects import ApprovalRequest, Effects, Message
 from wakeful.core.loops import Dispatcher
 from wakeful.core.store import Store
 from wakeful.devtools.emulator import SlackEmulator
@@ -115,3 +115,35 @@ def test_a_row_to_look_for_is_not_posted_when_slack_shows_its_events_answered(
         texts = [m["text"] for m in emu.messages("C1")]
         assert texts == ["first answer", "a new answer"], texts
         assert {r.status for r in copy.outbox()} == {"sent"}
+
+
+def test_a_prompt_to_look_for_is_found_as_the_prompt_not_as_the_reply_beside_it(
+    make_store: MakeStore,
+) -> None:
+    def ask(store: Store, at: int) -> None:
+        prompt = Message("C1", "Approve refund order 7?", ref="r-7")
+        req = ApprovalRequest("r-7", "refund_order", {}, "U1", at + 600, prompt=prompt)
+        effects = Effects(messages=[Message("C1", "Asking.")], approvals=[req])
+        claim = store.acquire_and_claim("T1:U1", "W", at)
+        assert claim is not None and store.finish(claim, effects, at, release=True)
+
+    store, copy = make_store(), make_store()
+    with SlackEmulator(bot_token=TOKEN) as emu:
+        sender = SlackSender(make_client(TOKEN, emu.api_url), sleep=lambda _s: None)
+        for s in (store, copy):
+            assert s.ingest("T1:U1", "slack", "Ev7", {"text": "refund 7"}, T0).stored
+        ask(store, T0)
+        dispatcher = Dispatcher(store=store, sender=sender, clock=ManualClock(T0))
+        for at in range(T0, T0 + 3):
+            dispatcher.tick(at)
+        assert [m["text"] for m in emu.messages("C1")] == ["Asking.", "Approve refund order 7?"]
+        prompt_ts = emu.messages("C1")[1]["ts"]
+
+        copy.mark_restored(T0 + 10, "copy")
+        ask(copy, T0 + 11)
+        dispatcher = Dispatcher(store=copy, sender=sender, clock=ManualClock(T0 + 11))
+        for at in range(T0 + 11, T0 + 15):
+            dispatcher.tick(at)
+        assert len(emu.messages("C1")) == 2, [m["text"] for m in emu.messages("C1")]
+        state = copy.approval("r-7")
+        assert state is not None and state.prompt_ts == prompt_ts
