@@ -27,6 +27,7 @@ from wakeful.devtools.emulator import SlackEmulator
 
 PENDING = 12
 REPLY = "Handled 1 message."
+IN_FLIGHT = "C275099"
 
 
 def user(i: int) -> str:
@@ -48,6 +49,10 @@ def seed(db: Path) -> None:
         )  # fmt: skip
         store.ingest(f"{TEAM}:{user(i)}", "slack", f"Ev27R{i:02d}", said.to_wire(), now)
     assert store.acquire(f"{TEAM}:{user(0)}", "a-worker-of-the-copy", now) is not None
+    # A post in flight when the copy was taken: `sending` until now + WAKEFUL_SEND_TIMEOUT.
+    store.post(f"{TEAM}:{user(99)}", [Message(IN_FLIGHT, "in flight", priority="urgent")], now)
+    [batch] = store.claim_batches(now)
+    assert batch.until >= now + 60
     store.close()
 
 
@@ -67,8 +72,9 @@ def test_a_restored_copy_does_not_answer_again_what_slack_shows_answered(tmp_pat
     seed(live)
     backed = wakeful(tmp_path, str(live), "backup", str(copy))
     assert backed.returncode == 0, backed.stderr
-    conn = sqlite3.connect(live)  # the copy's worker finished after the backup
+    conn = sqlite3.connect(live)  # the copy's worker and dispatcher went on after the backup
     conn.execute("UPDATE leases SET expires_at = 0")
+    conn.execute("UPDATE outbox SET in_flight_until = 0")
     conn.commit()
     conn.close()
 
@@ -77,6 +83,7 @@ def test_a_restored_copy_does_not_answer_again_what_slack_shows_answered(tmp_pat
         try:
             for i in range(PENDING):
                 first.wait_post(dm(i), REPLY, timeout=30)
+            first.wait_post(IN_FLIGHT, "in flight", timeout=30)
         finally:
             shut_down(first)
         posts_before = len(emu.calls("chat.postMessage"))
@@ -84,7 +91,7 @@ def test_a_restored_copy_does_not_answer_again_what_slack_shows_answered(tmp_pat
         restored = wakeful(tmp_path, str(live), "restore", str(copy))
         assert restored.returncode == 0, restored.stderr
         assert (
-            f"marked {live} as restored: 1 lease of the copy ended; 0 unsent replies, and the "
+            f"marked {live} as restored: 1 lease of the copy ended; 1 unsent reply, and the "
             "replies to its events, are looked for in Slack before they are posted"
         ) in restored.stdout, restored.stdout
 
@@ -99,8 +106,11 @@ def test_a_restored_copy_does_not_answer_again_what_slack_shows_answered(tmp_pat
     print(f"\nrestore replay: {PENDING} events re-run, {sum(again)} second replies, "
           f"settled {waited:.2f} s after serve started")  # fmt: skip
     assert again == [0] * PENDING, again
+    assert len(emu.messages(IN_FLIGHT)) == 1
     assert len(emu.calls("chat.postMessage")) == posts_before  # looked, never posted
-    assert waited < 20, f"the restored store took {waited:.1f} s (a copied lease is 120 s)"
+    assert waited < 20, (
+        f"the restored store took {waited:.1f} s (a copied lease is 120 s, a copied claim 60 s)"
+    )
 
 
 def test_after_a_pg_restore_mark_only_records_it_and_ends_the_copys_leases(
