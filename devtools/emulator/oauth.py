@@ -38,6 +38,8 @@ class Workspace:
     org_wide: bool = False
     installed: bool = False
     installer: str = "UINSTALLER"
+    teams: tuple[str, ...] = ()
+    """An org-wide install's workspaces (the teams of the Enterprise Grid org it covers)."""
 
     @property
     def key(self) -> str:
@@ -90,6 +92,7 @@ class OAuthApi:
         enterprise_id: str | None = None,
         org_wide: bool = False,
         installer: str = "UINSTALLER",
+        teams: tuple[str, ...] = (),
     ) -> Workspace:
         """A workspace the app can be installed in (through the authorize page)."""
         suffix = team_id.removeprefix("T").removeprefix("E")
@@ -101,10 +104,25 @@ class OAuthApi:
             enterprise_id=enterprise_id,
             org_wide=org_wide,
             installer=installer,
+            teams=teams,
         )
         with self._cond:
             self._workspaces[ws.key] = ws
         return ws
+
+    def add_org(
+        self, enterprise_id: str, teams: tuple[str, ...], *, name: str = "", installer: str = ""
+    ) -> Workspace:
+        """An Enterprise Grid org the app can be installed in org-wide (one install, one bot
+        token for all of `teams`): the authorize page takes `team=<enterprise_id>`."""
+        return self.add_workspace(
+            enterprise_id,
+            name=name or f"Org {enterprise_id}",
+            enterprise_id=enterprise_id,
+            org_wide=True,
+            installer=installer or f"W{enterprise_id.removeprefix('E')}ADMIN",
+            teams=teams,
+        )
 
     def tokens_of(self, team_id: str, kind: str = "bot") -> list[str]:
         """Every token of `kind` handed out for the workspace, oldest first."""
@@ -200,9 +218,11 @@ class OAuthApi:
             "scope": ",".join(self.scopes),
             "bot_user_id": ws.bot_user_id,
             "app_id": "AEMULATOR",
+            # An org-wide install (Slack's org app reference): "team": null, the org in
+            # "enterprise", "is_enterprise_install": true.
             "team": None if ws.org_wide else {"name": ws.name, "id": ws.team_id},
             "enterprise": (
-                None if ws.enterprise_id is None else {"name": "Org", "id": ws.enterprise_id}
+                None if ws.enterprise_id is None else {"name": ws.name, "id": ws.enterprise_id}
             ),
             "authed_user": {"id": ws.installer},
             "is_enterprise_install": ws.org_wide,
