@@ -266,7 +266,6 @@ def test_an_org_wide_install_answers_its_workspaces_with_the_orgs_token(app: App
     assert row is not None and row.status == "active"
     assert (row.org_wide, row.enterprise_id, row.team_id) == (True, "E1", None)
     assert "xox" not in row.secrets
-    [org_token] = emu.tokens_of("E1")
 
     one, two = app.sender("TE1", org="E1"), app.sender("TE2", org="E1")
     assert one.message("WE1", "status").status == 200
@@ -275,8 +274,6 @@ def test_an_org_wide_install_answers_its_workspaces_with_the_orgs_token(app: App
     app.wait_reply("DWE2", "Handled 1 message")
     for channel in ("DWE1", "DWE2"):
         assert app.posts_by_team(channel) == {"E1"}  # the org install's token, in both
-        posts = [c for c in emu.calls("chat.postMessage") if c.params.get("channel") == channel]
-        assert {c.headers.get("Authorization") for c in posts} == {f"Bearer {org_token}"}
     assert app.store.installation_for_team("TE2") == app.store.installation("E1")
 
     # A click from another org's workspace (its approver, of its own org-wide install).
@@ -295,3 +292,15 @@ def test_an_org_wide_install_answers_its_workspaces_with_the_orgs_token(app: App
     # The org's own approver, from the workspace of the request, answers it.
     assert one.block_action("WE9", "approve", rid, channel="DWE1", message_ts=ts).status == 200
     assert eventually(lambda: (app.store.approval(rid) or state).answer == "yes")
+
+    # The org uninstalls: every workspace of it is set aside, the other org carries on.
+    emu.uninstall("E1")
+    assert one.tokens_revoked().status == 200
+    assert one.app_uninstalled().status == 200
+    gone = app.store.installation("E1")
+    assert gone is not None and gone.status == "uninstalled"
+    for inbox in ("TE1:WE1", "TE2:WE2"):
+        lease = app.store.lease(inbox)
+        assert lease is not None and lease.holder == "aside:E1", (inbox, lease)
+    row_f = app.store.installation("EF")
+    assert row_f is not None and row_f.status == "active"
