@@ -422,8 +422,10 @@ def run_front(
                 if set(r["statuses"]) != {"200"}:
                     raise RuntimeError(f"{k} answered {r['statuses']} in round {i + 1}")
                 row[f"{k}_p99"] = r["p99_ms"]
+                row[f"{k}_p50"] = r["p50_ms"]
                 row[f"{k}_cpu"] = (cpu_seconds(p.pid) - before[k]) / max(1, r["requests"]) * 1e3
             row["p99"] = row["front_p99"] / max(row["bare_p99"], 0.001)
+            row["p50"] = row["front_p50"] / max(row["bare_p50"], 0.001)
             row["cpu"] = row["front_cpu"] / max(row["bare_cpu"], 0.001)
             rows.append(row)
             say(
@@ -456,7 +458,8 @@ def run_front(
             "bare app p99",
             goal,
             med("p99") <= FRONT_GOAL,
-            f"bare p99 {med('bare_p99'):.2f} ms (medians); ratio {spread('p99')}",
+            f"bare p99 {med('bare_p99'):.2f} ms (medians); ratio {spread('p99')}; p50 "
+            f"{med('front_p50'):.2f} against {med('bare_p50'):.2f} ms, {med('p50'):.2f}x",
         ),
         Figure(
             "HTTP CPU per request at 200/s, the front alone against the bare Bolt app, "
