@@ -301,10 +301,12 @@ class EventSender:
             "command": command,
             "text": text,
             "api_app_id": self.api_app_id,
-            "is_enterprise_install": "false",
+            "is_enterprise_install": "true" if self.org_install else "false",
             "response_url": response_url or "https://hooks.slack.com/commands/T1/1/x",
             "trigger_id": f"{int(self.clock())}.{uuid.uuid4().int % 10**12}.x",
         }
+        if self.enterprise_id is not None:
+            form["enterprise_id"] = self.enterprise_id
         body = urllib.parse.urlencode(form).encode()
         headers = {"Content-Type": "application/x-www-form-urlencoded"}
         return self.raw(body, headers, timestamp=timestamp)
