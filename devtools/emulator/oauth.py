@@ -38,8 +38,6 @@ class Workspace:
     org_wide: bool = False
     installed: bool = False
     installer: str = "UINSTALLER"
-    teams: tuple[str, ...] = ()
-    """An org-wide install's workspaces (the teams of the Enterprise Grid org it covers)."""
 
     @property
     def key(self) -> str:
@@ -92,7 +90,6 @@ class OAuthApi:
         enterprise_id: str | None = None,
         org_wide: bool = False,
         installer: str = "UINSTALLER",
-        teams: tuple[str, ...] = (),
     ) -> Workspace:
         """A workspace the app can be installed in (through the authorize page)."""
         suffix = team_id.removeprefix("T").removeprefix("E")
@@ -104,24 +101,22 @@ class OAuthApi:
             enterprise_id=enterprise_id,
             org_wide=org_wide,
             installer=installer,
-            teams=teams,
         )
         with self._cond:
             self._workspaces[ws.key] = ws
         return ws
 
-    def add_org(
-        self, enterprise_id: str, teams: tuple[str, ...], *, name: str = "", installer: str = ""
-    ) -> Workspace:
+    def add_org(self, enterprise_id: str, *, name: str = "", installer: str = "") -> Workspace:
         """An Enterprise Grid org the app can be installed in org-wide (one install, one bot
-        token for all of `teams`): the authorize page takes `team=<enterprise_id>`."""
+        token for every workspace of the org; their people's requests come from an
+        EventSender with `enterprise_id` and `org_install`): the authorize page takes
+        `team=<enterprise_id>`."""
         return self.add_workspace(
             enterprise_id,
             name=name or f"Org {enterprise_id}",
             enterprise_id=enterprise_id,
             org_wide=True,
             installer=installer or f"W{enterprise_id.removeprefix('E')}ADMIN",
-            teams=teams,
         )
 
     def tokens_of(self, team_id: str, kind: str = "bot") -> list[str]:

@@ -255,8 +255,8 @@ def test_an_org_wide_install_answers_its_workspaces_with_the_orgs_token(app: App
     install's one token; a click from a workspace of another org (installed org-wide too) can
     never answer an approval of this one, while the org's own approver can."""
     emu = app.emu
-    emu.add_org("E1", ("TE1", "TE2"))
-    emu.add_org("EF", ("TF1",))
+    emu.add_org("E1")  # its workspaces TE1 and TE2 below
+    emu.add_org("EF")  # its workspace TF1
     for org in ("E1", "EF"):
         status, page = app.install(org)
         assert status == 200 and "Thank you" in page, page
