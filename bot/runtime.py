@@ -189,10 +189,14 @@ def open_configured_store(config: Config) -> Store:
             return open_store(
                 config.db, config.settings, connect_timeout=min(10.0, max(left / 2, 1))
             )
-        except StoreUnavailable as exc:
+        except StoreUnavailable as exc:  # a StoreRefused (no such role, ...) is not waited for
             left = deadline - time.monotonic()
             if left <= 0:
-                raise
+                if not config.startup_wait:
+                    raise
+                raise StoreUnavailable(
+                    f"{exc} (still failing after WAKEFUL_STARTUP_WAIT={config.startup_wait:g} s)"
+                ) from exc
             log.warning("store unavailable at start-up, retrying in %.1f s: %s", pause, exc)
             time.sleep(min(pause, left))
             pause = min(pause * 2, 5.0)
