@@ -114,10 +114,12 @@ def _serve_with(args: argparse.Namespace, config: Config) -> None:
             webhook_sources=config.webhooks,
             approvers=config.approvers,
         )
+    # bound before any loop starts: a port in use stops this process with nothing claimed
+    http = None if config.socket_mode else http_server(front, config.host, config.port)
     runtime.start()
     exporter: MetricsServer | None = None
     try:
-        if config.socket_mode:
+        if http is None:
             from slack_sdk.errors import SlackApiError
             from slack_sdk.socket_mode.builtin import SocketModeClient
 
@@ -145,7 +147,7 @@ def _serve_with(args: argparse.Namespace, config: Config) -> None:
             if stop_http is not None:
                 stop_http()
         else:
-            server = http_server(front, config.host, config.port)
+            server = http
             port = server.effective_port
             logs.say(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}")
             if config.distribution:

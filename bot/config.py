@@ -342,8 +342,10 @@ def duration(
     except InvalidInput as exc:
         raise ConfigError(str(exc)) from None
     if value < low or (high is not None and value > high):
-        bounds = f"between {_secs(low)} and {_secs(high)} s" if high is not None else (
-            f"at least {_secs(low)} s"
+        bounds = (
+            f"between {_secs(low)} and {_secs(high)} s"
+            if high is not None
+            else (f"at least {_secs(low)} s")
         )
         raise ConfigError(f"{name} must be {bounds}, got {raw!r}")
     return value

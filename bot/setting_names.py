@@ -60,6 +60,7 @@ KNOWN = frozenset(
     }
 )
 PREFIX = "WAKEFUL_"
+NO_CLOSE = " (no known setting is close; see docs/settings.md)"
 IGNORED_PREFIXES = ("WAKEFUL_TEST_", "WAKEFUL_WEBHOOK_CHANNEL_")
 """Names not checked here: the test suite's own, and the per-webhook report channels (config
 refuses one that names no webhook)."""
@@ -77,7 +78,7 @@ def unknown_settings(env: Mapping[str, str], also: frozenset[str] = frozenset())
         if not name.startswith(PREFIX) or name in known or name.startswith(IGNORED_PREFIXES):
             continue
         close = difflib.get_close_matches(name.removeprefix(PREFIX), tails, n=1, cutoff=0.6)
-        hint = f"; did you mean {tails[close[0]]}?" if close else " (no known setting is close; see docs/settings.md)"
+        hint = f"; did you mean {tails[close[0]]}?" if close else NO_CLOSE
         out.append(f"unknown setting {name} ignored{hint}")
     return out
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from wakeful.core.errors import InvalidInput
 from wakeful.core.store.sql import load_migrations
 
-
 NO_STORE = "no store at {path}"
 """What a read-only command says of a path where there is no store: it never creates one."""
 
