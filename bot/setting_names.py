@@ -85,7 +85,7 @@ def unknown_settings(env: Mapping[str, str], also: frozenset[str] = frozenset())
 
 def gateway_names(env: Mapping[str, str]) -> frozenset[str]:
     """The variables the credential gateway's TOML file (WAKEFUL_GATEWAY_CONFIG) names as its
-    secrets' sources: a user may call one WAKEFUL_SOMETHING, and it is then no typo."""
+    secrets' sources: a user may give one the wakeful prefix, and it is then no typo."""
     config = env.get("WAKEFUL_GATEWAY_CONFIG", "").strip()
     if not config:
         return frozenset()

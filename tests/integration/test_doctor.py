@@ -126,7 +126,10 @@ def test_store_problems_fail_their_checks_and_the_doctor_changes_nothing(
     missing = tmp_path / "nowhere.db"
     store = by_name(run_checks(env_for(emu, str(missing))))["store"]
     assert store.ok is False
-    assert store.line() == f"FAIL store           no store at {missing} (`wakeful serve` creates a new one)"
+    assert (
+        store.line()
+        == f"FAIL store           no store at {missing} (`wakeful serve` creates a new one)"
+    )
     assert not missing.exists()
     behind = tmp_path / "behind.db"
     open_store(behind).close()
