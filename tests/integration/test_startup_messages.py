@@ -112,6 +112,10 @@ def test_wrong_secret_is_warned_json_lines_and_a_second_serve_on_the_port(
         code = proc.stop()
     assert code == 0, proc.tail()
     json_lines(proc.log.read_text())  # stderr of the first serve: all JSON, to its last line
+    rest = []
+    while not proc.lines.empty():
+        rest.append(proc.lines.get())
+    json_lines("\n".join(rest))  # and the rest of its stdout
 
 
 def test_a_second_serve_on_a_port_in_use_says_so_in_one_text_line(
