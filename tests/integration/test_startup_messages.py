@@ -45,14 +45,14 @@ def run(tmp: Path, *args: str, timeout: float = 60, **env: str) -> subprocess.Co
 
 
 def serve_env(emu: SlackEmulator, db: str, **more: str) -> dict[str, str]:
-    return child_env(
-        SLACK_BOT_TOKEN=emu.bot_token,
-        SLACK_SIGNING_SECRET=SECRET,
-        SLACK_API_URL=emu.api_url,
-        WAKEFUL_DB=db,
-        WAKEFUL_HOST="127.0.0.1",
-        **more,
-    )
+    settings = {
+        "SLACK_BOT_TOKEN": emu.bot_token,
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_API_URL": emu.api_url,
+        "WAKEFUL_DB": db,
+        "WAKEFUL_HOST": "127.0.0.1",
+    }
+    return child_env(**{**settings, **more})
 
 
 def json_lines(text: str) -> list[dict[str, object]]:
@@ -335,3 +335,15 @@ def test_doctor_prints_a_postgresql_error_on_one_line(tmp_path: Path) -> None:
         "and accepting TCP/IP connections?"
     ]
     assert all(line[:5] in ("ok   ", "skip ", "FAIL ") for line in done.stdout.splitlines()[:-1])
+
+
+def test_a_host_address_not_of_this_host_is_one_line(emu: SlackEmulator, tmp_path: Path) -> None:
+    env = serve_env(emu, str(tmp_path / "w.db"), WAKEFUL_PORT="0", WAKEFUL_HOST="192.0.2.1")
+    done = subprocess.run(
+        wakeful_cmd("serve"), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "wakeful: WAKEFUL_HOST 192.0.2.1 is not an address of this host (Cannot assign requested "
+        "address): use 0.0.0.0 for every interface or 127.0.0.1 for this host only\n"
+    )
