@@ -68,7 +68,11 @@ class RequestSignature:
 
     def valid(self, body: bytes, timestamp: str, signature: str) -> bool:
         # A Unix time has 10 digits; anything much longer is an attack on int() or the clock.
-        if not signature or not timestamp.isdigit() or len(timestamp) > 12:
+        if (
+            not signature
+            or not (timestamp.isascii() and timestamp.isdigit())
+            or len(timestamp) > 12
+        ):
             return False  # not signed at all: not Slack, nothing to say about the secret
         try:
             expected = self._verifier.generate_signature(timestamp=timestamp, body=body)

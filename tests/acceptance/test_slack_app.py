@@ -51,7 +51,10 @@ APPROVER = "U0APPROVER"
 APPROVAL_TTL = 4
 OUTBOX_GAP = 1
 BATCH_WINDOW = 0.5
-LISTENING = re.compile(r"^wakeful: listening on http://127\.0\.0\.1:(\d+)/slack/events$")
+LISTENING = re.compile(
+    r'^(?:wakeful: |\{.*"message": ")listening on http://127\.0\.0\.1:(\d+)/slack/events(?:"\})?$'
+)
+"""serve's first stdout line, as text or (WAKEFUL_LOG_FORMAT=json) as a JSON object."""
 START_TIMEOUT = 30.0
 QUIET = 1.5
 """How long to watch for something that must NOT happen, after a positive marker."""
