@@ -384,8 +384,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # --db's password and the gateway's secrets too
     logs.configure(level, fmt, secret_values(_env(args)) + gateway_secrets(os.environ))
-    for warning in unknown_settings(_env(args), gateway_names(os.environ)):
-        log.warning(warning)
+    if gateway_child.CHILD_PID not in os.environ and getattr(args, "parent", None) is None:
+        # said once per serve: not again by serve re-executed, nor by its gateway child
+        for warning in unknown_settings(_env(args), gateway_names(os.environ)):
+            log.warning(warning)
     try:
         code: int = args.func(args)
     except ConfigError as exc:

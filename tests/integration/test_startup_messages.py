@@ -347,3 +347,31 @@ def test_a_host_address_not_of_this_host_is_one_line(emu: SlackEmulator, tmp_pat
         "wakeful: WAKEFUL_HOST 192.0.2.1 is not an address of this host (Cannot assign requested "
         "address): use 0.0.0.0 for every interface or 127.0.0.1 for this host only\n"
     )
+
+
+def test_serve_with_its_gateway_warns_once_and_not_of_the_gateway_s_secret(
+    emu: SlackEmulator, tmp_path: Path
+) -> None:
+    from tests.support.gateway import write_config
+
+    # the secret's variable has the wakeful prefix: the gateway's file names it, so no typo;
+    # serve re-executes itself without it and starts a gateway child: one warning all the same
+    config = write_config(tmp_path, "http://127.0.0.1:9", secret_env="WAKEFUL_STRIPE_KEY")
+    env = serve_env(
+        emu,
+        str(tmp_path / "w.db"),
+        WAKEFUL_PORT="0",
+        WAKEFUL_GATEWAY_CONFIG=str(config),
+        WAKEFUL_STRIPE_KEY="sk_test_i27a",
+        WAKEFUL_OUTBOX_GAPS="1h",
+    )
+    proc = Proc(wakeful_cmd("serve"), env, tmp_path, tmp_path / "serve.log")
+    try:
+        assert "listening on" in proc.next_line()
+    finally:
+        code = proc.stop()
+    assert code == 0, proc.tail()
+    warned = [line for line in proc.log.read_text().splitlines() if "unknown setting" in line]
+    assert [line.split(" WARNING wakeful: ", 1)[1] for line in warned] == [
+        "unknown setting WAKEFUL_OUTBOX_GAPS ignored; did you mean WAKEFUL_OUTBOX_GAP?"
+    ]
