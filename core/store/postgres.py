@@ -9,7 +9,6 @@ one another; dispatchers take a per-destination advisory lock. Storing an event 
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,15 +22,16 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from wakeful.core.errors import StoreError, StoreUnavailable
 from wakeful.core.store.base import Connector, NewEvent
 from wakeful.core.store.group_commit import GroupCommit
-from wakeful.core.store.sql import AfterCommit, Row, load_migrations, load_queries, repeat_rows
+from wakeful.core.store.sql import (
+    AfterCommit,
+    Row,
+    batch_params,
+    load_migrations,
+    load_queries,
+    values_repeated,
+)
 
-_QUERIES = load_queries("postgres.sql")
-
-
-@functools.cache
-def _rows_sql(rows: int) -> str:
-    """The batch insert for `rows` events, built once per batch size."""
-    return repeat_rows(_QUERIES, "insert_events", rows)
+_QUERIES = load_queries("postgres")
 
 
 class _PgTx(AfterCommit):
@@ -53,6 +53,10 @@ class _PgTx(AfterCommit):
     def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
         cur = self._conn.execute(_QUERIES[name], params or {})
         return list(cur.fetchall())
+
+    def many(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
+        sql = values_repeated(_QUERIES[name], len(rows))
+        return list(self._conn.execute(sql, batch_params(rows)).fetchall())
 
 
 def translate(exc: Exception) -> StoreError:
@@ -106,7 +110,7 @@ class PostgresConnector(Connector):
             self._pool.close()
             raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
         self._listeners: list[threading.Event] = []
-        self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self._insert_batch)
+        self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self.store_events)
         if migrate:
             try:
                 self._migrate()
@@ -146,27 +150,9 @@ class PostgresConnector(Connector):
                 return
 
     def store_event(self, event: NewEvent) -> int | None:
-        """Concurrent ingests share one multi-row INSERT and one commit (group commit): one
-        round trip and one WAL flush for the batch instead of one each."""
+        """Concurrent ingests share one `store_events` transaction, its one multi-row INSERT
+        and one commit (group commit): one WAL flush for the batch instead of one each."""
         return self._group.submit(event)
-
-    def _insert_batch(self, items: Sequence[NewEvent]) -> list[int | None]:
-        """Insert a batch; the first copy of each key wins (within the batch too)."""
-        params = [
-            v
-            for inbox, source, sid, body, now in items
-            for v in (inbox, source, sid, body, now, now)
-        ]
-        try:
-            with self._begun() as conn:
-                rows = conn.execute(_rows_sql(len(items)), params).fetchall()
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise translate(exc) from exc
-        stored = {(str(r["source"]), str(r["source_id"])): int(r["id"]) for r in rows}
-        results: list[int | None] = []
-        for _, source, source_id, _, _ in items:
-            results.append(stored.pop((source, source_id), None))  # a repeat finds it taken
-        return results
 
     def _migrate(self) -> None:
         """Apply each packaged migration not yet recorded, with its record, one transaction
