@@ -25,10 +25,9 @@ from wakeful.core.store.group_commit import GroupCommit
 from wakeful.core.store.sql import (
     AfterCommit,
     Row,
-    batch_params,
+    batched,
     load_migrations,
     load_queries,
-    values_repeated,
 )
 
 _QUERIES = load_queries("postgres")
@@ -55,8 +54,7 @@ class _PgTx(AfterCommit):
         return list(cur.fetchall())
 
     def many(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
-        sql = values_repeated(_QUERIES[name], len(rows))
-        return list(self._conn.execute(sql, batch_params(rows)).fetchall())
+        return list(self._conn.execute(*batched(_QUERIES[name], rows)).fetchall())
 
 
 def translate(exc: Exception) -> StoreError:

@@ -27,7 +27,8 @@ DIALECTS = ("sqlite", "postgres")
 """Each has a file of its own, `<dialect>.sql`, for the statements that differ."""
 _LITERALS = re.compile(r"('(?:[^']|'')*'|--[^\n]*)")
 _NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
-_VALUES_ROW = re.compile(r"\bVALUES\s*(\((?:[^()]|\([^()]*\))*\))", re.IGNORECASE)
+_VALUES_ROW = re.compile(r"\bVALUES\s*(\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\))", re.IGNORECASE)
+"""A VALUES row, up to two levels of parentheses inside it (a call around a %(x)s)."""
 _PLACEHOLDER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)|%\(([A-Za-z_]\w*)\)s")
 
 
@@ -131,9 +132,13 @@ def values_repeated(sql: str, rows: int) -> str:
     return sql[: found.start(1)] + rows_sql + sql[found.end(1) :]
 
 
-def batch_params(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The parameters of `values_repeated`'s statement: row i's `x` as `x_i`."""
-    return {f"{key}_{i}": value for i, row in enumerate(rows) for key, value in row.items()}
+def batched(sql: str, rows: Sequence[Mapping[str, Any]]) -> tuple[str, Mapping[str, Any]]:
+    """The statement and parameters that run `sql` once for all of `rows`: row i's `x` as
+    `x_i` in `values_repeated`; a lone row runs the statement as written."""
+    if len(rows) == 1:
+        return sql, rows[0]
+    params = {f"{key}_{i}": value for i, row in enumerate(rows) for key, value in row.items()}
+    return values_repeated(sql, len(rows)), params
 
 
 def load_migrations(dialect: str) -> list[tuple[int, str, str]]:
