@@ -53,7 +53,8 @@ class Connector(ABC):
     """What a backend owes the store: transactions over its named statements."""
 
     dialect: str
-    """Which `.sql` file and migrations the backend runs: `sqlite` or `postgres`."""
+    """Which statements (`shared.sql` and `<dialect>.sql`) and migrations the backend runs:
+    `sqlite` or `postgres`."""
 
     @abstractmethod
     def transaction(self, write: bool = True, urgent: bool = False) -> AbstractContextManager[Tx]:

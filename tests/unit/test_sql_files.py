@@ -171,3 +171,24 @@ def test_every_statement_says_what_it_is_for(filename: str) -> None:
     assert all(
         not s.sql or "--" not in s.sql.splitlines()[0] for s in load_statements(filename).values()
     )
+
+
+def test_one_statement_and_one_function_put_events_into_the_inbox() -> None:
+    from pathlib import Path
+
+    import wakeful.core as package
+
+    for dialect in DIALECTS:
+        writers = [
+            name
+            for name, sql in load_queries(dialect).items()
+            if re.search(r"INSERT\s+INTO\s+events\b", sql, re.IGNORECASE)
+        ]
+        assert writers == ["insert_events"], f"{dialect}: {writers} insert events"
+    folder = Path(package.__file__).parent
+    callers = sorted(
+        str(p.relative_to(folder))
+        for p in folder.rglob("*.py")
+        if '"insert_events"' in p.read_text() or re.search(r"INSERT\s+INTO\s+events", p.read_text())
+    )
+    assert callers == ["store/base.py"], callers
