@@ -12,6 +12,7 @@ from wakeful.core.store import Store
 from wakeful.core.store.sql import (
     DIALECTS,
     SHARED,
+    batched,
     for_dialect,
     load_migrations,
     load_queries,
@@ -80,16 +81,30 @@ def test_postgres_reads_a_shared_statement_with_psycopg_placeholders() -> None:
     )
 
 
-def test_a_batch_statement_repeats_its_values_row_with_numbered_placeholders() -> None:
-    assert values_repeated("INSERT INTO t (a, b) VALUES (:a, :b) RETURNING id", 3) == (
-        "INSERT INTO t (a, b) VALUES (:a_0, :b_0), (:a_1, :b_1), (:a_2, :b_2) RETURNING id"
+def test_a_batch_statement_repeats_its_values_row_with_positional_placeholders() -> None:
+    sql = "INSERT INTO t (a, b, c) VALUES (:a, :b, :b) RETURNING id"
+    assert values_repeated(sql, 3) == (
+        "INSERT INTO t (a, b, c) VALUES (?, ?, ?), (?, ?, ?), (?, ?, ?) RETURNING id",
+        ("a", "b", "b"),
     )
+    assert batched(sql, [{"a": 1, "b": 2}, {"a": 3, "b": 4}]) == (
+        "INSERT INTO t (a, b, c) VALUES (?, ?, ?), (?, ?, ?) RETURNING id",
+        [1, 2, 2, 3, 4, 4],
+    )
+    assert batched(sql, [{"a": 1, "b": 2}]) == (sql, {"a": 1, "b": 2})  # one row: as written
     assert values_repeated("INSERT INTO t VALUES (%(a)s, lower(%(b)s))", 2) == (
-        "INSERT INTO t VALUES (%(a_0)s, lower(%(b_0)s)), (%(a_1)s, lower(%(b_1)s))"
+        "INSERT INTO t VALUES (%s, lower(%s)), (%s, lower(%s))",
+        ("a", "b"),
     )
     with pytest.raises(ValueError) as refused:
         values_repeated("UPDATE t SET a = :a", 2)
     assert str(refused.value) == "a batch statement needs a VALUES (...) row: 'UPDATE t SET a = :a'"
+    with pytest.raises(ValueError) as refused:
+        values_repeated("INSERT INTO t VALUES (:a) ON CONFLICT DO UPDATE SET b = :b", 2)
+    assert str(refused.value) == (
+        "a batch statement takes parameters in its VALUES row only: "
+        "'INSERT INTO t VALUES (:a) ON CONFLICT DO UPDATE SET b = :b'"
+    )
 
 
 _TRANSACTION_CONTROL = re.compile(r"(SAVEPOINT|ROLLBACK|RELEASE)\b")
