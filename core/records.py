@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from wakeful.core.usage import ModelUsage
 
-EventStatus = Literal["pending", "running", "done", "dead"]
+EventStatus = Literal["pending", "running", "done", "dead", "discarded"]
 OutboxStatus = Literal["pending", "sending", "sent", "failed"]
 Answer = Literal["yes", "no", "expired"]
 AnswerOutcome = Literal["yes", "no", "expired", "unknown", "forbidden"]

@@ -8,6 +8,7 @@ both stay fast on a store with millions of events.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +75,28 @@ def _value(v: Any) -> Any:
     return int(v) if not isinstance(v, int) else v
 
 
+@dataclass(frozen=True, slots=True)
+class StoreSize:
+    """How big the store is: bytes now, and the cap past which writes fail (None: no cap of
+    wakeful's, as on PostgreSQL; 0: SQLite without WAKEFUL_SQLITE_MAX_PAGES)."""
+
+    bytes: int
+    cap: int | None
+
+
 class OverviewReads(StoreBase):
+    def store_size(self) -> StoreSize:
+        """SQLite: the file plus its WAL, against max pages x page size; PostgreSQL: the
+        database's size (pg_database_size), no cap."""
+        with self._tx(write=False) as tx:
+            row = tx.one("store_size")
+        if self.db.dialect != "sqlite":
+            return StoreSize(int(row["bytes"]) if row else 0, None)
+        path = str(getattr(self.db, "path", ""))
+        total = sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+        max_pages = int(getattr(self.db, "max_pages", 0))
+        return StoreSize(total, max_pages * int(row["page_size"]) if row else 0)
+
     def gauges(self, now: int) -> StoreGauges:
         """The backlog, dead events, outbox states, open approvals and overdue timers."""
         with self._tx(write=False) as tx:

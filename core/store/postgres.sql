@@ -360,9 +360,9 @@ UPDATE leases SET seq = seq + 1 WHERE inbox = %(inbox)s RETURNING seq;
 -- name: insert_run
 -- Log a finished run with its claim and finish sequence numbers.
 INSERT INTO runs (inbox, holder, gen, claim_seq, finish_seq, events, usage, claimed_at,
-                  finished_at)
+                  finished_at, run_id, outcome, started_ms, finished_ms)
 VALUES (%(inbox)s, %(holder)s, %(gen)s, %(claim_seq)s, %(finish_seq)s, %(events)s, %(usage)s,
-        %(claimed_at)s, %(now)s);
+        %(claimed_at)s, %(now)s, %(run_id)s, %(outcome)s, %(started_ms)s, %(finished_ms)s);
 
 -- name: inbox_runs
 -- One inbox's run log, in claim order.
@@ -854,3 +854,83 @@ DELETE FROM gateway_revocations WHERE destination = %(destination)s;
 -- name: revoked_destinations
 -- Every revoked gateway destination: what each gateway polls, a tiny table.
 SELECT * FROM gateway_revocations ORDER BY destination;
+
+-- issue 27: attempts and dead-letter operations
+
+-- name: insert_attempt
+-- One attempt that did not end well, with its error and bounded traceback.
+INSERT INTO attempts (event_id, inbox, attempt, run_id, started_ms, finished_ms, outcome,
+                      error_type, message, traceback)
+VALUES (%(event_id)s, %(inbox)s, %(attempt)s, %(run_id)s, %(started_ms)s, %(finished_ms)s,
+        %(outcome)s, %(error_type)s, %(message)s, %(traceback)s);
+
+-- name: event_attempts
+-- One event's recorded attempts, in order.
+SELECT * FROM attempts WHERE event_id = %(id)s ORDER BY attempt, id;
+
+-- name: matching_events
+-- Dead (or discarded) events matching an operator's filter, by id after a cursor (status index).
+SELECT * FROM events
+WHERE status = %(status)s
+      AND (%(inbox)s::text IS NULL OR inbox = %(inbox)s::text)
+      AND (%(error)s::text IS NULL OR strpos(error, %(error)s::text) > 0)
+      AND (%(since)s::bigint IS NULL OR updated_at >= %(since)s::bigint)
+      AND (%(until)s::bigint IS NULL OR updated_at < %(until)s::bigint)
+      AND (%(ids)s::jsonb IS NULL
+           OR id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint))
+  AND id > %(after)s
+ORDER BY id LIMIT %(limit)s;
+
+-- name: discard_batch
+-- Discard one batch of matching events: kept, but no longer dead.
+UPDATE events SET status = 'discarded', updated_at = %(now)s
+WHERE status = %(status)s AND id IN (
+    SELECT id FROM events
+    WHERE status = %(status)s
+      AND (%(inbox)s::text IS NULL OR inbox = %(inbox)s::text)
+      AND (%(error)s::text IS NULL OR strpos(error, %(error)s::text) > 0)
+      AND (%(since)s::bigint IS NULL OR updated_at >= %(since)s::bigint)
+      AND (%(until)s::bigint IS NULL OR updated_at < %(until)s::bigint)
+      AND (%(ids)s::jsonb IS NULL
+           OR id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint))
+    ORDER BY id LIMIT %(limit)s FOR UPDATE
+)
+RETURNING id, inbox;
+
+-- name: requeue_batch
+-- Requeue one batch of matching events: pending now, attempts reset; idle workers woken.
+WITH requeued AS (
+    UPDATE events SET status = 'pending', attempts = 0, not_before = %(now)s, error = NULL,
+        gen = 0, updated_at = %(now)s
+    WHERE status = %(status)s AND id IN (
+        SELECT id FROM events
+        WHERE status = %(status)s
+      AND (%(inbox)s::text IS NULL OR inbox = %(inbox)s::text)
+      AND (%(error)s::text IS NULL OR strpos(error, %(error)s::text) > 0)
+      AND (%(since)s::bigint IS NULL OR updated_at >= %(since)s::bigint)
+      AND (%(until)s::bigint IS NULL OR updated_at < %(until)s::bigint)
+      AND (%(ids)s::jsonb IS NULL
+           OR id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint))
+        ORDER BY id LIMIT %(limit)s FOR UPDATE
+    )
+    RETURNING id, inbox
+)
+SELECT id, inbox, pg_notify('wakeful_work', inbox) AS woke FROM requeued;
+
+-- name: insert_operation
+-- Audit an operator's action on dead events before its first batch.
+INSERT INTO operations (action, actor, filter, touched, at)
+VALUES (%(action)s, %(actor)s, %(filter)s, 0, %(now)s)
+RETURNING id;
+
+-- name: count_operation
+-- Count one batch of an operator's action, in the batch's transaction.
+UPDATE operations SET touched = touched + %(n)s WHERE id = %(id)s;
+
+-- name: recent_operations
+-- The latest operator actions on dead events, newest first.
+SELECT * FROM operations ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: store_size
+-- The database's size in bytes (PostgreSQL has no cap of wakeful's).
+SELECT pg_database_size(current_database()) AS bytes;

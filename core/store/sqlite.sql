@@ -348,9 +348,9 @@ UPDATE leases SET seq = seq + 1 WHERE inbox = :inbox RETURNING seq;
 -- name: insert_run
 -- Log a finished run with its claim and finish sequence numbers.
 INSERT INTO runs (inbox, holder, gen, claim_seq, finish_seq, events, usage, claimed_at,
-                  finished_at)
+                  finished_at, run_id, outcome, started_ms, finished_ms)
 VALUES (:inbox, :holder, :gen, :claim_seq, :finish_seq, :events, :usage,
-        :claimed_at, :now);
+        :claimed_at, :now, :run_id, :outcome, :started_ms, :finished_ms);
 
 -- name: inbox_runs
 -- One inbox's run log, in claim order.
@@ -843,3 +843,77 @@ DELETE FROM gateway_revocations WHERE destination = :destination;
 -- name: revoked_destinations
 -- Every revoked gateway destination: what each gateway polls, a tiny table.
 SELECT * FROM gateway_revocations ORDER BY destination;
+
+-- issue 27: attempts and dead-letter operations
+
+-- name: insert_attempt
+-- One attempt that did not end well, with its error and bounded traceback.
+INSERT INTO attempts (event_id, inbox, attempt, run_id, started_ms, finished_ms, outcome,
+                      error_type, message, traceback)
+VALUES (:event_id, :inbox, :attempt, :run_id, :started_ms, :finished_ms, :outcome,
+        :error_type, :message, :traceback);
+
+-- name: event_attempts
+-- One event's recorded attempts, in order.
+SELECT * FROM attempts WHERE event_id = :id ORDER BY attempt, id;
+
+-- name: matching_events
+-- Dead (or discarded) events matching an operator's filter, by id after a cursor (status index).
+SELECT * FROM events
+WHERE status = :status
+  AND (:inbox IS NULL OR inbox = :inbox)
+  AND (:error IS NULL OR instr(error, :error) > 0)
+  AND (:since IS NULL OR updated_at >= :since)
+  AND (:until IS NULL OR updated_at < :until)
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+  AND id > :after
+ORDER BY id LIMIT :limit;
+
+-- name: discard_batch
+-- Discard one batch of matching events: kept, but no longer dead.
+UPDATE events SET status = 'discarded', updated_at = :now
+WHERE status = :status AND id IN (
+    SELECT id FROM events
+    WHERE status = :status
+      AND (:inbox IS NULL OR inbox = :inbox)
+      AND (:error IS NULL OR instr(error, :error) > 0)
+      AND (:since IS NULL OR updated_at >= :since)
+      AND (:until IS NULL OR updated_at < :until)
+      AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+    ORDER BY id LIMIT :limit
+)
+RETURNING id, inbox;
+
+-- name: requeue_batch
+-- Requeue one batch of matching events: pending now, attempts reset.
+UPDATE events SET status = 'pending', attempts = 0, not_before = :now, error = NULL, gen = 0,
+    updated_at = :now
+WHERE status = :status AND id IN (
+    SELECT id FROM events
+    WHERE status = :status
+      AND (:inbox IS NULL OR inbox = :inbox)
+      AND (:error IS NULL OR instr(error, :error) > 0)
+      AND (:since IS NULL OR updated_at >= :since)
+      AND (:until IS NULL OR updated_at < :until)
+      AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+    ORDER BY id LIMIT :limit
+)
+RETURNING id, inbox;
+
+-- name: insert_operation
+-- Audit an operator's action on dead events before its first batch.
+INSERT INTO operations (action, actor, filter, touched, at)
+VALUES (:action, :actor, :filter, 0, :now)
+RETURNING id;
+
+-- name: count_operation
+-- Count one batch of an operator's action, in the batch's transaction.
+UPDATE operations SET touched = touched + :n WHERE id = :id;
+
+-- name: recent_operations
+-- The latest operator actions on dead events, newest first.
+SELECT * FROM operations ORDER BY id DESC LIMIT :limit;
+
+-- name: store_size
+-- The page size, for the store's size against WAKEFUL_SQLITE_MAX_PAGES (file bytes: the OS).
+SELECT page_size FROM pragma_page_size();
