@@ -235,6 +235,9 @@ def operate(action: str, args: argparse.Namespace, env: dict[str, str]) -> int:
         op = store.operate(verb, which, actor(), now)  # type: ignore[arg-type]
     finally:
         store.close()
+    if not op.touched:
+        print(f"wakeful: no {kind} event matched {which.describe()}", file=sys.stderr)
+        return 1
     done = "discarded" if verb == "discard" else "requeued"
     per_inbox = Counter(t.inbox for t in op.touched)
     print(
@@ -243,9 +246,6 @@ def operate(action: str, args: argparse.Namespace, env: dict[str, str]) -> int:
     )
     for inbox, n in sorted(per_inbox.items()):
         print(f"  {inbox}: {n}")
-    if not op.touched:
-        print(f"wakeful: no {kind} event matched {which.describe()}", file=sys.stderr)
-        return 1
     return 0
 
 

@@ -348,6 +348,11 @@ def test_bad_filters_are_refused_saying_what_to_do(
     )
     assert code == 2 and err.startswith("wakeful: --since (")
     assert "nothing can match; swap them" in err
+    assert cli(capsys, monkeypatch, db, "dead-letters", "discard", "--inbox", "T9:U9") == (
+        1,
+        "",
+        'wakeful: no dead event matched {"inbox": "T9:U9"}\n',
+    )
     code, out, err = cli(capsys, monkeypatch, db, "dead-letters", "discard", "--all", "--dry-run")
     assert (code, out.splitlines()[0]) == (
         0,
