@@ -934,3 +934,20 @@ SELECT * FROM operations ORDER BY id DESC LIMIT %(limit)s;
 -- name: store_size
 -- The database's size in bytes (PostgreSQL has no cap of wakeful's).
 SELECT pg_database_size(current_database()) AS bytes;
+
+-- name: oldest_prunable_attempt
+-- When the oldest attempt retention may drop finished (ms): one of an event done or gone.
+SELECT finished_ms AS at FROM attempts
+WHERE NOT EXISTS (SELECT 1 FROM events WHERE events.id = attempts.event_id
+                  AND events.status <> 'done')
+ORDER BY finished_ms LIMIT 1;
+
+-- name: prune_attempts
+-- Attempts finished before the cutoff whose event is done or gone, oldest first, one batch.
+DELETE FROM attempts WHERE id IN (
+    SELECT id FROM attempts
+    WHERE finished_ms < %(cutoff_ms)s
+      AND NOT EXISTS (SELECT 1 FROM events WHERE events.id = attempts.event_id
+                      AND events.status <> 'done')
+    ORDER BY finished_ms LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+);

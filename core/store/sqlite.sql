@@ -917,3 +917,20 @@ SELECT * FROM operations ORDER BY id DESC LIMIT :limit;
 -- name: store_size
 -- The page size, for the store's size against WAKEFUL_SQLITE_MAX_PAGES (file bytes: the OS).
 SELECT page_size FROM pragma_page_size();
+
+-- name: oldest_prunable_attempt
+-- When the oldest attempt retention may drop finished (ms): one of an event done or gone.
+SELECT finished_ms AS at FROM attempts INDEXED BY attempts_age
+WHERE NOT EXISTS (SELECT 1 FROM events WHERE events.id = attempts.event_id
+                  AND events.status <> 'done')
+ORDER BY finished_ms LIMIT 1;
+
+-- name: prune_attempts
+-- Attempts finished before the cutoff whose event is done or gone, oldest first, one batch.
+DELETE FROM attempts WHERE id IN (
+    SELECT id FROM attempts INDEXED BY attempts_age
+    WHERE finished_ms < :cutoff_ms
+      AND NOT EXISTS (SELECT 1 FROM events WHERE events.id = attempts.event_id
+                      AND events.status <> 'done')
+    ORDER BY finished_ms LIMIT :batch
+);

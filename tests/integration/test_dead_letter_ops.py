@@ -176,6 +176,25 @@ def test_a_traceback_is_kept_bounded_with_its_end_and_a_marker() -> None:
     assert split_error("too many attempts") == (None, "too many attempts")
 
 
+def test_retention_drops_a_done_events_attempts_and_keeps_a_dead_ones(
+    make_store: MakeStore,
+) -> None:
+    store = make_store()
+    dead = kill(store, A, "dead", "KeyError: 'x'", T0)
+    healed = store.ingest(B, "slack", "healed", {"text": "y"}, T0).event_id
+    assert healed is not None
+    [claim] = store.claim_inboxes([B], "w", T0)
+    assert store.finish(claim, Effects(failed={healed: "OSError: flaky"}), T0, release=True)
+    [claim] = store.claim_inboxes([B], "w", T0 + 100)
+    assert store.finish(claim, Effects(), T0 + 100, release=True)
+    assert [a.outcome for a in store.event_attempts(healed)] == ["failed"]
+    later = T0 + store.settings.retention + 200
+    assert store.prune(later).counts["attempts"] == 1
+    assert store.event_attempts(healed) == []
+    assert [a.outcome for a in store.event_attempts(dead)] == ["dead"]
+    assert store.prune(later).counts["attempts"] == 0
+
+
 # -- metrics -------------------------------------------------------------------------------------
 
 
