@@ -13,6 +13,7 @@ import pytest
 
 from tests.acceptance.test_slack_app import pg_schema_url
 from tests.conftest import T0, MakeStore
+from tests.integration.test_metrics import Scripted
 from wakeful.agents import Agent, Message, Run
 from wakeful.bot.cli import main
 from wakeful.core import logs, metrics
@@ -164,6 +165,21 @@ def test_each_attempt_keeps_its_error_and_the_run_log_its_outcome_run_id_and_ms(
         rows = tx.all("inbox_runs", {"inbox": A})
     assert [(r["outcome"], r["run_id"]) for r in rows] == [("failed", i) for i in agent.run_ids]
     assert [int(r["finished_ms"]) - int(r["started_ms"]) for r in rows] == [250, 250]
+
+
+def test_a_fenced_run_keeps_its_attempt_though_its_finish_rolled_back(
+    make_store: MakeStore,
+) -> None:
+    store = make_store()
+    event_id = store.ingest(A, "slack", "Ev1", {"text": "a"}, T0).event_id
+    assert event_id is not None
+    clock = ManualClock(T0)
+    worker = Worker(store=store, agent=Scripted(store, "stall", clock), holder="W", clock=clock)
+    assert worker.tick(clock.now) == 0  # its finish was refused: another worker took over
+    [attempt] = store.event_attempts(event_id)
+    assert (attempt.attempt, attempt.outcome, attempt.error_type) == (1, "fenced", "LeaseLost")
+    assert attempt.run_id and attempt.finished_ms >= attempt.started_ms
+    assert store.runs(A) == []  # the run log holds finished runs only
 
 
 def test_a_traceback_is_kept_bounded_with_its_end_and_a_marker() -> None:
