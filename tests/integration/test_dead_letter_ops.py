@@ -19,6 +19,7 @@ from wakeful.bot.cli import main
 from wakeful.core import logs, metrics
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects
+from wakeful.core.settings import Settings
 from wakeful.core.store import Store, open_store
 from wakeful.core.store.dead_letters import (
     TRACEBACK_BYTES,
@@ -333,6 +334,40 @@ def test_listing_shows_the_payload_redacted_and_each_attempt(
     assert lines[2] == '    payload: {"text": "a1", "token": "[redacted]"}'
     assert lines[3].startswith("    attempt 1  dead  run -  0ms  KeyError: 'the order book'")
     assert "xoxb-1234567890" not in out
+
+
+def test_inspect_shows_a_dead_events_payload_attempts_and_the_runs_outcome_and_run_id(
+    db: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(db, Settings(max_attempts=1))
+    try:
+        said = Message(text="refund 7", user="U1", team="T1", channel="D1", ts=f"{T0}.000100")
+        event_id = store.ingest(A, "slack", "Ev1", said.to_wire(), T0).event_id
+        clock, agent = ManualClock(T0), Broken()
+        ms = iter(range(T0 * 1000, T0 * 1000 + 10**6, 1250))
+        worker = Worker(store=store, clock=clock, agent=agent, wall_ms=lambda: next(ms))
+        worker.tick(clock())
+    finally:
+        store.close()
+    code, out, _ = cli(capsys, monkeypatch, db, "inspect", A)
+    assert code == 0
+    [run_id] = agent.run_ids
+    lines = out.splitlines()
+    at = lines.index(f"dead event {event_id}")
+    assert lines[at + 1].startswith('  payload: {"channel": "D1", ')
+    assert lines[at + 2] == f"  attempt 1  failed  run {run_id}  1250ms  KeyError: 'the order book'"
+    assert lines[at + 3] == "  last traceback (its last 10 lines):"
+    runs = lines.index("runs (latest 1, from the run log)")
+    assert lines[runs + 1].split() == [
+        "claimed",
+        "outcome",
+        "run_id",
+        "took",
+        "gen",
+        "holder",
+        "events",
+    ]
+    assert lines[runs + 2].split()[2:5] == ["failed", run_id, "1250ms"]  # after "1113d0h ago"
 
 
 def test_requeue_by_time_range_and_the_single_id_form(
