@@ -279,6 +279,11 @@ def _requeue_one(args: argparse.Namespace, env: dict[str, str]) -> int:
 def _requeue_outbox(args: argparse.Namespace, env: dict[str, str]) -> int:
     if args.target is None:
         raise InvalidInput("requeue outbox needs the row's id: wakeful requeue outbox ID")
+    if _filtered(args) or args.discarded or args.all or args.dry_run:
+        raise InvalidInput(
+            "requeue outbox takes one row's id and no filter (the filters are for events: "
+            "wakeful requeue event --inbox ...)"
+        )
     store = _open(env)
     try:
         ok = store.requeue_outbox(args.target, int(time.time()))

@@ -423,6 +423,11 @@ def test_bad_filters_are_refused_saying_what_to_do(
         "",
         'wakeful: no dead event matched {"inbox": "T9:U9"}\n',
     )
+    assert cli(capsys, monkeypatch, db, "requeue", "outbox", "4", "--inbox", A)[1:] == (
+        "",
+        "wakeful: requeue outbox takes one row's id and no filter (the filters are for events: "
+        "wakeful requeue event --inbox ...)\n",
+    )
     code, out, err = cli(capsys, monkeypatch, db, "dead-letters", "discard", "--all", "--dry-run")
     assert (code, out.splitlines()[0]) == (
         0,
