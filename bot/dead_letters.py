@@ -104,7 +104,13 @@ def register(
         help="list dead events and failed outbox rows; discard or requeue dead events",
     )
     common(p)
-    p.add_argument("action", nargs="?", choices=("list", "discard", "requeue"), default="list")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=("list", "discard", "requeue"),
+        default="list",
+        help="list (the default), discard or requeue the events the filters name",
+    )
     add_filters(p)
     p.add_argument("--limit", type=int, default=100, help="most events listed (default 100)")
     p.set_defaults(func=lambda a: dead_letters(a, env(a)))
