@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from wakeful.core import usage
+from wakeful.core import logs, usage
 from wakeful.core.errors import InvalidInput
 from wakeful.core.store import Store
 from wakeful.core.store.overview import InboxView, Overview
@@ -40,8 +40,23 @@ def render_json(view: Overview | InboxView, store: Store, db: str) -> str:
     data = dataclasses.asdict(view)
     for run in data.get("runs") or []:
         run["usage"] = json.loads(run["usage"]) if run.get("usage") else None
+    for dead in data.get("dead") or []:
+        dead["payload"] = _redacted_json(dead["payload"])
+        dead["traceback"] = None if dead["traceback"] is None else logs.redact(dead["traceback"])
+        for a in dead["attempts"]:
+            for key in ("message", "traceback"):
+                a[key] = None if a[key] is None else logs.redact(str(a[key]))
     data["store"] = {"db": db, "backend": store.db.dialect, "schema": store.schema_version()}
     return json.dumps(data, indent=2, sort_keys=False)
+
+
+def _redacted_json(value: Any) -> Any:
+    """A payload with its secrets masked, still JSON (as a string if masking broke it)."""
+    text = logs.redact(json.dumps(value, ensure_ascii=False))
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def render_overview(view: Overview, header: str) -> str:

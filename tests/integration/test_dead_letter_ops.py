@@ -334,6 +334,11 @@ def test_listing_shows_the_payload_redacted_and_each_attempt(
     assert lines[2] == '    payload: {"text": "a1", "token": "[redacted]"}'
     assert lines[3].startswith("    attempt 1  dead  run -  0ms  KeyError: 'the order book'")
     assert "xoxb-1234567890" not in out
+    code, out, _ = cli(capsys, monkeypatch, db, "inspect", A, "--json")
+    assert [d["payload"] for d in json.loads(out)["dead"]] == [
+        {"text": "a1", "token": "[redacted]"},
+        {"text": "a2", "token": "[redacted]"},
+    ]
 
 
 def test_inspect_shows_a_dead_events_payload_attempts_and_the_runs_outcome_and_run_id(
@@ -357,6 +362,10 @@ def test_inspect_shows_a_dead_events_payload_attempts_and_the_runs_outcome_and_r
     assert lines[at + 1].startswith('  payload: {"channel": "D1", ')
     assert lines[at + 2] == f"  attempt 1  failed  run {run_id}  1250ms  KeyError: 'the order book'"
     assert lines[at + 3] == "  last traceback (its last 10 lines):"
+    code, out, _ = cli(capsys, monkeypatch, db, "inspect", A, "--json")
+    [dead] = json.loads(out)["dead"]
+    assert dead["payload"]["text"] == "refund 7"
+    assert [a["run_id"] for a in dead["attempts"]] == [run_id]
     runs = lines.index("runs (latest 1, from the run log)")
     assert lines[runs + 1].split() == [
         "claimed",
