@@ -335,9 +335,9 @@ def test_listing_shows_the_payload_redacted_and_each_attempt(
     assert lines[3].startswith("    attempt 1  dead  run -  0ms  KeyError: 'the order book'")
     assert "xoxb-1234567890" not in out
     code, out, _ = cli(capsys, monkeypatch, db, "inspect", A, "--json")
-    assert [d["payload"] for d in json.loads(out)["dead"]] == [
-        {"text": "a1", "token": "[redacted]"},
+    assert [d["payload"] for d in json.loads(out)["dead"]] == [  # newest first, as inspect lists
         {"text": "a2", "token": "[redacted]"},
+        {"text": "a1", "token": "[redacted]"},
     ]
 
 
