@@ -147,6 +147,13 @@ class RunRecord:
     finished_at: int
     usage: dict[str, ModelUsage] = field(default_factory=dict)
     """The run's model calls per model (tokens, estimated cost), as its agent reported them."""
+    outcome: str | None = None
+    """`ok`, `failed` (events retried) or `dead` (events dead-lettered); None before schema 13."""
+    run_id: str | None = None
+    """The id the run's log lines carry (`run_id=`)."""
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    """When the run started and ended, epoch milliseconds (the worker's clock)."""
 
 
 @dataclass(frozen=True, slots=True)

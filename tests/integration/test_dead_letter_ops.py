@@ -166,6 +166,7 @@ def test_each_attempt_keeps_its_error_and_the_run_log_its_outcome_run_id_and_ms(
         rows = tx.all("inbox_runs", {"inbox": A})
     assert [(r["outcome"], r["run_id"]) for r in rows] == [("failed", i) for i in agent.run_ids]
     assert [int(r["finished_ms"]) - int(r["started_ms"]) for r in rows] == [250, 250]
+    assert [(r.outcome, r.run_id) for r in store.runs(A)] == [("failed", i) for i in agent.run_ids]
 
 
 def test_a_fenced_run_keeps_its_attempt_though_its_finish_rolled_back(
