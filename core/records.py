@@ -121,6 +121,10 @@ class OutboxRow:
     created_at: int
     dispatch_id: str | None = None
     facts: Any = None
+    answers: tuple[str, ...] = ()
+    """The events it answers, by key (`<source>:<source_id>`): its post's metadata names them."""
+    look_first: bool = False
+    """It may already be in Slack (a restore): look for its events' post before posting."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +152,7 @@ class RunRecord:
     usage: dict[str, ModelUsage] = field(default_factory=dict)
     """The run's model calls per model (tokens, estimated cost), as its agent reported them."""
     outcome: str | None = None
-    """`ok`, `failed` (events retried) or `dead` (events dead-lettered); None before schema 13."""
+    """`ok`, `failed` (events retried) or `dead` (events dead-lettered); None before schema 14."""
     run_id: str | None = None
     """The id the run's log lines carry (`run_id=`)."""
     started_ms: int | None = None
