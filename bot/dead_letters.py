@@ -14,7 +14,6 @@ import dataclasses
 import datetime
 import getpass
 import json
-import re
 import sys
 import time
 from collections import Counter
@@ -25,6 +24,7 @@ from wakeful.bot.config import Config
 from wakeful.core import logs
 from wakeful.core.errors import InvalidInput
 from wakeful.core.records import Event
+from wakeful.core.settings import parse_duration
 from wakeful.core.store import Store
 from wakeful.core.store.dead_letters import Attempt, DeadFilter
 
@@ -32,8 +32,6 @@ PAYLOAD_CHARS = 400
 """Most characters of a payload shown per event (redacted first)."""
 TRACEBACK_LINES = 12
 """Lines of the last traceback shown per event (its end: where it was raised)."""
-_AGO = re.compile(r"(\d{1,9})([smhd]?)")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 WHEN_HELP = (
     "an ISO time (2026-12-01T21:00, UTC unless it says) or a duration ago (90s, 15m, 2h, 30d)"
 )
@@ -44,11 +42,13 @@ NEEDS_FILTER = (
 
 
 def when(text: str, now: int, flag: str) -> int:
-    """Epoch seconds of an ISO time, or of `now` minus a duration (`2h` = two hours ago)."""
+    """Epoch seconds of an ISO time, or of `now` minus a duration (`2h` = two hours ago),
+    written as every duration setting is (core/settings.py's one parser)."""
     raw = text.strip()
-    m = _AGO.fullmatch(raw.lower())
-    if m:
-        return now - int(m.group(1)) * _UNITS[m.group(2) or "s"]
+    try:
+        return now - int(parse_duration(flag, raw))
+    except InvalidInput:
+        pass
     try:
         parsed = datetime.datetime.fromisoformat(raw)
     except ValueError:
