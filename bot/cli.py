@@ -13,12 +13,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from wakeful.bot import gateway_child, gateway_cli, ops
+from wakeful.bot import dead_letters, gateway_child, gateway_cli, ops
 from wakeful.bot.config import Config, ConfigError, log_format, log_level, secret_values
 from wakeful.bot.setting_names import gateway_names, unknown_settings
 from wakeful.core import logs
 from wakeful.core.errors import StoreError, WakefulError
-from wakeful.core.store import Store, open_store
+from wakeful.core.store import Store
 
 if TYPE_CHECKING:
     from wakeful.bot.runtime import Runtime
@@ -244,60 +244,6 @@ def _scenarios(args: argparse.Namespace) -> int:
     return print_transcript(args.db)
 
 
-def _dead_letters(args: argparse.Namespace) -> int:
-    from wakeful.bot.inspection import check_readable
-
-    config = Config.from_env(_env(args))
-    check_readable(config.db)  # a listing never creates (or migrates) a store
-    store = open_store(config.db, config.settings, migrate=False)
-    try:
-        dead = store.dead_letters(limit=args.limit)
-        print(f"dead events: {len(dead.events)}")
-        for e in dead.events:
-            print(
-                f"  event {e.id}  inbox {e.inbox}  {e.source}:{e.source_id}  "
-                f"attempts {e.attempts}  error: {e.error}"
-            )
-        print(f"failed outbox rows: {len(dead.outbox)}")
-        for r in dead.outbox:
-            print(
-                f"  outbox {r.id}  channel {r.channel}  attempts {r.attempts}  "
-                f"error: {r.error}  text: {r.text[:60]!r}"
-            )
-        aside = store.set_aside_sessions(limit=args.limit)
-        print(f"sessions set aside: {len(aside)}")
-        for s in aside:
-            print(f"  session {s.id}  inbox {s.inbox}  at {s.set_aside_at}  reason: {s.reason}")
-    finally:
-        store.close()
-    return 0
-
-
-def _requeue(args: argparse.Namespace) -> int:
-    import time
-
-    config = Config.from_env(_env(args))
-    store = open_store(config.db, config.settings)
-    try:
-        now = int(time.time())
-        ok = (
-            store.requeue_event(args.id, now)
-            if args.kind == "event"
-            else store.requeue_outbox(args.id, now)
-        )
-    finally:
-        store.close()
-    if not ok:
-        print(
-            f"wakeful: no {'dead event' if args.kind == 'event' else 'failed outbox row'} "
-            f"with id {args.id}",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"requeued {args.kind} {args.id}")
-    return 0
-
-
 def _demo(args: argparse.Namespace) -> int:
     from wakeful.devtools.demo import run_demo
 
@@ -333,15 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("scenarios", help="replay the eight reference failure scenarios")
     p.add_argument("--db", help="postgresql://... to run on PostgreSQL (default: temp SQLite)")
     p.set_defaults(func=_scenarios)
-    p = sub.add_parser("dead-letters", help="list dead events and failed outbox rows")
-    common(p)
-    p.add_argument("--limit", type=int, default=100)
-    p.set_defaults(func=_dead_letters)
-    p = sub.add_parser("requeue", help="give a dead event or a failed outbox row another go")
-    common(p)
-    p.add_argument("kind", choices=("event", "outbox"))
-    p.add_argument("id", type=int)
-    p.set_defaults(func=_requeue)
+    dead_letters.register(sub, common, _env)
     ops.register(sub, common, _env)
     gateway_cli.register(sub, common, _env)
     return parser

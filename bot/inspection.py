@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from wakeful.core import usage
+from wakeful.core import logs, usage
 from wakeful.core.errors import InvalidInput
 from wakeful.core.store import Store
 from wakeful.core.store.overview import InboxView, Overview
@@ -40,8 +40,23 @@ def render_json(view: Overview | InboxView, store: Store, db: str) -> str:
     data = dataclasses.asdict(view)
     for run in data.get("runs") or []:
         run["usage"] = json.loads(run["usage"]) if run.get("usage") else None
+    for dead in data.get("dead") or []:
+        dead["payload"] = _redacted_json(dead["payload"])
+        dead["traceback"] = None if dead["traceback"] is None else logs.redact(dead["traceback"])
+        for a in dead["attempts"]:
+            for key in ("message", "traceback"):
+                a[key] = None if a[key] is None else logs.redact(str(a[key]))
     data["store"] = {"db": db, "backend": store.db.dialect, "schema": store.schema_version()}
     return json.dumps(data, indent=2, sort_keys=False)
+
+
+def _redacted_json(value: Any) -> Any:
+    """A payload with its secrets masked, still JSON (as a string if masking broke it)."""
+    text = logs.redact(json.dumps(value, ensure_ascii=False))
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def render_overview(view: Overview, header: str) -> str:
@@ -152,14 +167,17 @@ def render_inbox(view: InboxView, header: str) -> str:
             ],
         ),
         *_tracebacks(view.events),
+        *_dead_events(view.dead),
         "",
         f"runs (latest {len(view.runs)}, from the run log)",
         table(
-            ["claimed", "took", "gen", "holder", "events", *model_headers],
+            ["claimed", "outcome", "run_id", "took", "gen", "holder", "events", *model_headers],
             [
                 [
                     ago(r["claimed_at"], now),
-                    f"{int(r['finished_at']) - int(r['claimed_at'])}s",
+                    r.get("outcome"),
+                    r.get("run_id"),
+                    _took(r),
                     r["gen"],
                     r["holder"],
                     ",".join(str(i) for i in json.loads(r["events"])),
@@ -266,6 +284,27 @@ def _answer(a: dict[str, Any], now: int) -> str:
     return f"{a['answer']}{by} {ago(a['answered_at'], now)}"
 
 
+def _took(run: dict[str, Any]) -> str:
+    """A run's duration in ms (from the run log's ms times; whole seconds for older rows)."""
+    if run.get("started_ms") is not None and run.get("finished_ms") is not None:
+        return f"{max(0, int(run['finished_ms']) - int(run['started_ms']))}ms"
+    return f"{int(run['finished_at']) - int(run['claimed_at'])}s"
+
+
+def _dead_events(dead: Sequence[dict[str, Any]]) -> list[str]:
+    """Each dead event's payload (redacted), its attempts and the end of its last traceback."""
+    from wakeful.bot.dead_letters import describe_attempts, payload_text
+
+    out: list[str] = []
+    for d in dead:
+        out += ["", f"dead event {d['id']}", f"  payload: {payload_text(d['payload'])}"]
+        attempts = list(d["attempts"])
+        if not any(a.get("traceback") for a in attempts) and d.get("traceback"):
+            attempts.append({"traceback": d["traceback"]})  # died before any attempt was kept
+        out += describe_attempts(attempts, indent="  ")
+    return out
+
+
 TRACEBACK_LINES = 12
 """Lines of a failed run's traceback shown per event (its end: where it was raised)."""
 
@@ -276,7 +315,7 @@ def _tracebacks(events: Sequence[dict[str, Any]]) -> list[str]:
     out: list[str] = []
     for e in events:
         trace = str(e.get("traceback") or "").rstrip()
-        if not trace or e["status"] == "done":
+        if not trace or e["status"] in ("done", "dead"):  # a dead one's: with its attempts
             continue
         lines = trace.splitlines()
         cut = lines[-TRACEBACK_LINES:]

@@ -182,6 +182,16 @@ class ApprovalRequest:
         return (self.requester, *[a for a in self.approvers if a != self.requester])
 
 
+@dataclass(frozen=True, slots=True)
+class RunTiming:
+    """Which run this was and when it ran, in epoch milliseconds: the worker sets it when the
+    run ends (not an agent), so the run log's row carries the run_id its log lines carry."""
+
+    run_id: str
+    started_ms: int
+    finished_ms: int
+
+
 @dataclass(slots=True)
 class Effects:
     """Everything a run wants done; written atomically by `finish` or not at all."""
@@ -205,6 +215,8 @@ class Effects:
     run starts fresh, and give the inbox's other events that failed only on that session
     their attempts back. The worker sets it when a SessionUnusable failure used up the
     attempts."""
+    timing: RunTiming | None = None
+    """The run's id and times (the worker's, see RunTiming); None: the finish's own `now`."""
 
     def set_session(self, state: Any) -> None:
         check_json(state, "session state")

@@ -61,6 +61,13 @@ RUN_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
     registry=REGISTRY,
 )
+SCHEDULE_TO_START = Histogram(
+    "wakeful_schedule_to_start_seconds",
+    "Wait between an event becoming due (stored, its retry's backoff over, or requeued) and "
+    "a worker claiming it (whole seconds: the store's clock).",
+    buckets=(0, 1, 2, 5, 10, 30, 60, 300, 900, 3600),
+    registry=REGISTRY,
+)
 ATTEMPTS = Counter(
     "wakeful_event_attempts_total",
     "Events claimed for a run: a first attempt, or a retry after a failure.",
@@ -203,6 +210,12 @@ def count_model(usage: ModelUsage) -> None:
         MODEL_COST.labels(model).inc(usage.cost)
 
 
+def observe_waits(waits: list[int]) -> None:
+    """Schedule-to-start of events just claimed (after their claim committed)."""
+    for wait in waits:
+        SCHEDULE_TO_START.observe(wait)
+
+
 def count_claim(attempts: list[int]) -> None:
     """Events just claimed, each with its attempt number (1 = first)."""
     retries = sum(1 for a in attempts if a > 1)
@@ -268,10 +281,31 @@ class StoreCollector(Collector):
             "How long the most overdue timer has been due (0 when none): a stopped scheduler.",
             gauges.oldest_due_timer_age,
         )
+        yield from _store_size(self.store)
         yield _gauge(
             "wakeful_store_scrape_seconds",
             "Time this scrape spent reading the store.",
             time.perf_counter() - started,
+        )
+
+
+def _store_size(store: Store) -> Iterator[Metric]:
+    """The store's bytes, and for SQLite the cap past which writes fail (0: no cap)."""
+    try:
+        size = store.store_size()
+    except Exception:  # a size the OS cannot tell is left out; the scrape goes on
+        return
+    yield _gauge(
+        "wakeful_store_bytes",
+        "Bytes the store takes: SQLite's file plus its WAL, or PostgreSQL's pg_database_size.",
+        size.bytes,
+    )
+    if size.cap is not None:
+        yield _gauge(
+            "wakeful_store_cap_bytes",
+            "SQLite's cap (WAKEFUL_SQLITE_MAX_PAGES x page size; 0: none): past it, writes "
+            "fail with 503. Alert well before wakeful_store_bytes reaches it.",
+            size.cap,
         )
 
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from wakeful.core.usage import ModelUsage
 
-EventStatus = Literal["pending", "running", "done", "dead"]
+EventStatus = Literal["pending", "running", "done", "dead", "discarded"]
 OutboxStatus = Literal["pending", "sending", "sent", "failed"]
 Answer = Literal["yes", "no", "expired"]
 AnswerOutcome = Literal["yes", "no", "expired", "unknown", "forbidden"]
@@ -151,6 +151,13 @@ class RunRecord:
     finished_at: int
     usage: dict[str, ModelUsage] = field(default_factory=dict)
     """The run's model calls per model (tokens, estimated cost), as its agent reported them."""
+    outcome: str | None = None
+    """`ok`, `failed` (events retried) or `dead` (events dead-lettered); None before schema 14."""
+    run_id: str | None = None
+    """The id the run's log lines carry (`run_id=`)."""
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    """When the run started and ended, epoch milliseconds (the worker's clock)."""
 
 
 @dataclass(frozen=True, slots=True)

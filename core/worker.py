@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from wakeful.core import logs, metrics
-from wakeful.core.effects import Effects
+from wakeful.core.effects import Effects, RunTiming
 from wakeful.core.errors import LeaseLost, StoreUnavailable
 from wakeful.core.records import Claim
 from wakeful.core.runner import Agent, Runner, runner_for
@@ -56,6 +56,8 @@ class Worker(Loop):
     store_retry: float = 2.0
     """Most seconds between tries while the store refuses writes (0.1 s at first, doubling)."""
     monotonic: Callable[[], float] = time.monotonic
+    wall_ms: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
+    """Epoch milliseconds, for the run log's start and finish of each run."""
 
     def __post_init__(self) -> None:
         if self.runner is None:
@@ -269,6 +271,7 @@ class Worker(Loop):
                 if not self._still_holds(claim):
                     continue
                 started, run_id = self.monotonic(), uuid.uuid4().hex[:12]
+                started_ms = self.wall_ms()
                 try:
                     with logs.context(
                         inbox=claim.inbox,
@@ -281,11 +284,13 @@ class Worker(Loop):
                 except LeaseLost as exc:
                     log.warning("%s: %s; its finish is dropped", self.holder, exc)
                     _count_run("fenced", self.monotonic() - started, 0)
+                    self._log_fenced(claim, RunTiming(run_id, started_ms, self.wall_ms()), exc)
                     effects = None
                 took = self.monotonic() - started
                 smoothed = self._run_time
                 self._run_time = took if smoothed is None else 0.8 * smoothed + 0.2 * took
                 if effects is not None:
+                    effects.timing = RunTiming(run_id, started_ms, self.wall_ms())
                     since = since if pending else started
                     pending.append(_Ran(claim, effects, started, run_id))
                 claim = None
@@ -343,6 +348,8 @@ class Worker(Loop):
             ):
                 if not finished:
                     log.warning("%s: finish refused for %s (lease lost)", self.holder, claim.inbox)
+                    if effects.timing is not None:
+                        self._log_fenced(claim, effects.timing, LeaseLost("finish refused"))
                     continue
                 log.debug("run %s: %d event(s)", outcome, len(claim.events))
             done += 1
@@ -406,6 +413,7 @@ class Worker(Loop):
             ran.effects = Effects(
                 failed={e.id: error for e in events if e.attempts < last},
                 dead={e.id: error for e in events if e.attempts >= last},
+                timing=ran.effects.timing,
             )
         try:
             return self.store.finish_and_claim(ran.claim, ran.effects, now)
@@ -414,6 +422,16 @@ class Worker(Loop):
         except Exception:
             log.exception("%s: could not record the failure of %s", self.holder, ran.claim.ids)
             return None, None
+
+    def _log_fenced(self, claim: Claim, timing: RunTiming, exc: Exception) -> None:
+        """Keep a fenced run's attempts for `inspect`; a store that refuses it loses only
+        that record (the run's events are another generation's now)."""
+        try:
+            self.store.log_fenced(claim, timing, f"{type(exc).__name__}: {exc}")
+        except Exception as failed:
+            log.warning(
+                "%s: could not record the fenced run of %s: %s", self.holder, claim.ids, failed
+            )
 
     def _follow(self, following: Claim, queue: deque[Claim] | None) -> None:
         """Put an inbox's next batch in line: behind every inbox that became ready since the

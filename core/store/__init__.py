@@ -17,6 +17,7 @@ from wakeful.core.store.admin import Admin
 from wakeful.core.store.approvals import Approvals
 from wakeful.core.store.base import Connector
 from wakeful.core.store.claims import Claims
+from wakeful.core.store.dead_letters import DeadLetterOps
 from wakeful.core.store.inbox import Inbox
 from wakeful.core.store.installations import Installations
 from wakeful.core.store.outbox import Outbox
@@ -36,6 +37,7 @@ class Store(
     Approvals,
     Outbox,
     Admin,
+    DeadLetterOps,
     Steps,
     Retention,
     OverviewReads,

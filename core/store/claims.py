@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from wakeful.core import metrics
-from wakeful.core.effects import Effects, check_json
+from wakeful.core.effects import Effects, RunTiming, check_json
 from wakeful.core.errors import LeaseLost, SessionUnusable
 from wakeful.core.records import Claim, Event, RunRecord
 from wakeful.core.rules.lease import decide, holds
 from wakeful.core.settings import Settings
 from wakeful.core.store.approvals import request_all
+from wakeful.core.store.dead_letters import record_attempt
 from wakeful.core.store.outbox import queue
 from wakeful.core.store.restores import Restores, answer_marks
 from wakeful.core.store.rows import (
@@ -175,6 +176,9 @@ class Claims(Restores):
         if rows and int(rows[0]["attempts"]) > 0:
             rows = rows[:1]  # a retried event is claimed alone
         events: list[Event] = []
+        waits = [max(0, now - max(int(r["created_at"]), int(r["not_before"]))) for r in rows]
+        if waits:
+            tx.after_commit(lambda: metrics.observe_waits(waits))
         for r in rows:
             attempts = int(r["attempts"]) + 1
             tx.run(
@@ -321,6 +325,7 @@ class Claims(Restores):
         back, when a claimed event is no longer running under the claim's generation."""
         if not self._holds(tx, claim.inbox, claim.holder, claim.gen, now):
             return None
+        timing = effects.timing or RunTiming("", now * 1000, now * 1000)
         for ev in claim.events:
             error = effects.failed.get(ev.id)
             if ev.id in effects.dead:
@@ -347,6 +352,19 @@ class Claims(Restores):
                 )
             if changed != 1:
                 raise _Fenced(ev.id)
+            if ev.id in effects.dead or error is not None:
+                record_attempt(
+                    tx,
+                    event_id=ev.id,
+                    inbox=claim.inbox,
+                    attempt=ev.attempts,
+                    run_id=timing.run_id,
+                    started_ms=timing.started_ms,
+                    finished_ms=timing.finished_ms,
+                    outcome="dead" if ev.id in effects.dead else "failed",
+                    error=effects.dead.get(ev.id, error),
+                    traceback=effects.traceback,
+                )
         marks = answer_marks(claim.events, self.last_restored(tx))
         for row in [*prepared.messages, *(a.prompt for a in prepared.approvals if a.prompt)]:
             row.update(marks)  # the events these rows answer (their posts' metadata)
@@ -366,9 +384,33 @@ class Claims(Restores):
                 "usage": prepared.usage,
                 "claimed_at": claim.claimed_at,
                 "now": now,
+                "run_id": timing.run_id or None,
+                "outcome": run_outcome(effects),
+                "started_ms": timing.started_ms,
+                "finished_ms": timing.finished_ms,
             },
         )
         return finish_seq
+
+    def log_fenced(self, claim: Claim, timing: RunTiming, error: str) -> None:
+        """Record a fenced run's attempts (its finish was refused and rolled back, so they
+        are written in a transaction of their own): `inspect` shows why the work ran twice."""
+        if not claim.events:
+            return
+        with self._tx() as tx:
+            for ev in claim.events:
+                record_attempt(
+                    tx,
+                    event_id=ev.id,
+                    inbox=claim.inbox,
+                    attempt=ev.attempts,
+                    run_id=timing.run_id,
+                    started_ms=timing.started_ms,
+                    finished_ms=timing.finished_ms,
+                    outcome="fenced",
+                    error=error,
+                    traceback=None,
+                )
 
     def runs(self, inbox: str | None = None) -> list[RunRecord]:
         """The run log: every finished run, ordered by its claim within each inbox."""
@@ -395,3 +437,9 @@ def _write_effects(tx: Tx, inbox: str, p: PreparedEffects, now: int, settings: S
     for params in p.timers:
         tx.run("upsert_timer", {**params, "now": now})
     request_all(tx, inbox, p.approvals, now, settings)
+
+
+def run_outcome(effects: Effects) -> str:
+    """What the run log says of a finished run: `dead` when it dead-lettered an event,
+    `failed` when it failed any (they are retried), else `ok`."""
+    return "dead" if effects.dead else "failed" if effects.failed else "ok"

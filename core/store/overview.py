@@ -8,6 +8,8 @@ both stay fast on a store with millions of events.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +63,8 @@ class InboxView:
     outbox: list[dict[str, Any]] = field(default_factory=list)
     timers: list[dict[str, Any]] = field(default_factory=list)
     approvals: list[dict[str, Any]] = field(default_factory=list)
+    dead: list[dict[str, Any]] = field(default_factory=list)
+    """Each shown dead event's payload and recorded attempts (error type, message, traceback)."""
 
 
 def _plain(rows: list[Row]) -> list[dict[str, Any]]:
@@ -74,7 +78,28 @@ def _value(v: Any) -> Any:
     return int(v) if not isinstance(v, int) else v
 
 
+@dataclass(frozen=True, slots=True)
+class StoreSize:
+    """How big the store is: bytes now, and the cap past which writes fail (None: no cap of
+    wakeful's, as on PostgreSQL; 0: SQLite without WAKEFUL_SQLITE_MAX_PAGES)."""
+
+    bytes: int
+    cap: int | None
+
+
 class OverviewReads(StoreBase):
+    def store_size(self) -> StoreSize:
+        """SQLite: the file plus its WAL, against max pages x page size; PostgreSQL: the
+        database's size (pg_database_size), no cap."""
+        with self._tx(write=False) as tx:
+            row = tx.one("store_size")
+        if self.db.dialect != "sqlite":
+            return StoreSize(int(row["bytes"]) if row else 0, None)
+        path = str(getattr(self.db, "path", ""))
+        total = sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
+        max_pages = int(getattr(self.db, "max_pages", 0))
+        return StoreSize(total, max_pages * int(row["page_size"]) if row else 0)
+
     def gauges(self, now: int) -> StoreGauges:
         """The backlog, dead events, outbox states, open approvals and overdue timers."""
         with self._tx(write=False) as tx:
@@ -123,6 +148,18 @@ class OverviewReads(StoreBase):
         """One inbox: its latest events, runs, outbox rows, timers and approvals, `limit` each."""
         params = {"inbox": inbox, "limit": limit}
         with self._tx(write=False) as tx:
+            events = _plain(tx.all("inspect_inbox_events", params))
+            dead = [
+                {
+                    "id": e["id"],
+                    "payload": json.loads(str(row["payload"])),
+                    "attempts": _plain(tx.all("event_attempts", {"id": e["id"]})),
+                    "traceback": row["traceback"],
+                }
+                for e in events
+                if e["status"] == "dead"
+                if (row := tx.one("get_event", {"id": e["id"]})) is not None
+            ]
             counts = {str(r["status"]): int(r["n"]) for r in tx.all("inspect_inbox_counts", params)}
             lease = tx.one("get_lease", {"inbox": inbox})
             return InboxView(
@@ -130,11 +167,12 @@ class OverviewReads(StoreBase):
                 now=now,
                 counts={s: counts.get(s, 0) for s in ("pending", "running", "dead")},
                 lease=None if lease is None else _plain([lease])[0],
-                events=_plain(tx.all("inspect_inbox_events", params)),
+                events=events,
                 runs=_plain(tx.all("inspect_inbox_runs", params)),
                 outbox=_plain(tx.all("inspect_inbox_outbox", params)),
                 timers=_plain(tx.all("inspect_inbox_timers", params)),
                 approvals=_plain(tx.all("inspect_inbox_approvals", params)),
+                dead=dead,
             )
 
     def store_synchronous(self) -> str:

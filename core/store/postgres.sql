@@ -161,3 +161,75 @@ SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8 AS now;
 -- name: store_synchronous
 -- Doctor: how durable a commit is (PostgreSQL: synchronous_commit, 'on' or stronger).
 SELECT current_setting('synchronous_commit') AS synchronous;
+
+-- Dead-letter operations and attempts' retention (issue 27).
+
+-- name: matching_events
+-- Dead (or discarded) events matching an operator's filter, by id after a cursor (status index).
+SELECT * FROM events
+WHERE status = %(status)s
+      AND (%(inbox)s::text IS NULL OR inbox = %(inbox)s::text)
+      AND (%(error)s::text IS NULL OR strpos(error, %(error)s::text) > 0)
+      AND (%(since)s::bigint IS NULL OR updated_at >= %(since)s::bigint)
+      AND (%(until)s::bigint IS NULL OR updated_at < %(until)s::bigint)
+      AND (%(ids)s::jsonb IS NULL
+           OR id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint))
+  AND id > %(after)s
+ORDER BY id LIMIT %(limit)s;
+
+-- name: discard_batch
+-- Discard one batch of matching events: kept, but no longer dead.
+UPDATE events SET status = 'discarded', updated_at = %(now)s
+WHERE status = %(status)s AND id IN (
+    SELECT id FROM events
+    WHERE status = %(status)s
+      AND (%(inbox)s::text IS NULL OR inbox = %(inbox)s::text)
+      AND (%(error)s::text IS NULL OR strpos(error, %(error)s::text) > 0)
+      AND (%(since)s::bigint IS NULL OR updated_at >= %(since)s::bigint)
+      AND (%(until)s::bigint IS NULL OR updated_at < %(until)s::bigint)
+      AND (%(ids)s::jsonb IS NULL
+           OR id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint))
+    ORDER BY id LIMIT %(limit)s FOR UPDATE
+)
+RETURNING id, inbox;
+
+-- name: requeue_batch
+-- Requeue one batch of matching events: pending now, attempts reset; idle workers woken.
+WITH requeued AS (
+    UPDATE events SET status = 'pending', attempts = 0, not_before = %(now)s, error = NULL,
+        gen = 0, updated_at = %(now)s
+    WHERE status = %(status)s AND id IN (
+        SELECT id FROM events
+        WHERE status = %(status)s
+      AND (%(inbox)s::text IS NULL OR inbox = %(inbox)s::text)
+      AND (%(error)s::text IS NULL OR strpos(error, %(error)s::text) > 0)
+      AND (%(since)s::bigint IS NULL OR updated_at >= %(since)s::bigint)
+      AND (%(until)s::bigint IS NULL OR updated_at < %(until)s::bigint)
+      AND (%(ids)s::jsonb IS NULL
+           OR id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint))
+        ORDER BY id LIMIT %(limit)s FOR UPDATE
+    )
+    RETURNING id, inbox
+)
+SELECT id, inbox, pg_notify('wakeful_work', inbox) AS woke FROM requeued;
+
+-- name: store_size
+-- The database's size in bytes (PostgreSQL has no cap of wakeful's).
+SELECT pg_database_size(current_database()) AS bytes;
+
+-- name: oldest_prunable_attempt
+-- When the oldest attempt retention may drop finished (ms): one of an event done or gone.
+SELECT finished_ms AS at FROM attempts
+WHERE NOT EXISTS (SELECT 1 FROM events WHERE events.id = attempts.event_id
+                  AND events.status <> 'done')
+ORDER BY finished_ms LIMIT 1;
+
+-- name: prune_attempts
+-- Attempts finished before the cutoff whose event is done or gone, oldest first, one batch.
+DELETE FROM attempts WHERE id IN (
+    SELECT id FROM attempts
+    WHERE finished_ms < %(cutoff_ms)s
+      AND NOT EXISTS (SELECT 1 FROM events WHERE events.id = attempts.event_id
+                      AND events.status <> 'done')
+    ORDER BY finished_ms LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+);

@@ -1,14 +1,15 @@
 """Retention: history does not grow forever.
 
-Done events, sent outbox rows, run-log rows, replay-only steps (a model's recorded answer, kept
-for a retry), answered (or expired) approvals, and threads the bot has not posted or been
-mentioned in since, are deleted once older than `settings.retention` (a reply in a forgotten
-thread needs a new @mention, as before the bot took part), a batch at a time, each batch its
-own short transaction, oldest first through an index on its age. What stays: everything open
-(pending and running events, unsent rows, open approvals, timers, leases, sessions), dead
-events and parked rows (they wait for a person), sessions set aside, and the durable steps that
-record a side effect (`steps`, the record that a refund happened). A done event is kept at
-least `REDELIVERY_WINDOW` (4 days) whatever the setting, because its row is its dedupe key: a
+Done events, sent outbox rows, run-log rows, the recorded attempts of done events, replay-only
+steps (a model's recorded answer, kept for a retry), answered (or expired) approvals, and
+threads the bot has not posted or been mentioned in since, are deleted once older than
+`settings.retention` (a reply in a forgotten thread needs a new @mention, as before the bot
+took part), a batch at a time, each batch its own short transaction, oldest first through an
+index on its age. What stays: everything open (pending and running events, unsent rows, open
+approvals, timers, leases, sessions), dead and discarded events with their attempts, parked
+rows (they wait for a person), sessions set aside, and the durable steps that record a side
+effect (`steps`, the record that a refund happened). A done event is kept at least
+`REDELIVERY_WINDOW` (4 days) whatever the setting, because its row is its dedupe key: a
 redelivery inside that window is refused.
 """
 
@@ -64,4 +65,15 @@ class Retention(StoreBase):
                 continue
             with self._tx() as tx:
                 counts[table] = tx.run(statement, {"cutoff": cutoff, "batch": batch})
+        counts["attempts"] = self._prune_attempts(cutoff, batch)
         return Pruned(counts)
+
+    def _prune_attempts(self, cutoff: int, batch: int) -> int:
+        """Attempts go with their event: once it is done (or pruned) and they are older than
+        the retention; a dead or discarded event keeps every one, as it keeps itself."""
+        with self._tx(write=False) as tx:
+            row = tx.one("oldest_prunable_attempt")
+        if row is None or int(row["at"]) >= cutoff * 1000:
+            return 0
+        with self._tx() as tx:
+            return tx.run("prune_attempts", {"cutoff_ms": cutoff * 1000, "batch": batch})

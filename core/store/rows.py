@@ -269,4 +269,8 @@ def run_record(row: Row) -> RunRecord:
         claimed_at=int(row["claimed_at"]),
         finished_at=int(row["finished_at"]),
         usage=usage.from_json(json.loads(row["usage"])) if row["usage"] else {},
+        outcome=row["outcome"],
+        run_id=row["run_id"],
+        started_ms=None if row["started_ms"] is None else int(row["started_ms"]),
+        finished_ms=None if row["finished_ms"] is None else int(row["finished_ms"]),
     )

@@ -276,9 +276,9 @@ UPDATE leases SET seq = seq + 1 WHERE inbox = :inbox RETURNING seq;
 -- name: insert_run
 -- Log a finished run with its claim and finish sequence numbers.
 INSERT INTO runs (inbox, holder, gen, claim_seq, finish_seq, events, usage, claimed_at,
-                  finished_at)
+                  finished_at, run_id, outcome, started_ms, finished_ms)
 VALUES (:inbox, :holder, :gen, :claim_seq, :finish_seq, :events, :usage,
-        :claimed_at, :now);
+        :claimed_at, :now, :run_id, :outcome, :started_ms, :finished_ms);
 
 -- name: inbox_runs
 -- One inbox's run log, in claim order.
@@ -704,3 +704,31 @@ UPDATE outbox SET look_first = 1 WHERE status IN ('pending', 'sending');
 -- name: last_restore
 -- When the store was last restored (none: NULL).
 SELECT MAX(restored_at) AS restored_at FROM restores;
+
+-- Attempts and dead-letter operations (issue 27): each failed attempt's error, the operator's
+-- bulk discard and requeue, audited.
+
+-- name: insert_attempt
+-- One attempt that did not end well, with its error and bounded traceback.
+INSERT INTO attempts (event_id, inbox, attempt, run_id, started_ms, finished_ms, outcome,
+                      error_type, message, traceback)
+VALUES (:event_id, :inbox, :attempt, :run_id, :started_ms, :finished_ms, :outcome,
+        :error_type, :message, :traceback);
+
+-- name: event_attempts
+-- One event's recorded attempts, in order.
+SELECT * FROM attempts WHERE event_id = :id ORDER BY attempt, id;
+
+-- name: insert_operation
+-- Audit an operator's action on dead events before its first batch.
+INSERT INTO operations (action, actor, filter, touched, at)
+VALUES (:action, :actor, :filter, 0, :now)
+RETURNING id;
+
+-- name: count_operation
+-- Count one batch of an operator's action, in the batch's transaction.
+UPDATE operations SET touched = touched + :n WHERE id = :id;
+
+-- name: recent_operations
+-- The latest operator actions on dead events, newest first.
+SELECT * FROM operations ORDER BY id DESC LIMIT :limit;

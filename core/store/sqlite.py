@@ -138,6 +138,8 @@ class SQLiteConnector(Connector):
         self._busy_timeout_ms = busy_timeout_ms
         self._synchronous = synchronous.upper()
         self._max_pages = int(max_pages)
+        self.max_pages = self._max_pages
+        """WAKEFUL_SQLITE_MAX_PAGES (0: no cap): the metrics show the store against it."""
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()

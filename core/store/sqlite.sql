@@ -154,3 +154,69 @@ SELECT NULL AS now;
 -- name: store_synchronous
 -- Doctor: how durable a commit is (SQLite: PRAGMA synchronous, 2 = FULL).
 PRAGMA synchronous;
+
+-- Dead-letter operations and attempts' retention (issue 27).
+
+-- name: matching_events
+-- Dead (or discarded) events matching an operator's filter, by id after a cursor (status index).
+SELECT * FROM events
+WHERE status = :status
+  AND (:inbox IS NULL OR inbox = :inbox)
+  AND (:error IS NULL OR instr(error, :error) > 0)
+  AND (:since IS NULL OR updated_at >= :since)
+  AND (:until IS NULL OR updated_at < :until)
+  AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+  AND id > :after
+ORDER BY id LIMIT :limit;
+
+-- name: discard_batch
+-- Discard one batch of matching events: kept, but no longer dead.
+UPDATE events SET status = 'discarded', updated_at = :now
+WHERE status = :status AND id IN (
+    SELECT id FROM events
+    WHERE status = :status
+      AND (:inbox IS NULL OR inbox = :inbox)
+      AND (:error IS NULL OR instr(error, :error) > 0)
+      AND (:since IS NULL OR updated_at >= :since)
+      AND (:until IS NULL OR updated_at < :until)
+      AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+    ORDER BY id LIMIT :limit
+)
+RETURNING id, inbox;
+
+-- name: requeue_batch
+-- Requeue one batch of matching events: pending now, attempts reset.
+UPDATE events SET status = 'pending', attempts = 0, not_before = :now, error = NULL, gen = 0,
+    updated_at = :now
+WHERE status = :status AND id IN (
+    SELECT id FROM events
+    WHERE status = :status
+      AND (:inbox IS NULL OR inbox = :inbox)
+      AND (:error IS NULL OR instr(error, :error) > 0)
+      AND (:since IS NULL OR updated_at >= :since)
+      AND (:until IS NULL OR updated_at < :until)
+      AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
+    ORDER BY id LIMIT :limit
+)
+RETURNING id, inbox;
+
+-- name: store_size
+-- The page size, for the store's size against WAKEFUL_SQLITE_MAX_PAGES (file bytes: the OS).
+SELECT page_size FROM pragma_page_size();
+
+-- name: oldest_prunable_attempt
+-- When the oldest attempt retention may drop finished (ms): one of an event done or gone.
+SELECT finished_ms AS at FROM attempts INDEXED BY attempts_age
+WHERE NOT EXISTS (SELECT 1 FROM events WHERE events.id = attempts.event_id
+                  AND events.status <> 'done')
+ORDER BY finished_ms LIMIT 1;
+
+-- name: prune_attempts
+-- Attempts finished before the cutoff whose event is done or gone, oldest first, one batch.
+DELETE FROM attempts WHERE id IN (
+    SELECT id FROM attempts INDEXED BY attempts_age
+    WHERE finished_ms < :cutoff_ms
+      AND NOT EXISTS (SELECT 1 FROM events WHERE events.id = attempts.event_id
+                      AND events.status <> 'done')
+    ORDER BY finished_ms LIMIT :batch
+);
