@@ -33,6 +33,14 @@ class ManualClock:
     def __call__(self) -> int:
         return self.now
 
+    def monotonic(self) -> float:
+        """The loops' sub-second timeline (batch windows, commit sharing, run times) on this
+        clock too, so a loop driven by it never mixes in the machine's time."""
+        return float(self.now)
+
+    def wall_ms(self) -> int:
+        return self.now * 1000
+
 
 class TimeSource(Protocol):
     def server_time(self) -> float | None:

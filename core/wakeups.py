@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -26,20 +27,22 @@ class Kicker(Protocol):
 class Wakeup:
     """A kick from ingest to an idle loop in the same process, so new work skips the poll wait."""
 
-    def __init__(self) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._event = threading.Event()
+        self._monotonic = monotonic
         self._first: float | None = None
 
     def kick(self) -> None:
         if self._first is None:
-            self._first = time.monotonic()
+            self._first = self._monotonic()
         self._event.set()
 
-    def first_kick(self) -> float | None:
-        """When the first kick since the last call came (monotonic), or None: the time the
-        news it carries arrived, however long the loop took to look."""
+    def since_first_kick(self) -> float | None:
+        """Seconds since the first kick since the last call, or None: how long ago the news
+        it carries arrived, however long the loop took to look. A duration, so the loop places
+        it on its own timeline without reading this one's clock."""
         first, self._first = self._first, None
-        return first
+        return None if first is None else max(0.0, self._monotonic() - first)
 
     def wait(self, timeout: float) -> bool:
         fired = self._event.wait(timeout)

@@ -29,6 +29,10 @@ from wakeful.core.wakeups import Kicker, Loop, Wakeup
 log = logging.getLogger("wakeful")
 
 
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 @dataclass(kw_only=True)
 class Worker(Loop):
     """Takes the lease of each ready inbox, claims, runs the agent, finishes fenced."""
@@ -55,11 +59,17 @@ class Worker(Loop):
     slow agent never holds one inbox's reply, or lease, behind another's run."""
     store_retry: float = 2.0
     """Most seconds between tries while the store refuses writes (0.1 s at first, doubling)."""
-    monotonic: Callable[[], float] = time.monotonic
-    wall_ms: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
-    """Epoch milliseconds, for the run log's start and finish of each run."""
+    monotonic: Callable[[], float] | None = None
+    """Seconds for the sub-second timeline; None: the clock's own (`ManualClock.monotonic`)
+    when it has one, else the machine's, so a worker never mixes a test's clock with real time."""
+    wall_ms: Callable[[], int] | None = None
+    """Epoch milliseconds, for the run log's start and finish of each run (None: as above)."""
 
     def __post_init__(self) -> None:
+        mono: Callable[[], float] = getattr(self.clock, "monotonic", time.monotonic)
+        self._mono = mono if self.monotonic is None else self.monotonic
+        wall: Callable[[], int] = getattr(self.clock, "wall_ms", _wall_ms)
+        self._wall_ms = wall if self.wall_ms is None else self.wall_ms
         if self.runner is None:
             if self.agent is None:
                 raise TypeError("a Worker needs an agent or a runner")
@@ -83,7 +93,7 @@ class Worker(Loop):
         then the next batch of an inbox this worker ran before (the one that waited longest;
         every one when runs are fast), so busy inboxes take turns and a newly ready one never
         waits behind a backlog, only behind the run in progress."""
-        if self.monotonic() < self._retry_at:
+        if self._mono() < self._retry_at:
             return 0  # the store refused writes a moment ago: let it be
         try:
             runs = self._resume()
@@ -94,7 +104,7 @@ class Worker(Loop):
             self._keep_leases()
             self._refusals += 1
             backoff = min(self.store_retry, 0.1 * 2 ** min(self._refusals - 1, 10))
-            self._retry_at = self.monotonic() + backoff
+            self._retry_at = self._mono() + backoff
             raise
         if self._refusals:
             log.warning("%s: the store is available again", self.holder)
@@ -156,7 +166,7 @@ class Worker(Loop):
         if previous and self._window_ends_within(self._run_time or 0.0):
             # An inbox's batch window ends before a busy inbox's next run would: it goes
             # first, and the busy ones wait for it (a window at most, then they run).
-            t = self.monotonic()
+            t = self._mono()
             self._holding = t if self._holding is None else self._holding
             if t - self._holding < self.settle:
                 self._followers = previous + self._followers
@@ -176,17 +186,17 @@ class Worker(Loop):
         `seconds` from now."""
         if self.settle <= 0 or not self._seen:
             return False
-        return min(self._seen.values()) + self.settle - self.monotonic() < seconds
+        return min(self._seen.values()) + self.settle - self._mono() < seconds
 
     def _run_ready(self, now: int) -> int:
-        kicked = self.wakeup.first_kick()
+        kicked = self.wakeup.since_first_kick()
         limit = self.batch_inboxes * 50
         listed = self.store.ready_list(now, limit)
         ready = [inbox for inbox, _ in listed.inboxes]
-        t = self._looked_at = self.monotonic()
+        t = self._looked_at = self._mono()
         # An inbox's batch window starts when its first event was stored (the kick that said
         # so), not when this tick got round to seeing it.
-        arrived = t if kicked is None else t - max(0.0, time.monotonic() - kicked)
+        arrived = t if kicked is None else t - kicked
         self._seen = {
             inbox: self._seen[inbox] if inbox in self._seen else self._cut_arrival(first, arrived)
             for inbox, first in listed.inboxes
@@ -233,10 +243,10 @@ class Worker(Loop):
 
     def idle_wait(self) -> float:
         if self._held or self._give_back:
-            return max(0.01, min(self.poll, self._retry_at - self.monotonic()))
+            return max(0.01, min(self.poll, self._retry_at - self._mono()))
         if not self._seen or self.settle <= 0:
             return self.poll
-        due = min(self._seen.values()) + self.settle - self.monotonic()
+        due = min(self._seen.values()) + self.settle - self._mono()
         return max(0.01, min(self.poll, due))
 
     def sleep(self, wakeup: Wakeup, stop: threading.Event) -> None:
@@ -270,8 +280,8 @@ class Worker(Loop):
                 claim = queue.popleft()
                 if not self._still_holds(claim):
                     continue
-                started, run_id = self.monotonic(), uuid.uuid4().hex[:12]
-                started_ms = self.wall_ms()
+                started, run_id = self._mono(), uuid.uuid4().hex[:12]
+                started_ms = self._wall_ms()
                 try:
                     with logs.context(
                         inbox=claim.inbox,
@@ -283,18 +293,18 @@ class Worker(Loop):
                         effects: Effects | None = self._run_agent(claim)
                 except LeaseLost as exc:
                     log.warning("%s: %s; its finish is dropped", self.holder, exc)
-                    _count_run("fenced", self.monotonic() - started, 0)
-                    self._log_fenced(claim, RunTiming(run_id, started_ms, self.wall_ms()), exc)
+                    _count_run("fenced", self._mono() - started, 0)
+                    self._log_fenced(claim, RunTiming(run_id, started_ms, self._wall_ms()), exc)
                     effects = None
-                took = self.monotonic() - started
+                took = self._mono() - started
                 smoothed = self._run_time
                 self._run_time = took if smoothed is None else 0.8 * smoothed + 0.2 * took
                 if effects is not None:
-                    effects.timing = RunTiming(run_id, started_ms, self.wall_ms())
+                    effects.timing = RunTiming(run_id, started_ms, self._wall_ms())
                     since = since if pending else started
                     pending.append(_Ran(claim, effects, started, run_id))
                 claim = None
-                if pending and (not queue or self.monotonic() - since >= self.flush_after):
+                if pending and (not queue or self._mono() - since >= self.flush_after):
                     ready, pending = pending, []
                     runs += self._finish(ready, queue)
         except StoreUnavailable as exc:
@@ -338,7 +348,7 @@ class Worker(Loop):
                 self._give_back.append(claim)  # the lease lapsed while the store refused
                 continue
             outcome = _outcome(effects) if finished else "fenced"
-            _count_run(outcome, self.monotonic() - ran.started, len(effects.dead))
+            _count_run(outcome, self._mono() - ran.started, len(effects.dead))
             with logs.context(
                 inbox=claim.inbox,
                 events=claim.ids,
@@ -437,7 +447,7 @@ class Worker(Loop):
         """Put an inbox's next batch in line: behind every inbox that became ready since the
         ready list was read (the next round), unless that was under `flush_after` ago, when
         fast runs go on in this one without reading it again for each."""
-        if queue is not None and self.monotonic() - self._looked_at < self.flush_after:
+        if queue is not None and self._mono() - self._looked_at < self.flush_after:
             queue.append(following)
         else:
             self._followers.append(following)
