@@ -3,10 +3,11 @@ with a fresh run and, on request, written back.
 
 A page marks a sample of command output with `<!-- sample: NAME -->` on the line before a
 fenced block. The block is a terminal session: `$ command` lines, each followed by what the
-command printed, run in the store's folder (which paths are shown relative to). `$ # ...` lines are steps the reader takes between commands (stopping a
-server); a test maps them to actions. What changes from one run to the next (times, ages,
-ids, sizes, durations, column widths) is normalised on both sides before they are compared,
-so a sample fails only when the command prints something else.
+command printed, run in the store's folder (paths are shown relative to it). `$ # ...` lines
+are steps the reader takes between commands (stopping a server); a test maps them to actions.
+What changes from one run to the next (times, ages, ids, sizes, durations, column widths) is
+normalised on both sides before they are compared, so a sample fails only when the command
+prints something else.
 
 `WAKEFUL_REGENERATE_SAMPLES=1 pytest tests/unit/test_docs_samples.py` writes each fresh
 output into its page instead of comparing, which is how the samples are made.
@@ -22,7 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
-MARK = re.compile(r"<!-- sample: (?P<name>[^>]+?) -->\n```(?P<lang>[a-z]*)\n(?P<body>.*?)^```", re.S | re.M)
+MARK = re.compile(
+    r"<!-- sample: (?P<name>[^>]+?) -->\n```(?P<lang>[a-z]*)\n(?P<body>.*?)^```", re.S | re.M
+)
 REGENERATE = os.environ.get("WAKEFUL_REGENERATE_SAMPLES") == "1"
 
 # What differs between two runs of the same session, most specific first.
