@@ -238,7 +238,7 @@ class Demo:
                     WebhookSource("stripe", "stripe", STRIPE_SECRET, OPS),
                 ),
             )
-            store = open_store(config.db, config.settings)
+            store = self.store = open_store(config.db, config.settings)
             stop_gateway = self.gateway(tmp, store)
             runtime = Runtime(config, store, ("worker", "scheduler", "dispatcher"), poll=0.2)
             front = SlackFront(
@@ -365,9 +365,10 @@ class Demo:
             raise DemoFailed("a digest with nothing new was posted")
         say("         ... and nothing was posted. Now news, period after period:")
         for n in (1, 2, 3):
+            if n > 1:
+                time.sleep(1.1)
             self.user("alice", f"@wakeful note {n}", where="#refunds")
             self.sender.mention("U0ALICE", f"<@UBOT> note {n}", channel=ROOM)
-            time.sleep(1.1)
         say("         the digests they earn wait for the gap, then go out as one ...")
         self.expect(
             "held digests merged into ONE digest covering the span",
@@ -377,6 +378,10 @@ class Demo:
         merged = next(m for m in self.posts("Digest since") if "This digest covers" in m["text"])
         if merged["text"].count("Digest since") != 1:
             raise DemoFailed("the held digests were concatenated, not merged")
+        self.user("alice", "@wakeful note 4", where="#refunds")
+        self.sender.mention("U0ALICE", "<@UBOT> note 4", channel=ROOM)
+        self.expect("a digest held by the gap", self.digest_held, timeout=8)
+        say(f"         the next digest waits out the {GAP} s gap; before it ends:")
         self.user("alice", "digest off")
         self.sender.message("U0ALICE", "digest off", channel=DM)
         self.expect("digest off", lambda: bool(self.posts("Digest off.")))
@@ -384,7 +389,9 @@ class Demo:
         self.digests_settle = time.monotonic() + GAP + 1  # when a held digest would have gone
         if any("Digest since" in m["text"] for m in self.posts("Digest off.")):
             raise DemoFailed("a digest went out with `digest off`")
-        say("         the digest that note 3 earned is withdrawn: nothing more is sent")
+        if self.digest_held():
+            raise DemoFailed("`digest off` left the held digest in the outbox")
+        say("         the held digest is withdrawn: no digest is sent after this")
         self.threads_and_home()
         self.webhooks()
 
@@ -425,6 +432,12 @@ class Demo:
             lambda: bool(self.posts("Refund for order 1005 denied; nothing was done.", ROOM)),
         )
         self.expect("the prompt marked denied", lambda: "Denied by" in str(self.prompt(rid, ROOM)))
+
+    def digest_held(self) -> bool:
+        """A digest the outbox holds back (the gap) in alice's DM."""
+        return any(
+            r.kind == "digest" and r.channel == DM for r in self.store.outbox(status="pending")
+        )
 
     def in_thread(self, thread: str) -> list[dict[str, Any]]:
         return [
