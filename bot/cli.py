@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from wakeful.bot import gateway_child, gateway_cli, ops
 from wakeful.bot.config import Config, ConfigError, log_format, log_level, secret_values
+from wakeful.bot.setting_names import gateway_names, unknown_settings
 from wakeful.core import logs
 from wakeful.core.errors import StoreError, WakefulError
 from wakeful.core.store import Store, open_store
@@ -113,10 +114,12 @@ def _serve_with(args: argparse.Namespace, config: Config) -> None:
             webhook_sources=config.webhooks,
             approvers=config.approvers,
         )
+    # bound before any loop starts: a port in use stops this process with nothing claimed
+    http = None if config.socket_mode else http_server(front, config.host, config.port)
     runtime.start()
     exporter: MetricsServer | None = None
     try:
-        if config.socket_mode:
+        if http is None:
             from slack_sdk.errors import SlackApiError
             from slack_sdk.socket_mode.builtin import SocketModeClient
 
@@ -132,7 +135,7 @@ def _serve_with(args: argparse.Namespace, config: Config) -> None:
                 ) from exc
             except OSError as exc:
                 raise ConfigError(f"cannot reach Slack for Socket Mode: {exc}") from exc
-            print("wakeful: connected in Socket Mode", flush=True)
+            logs.say("wakeful: connected in Socket Mode")
             stop_http = None
             if config.webhooks:  # webhooks still arrive over HTTP (and /healthz with them)
                 server = http_server(front, config.host, config.port)
@@ -144,14 +147,13 @@ def _serve_with(args: argparse.Namespace, config: Config) -> None:
             if stop_http is not None:
                 stop_http()
         else:
-            server = http_server(front, config.host, config.port)
+            server = http
             port = server.effective_port
-            print(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}", flush=True)
+            logs.say(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}")
             if config.distribution:
-                print(
+                logs.say(
                     f"wakeful: distribution mode: install at http://{config.host}:{port}"
-                    "/slack/install",
-                    flush=True,
+                    "/slack/install"
                 )
             _print_webhooks(config, port)
             exporter = _metrics_port(config, store)
@@ -191,7 +193,7 @@ def _metrics_port(config: Config, store: Store) -> MetricsServer | None:
         raise ConfigError(
             f"WAKEFUL_METRICS_PORT {config.metrics_port} cannot be opened: {exc}"
         ) from exc
-    print(f"wakeful: metrics on http://{config.host}:{server.port}/metrics", flush=True)
+    logs.say(f"wakeful: metrics on http://{config.host}:{server.port}/metrics")
     return server
 
 
@@ -199,7 +201,7 @@ def _print_webhooks(config: Config, port: int) -> None:
     """One line naming the webhook endpoints served and where each one reports."""
     if config.webhooks:
         served = ", ".join(f"/webhooks/{s.name} -> {s.channel}" for s in config.webhooks)
-        print(f"wakeful: webhooks on http://{config.host}:{port}: {served}", flush=True)
+        logs.say(f"wakeful: webhooks on http://{config.host}:{port}: {served}")
 
 
 def _loop(role: str) -> Callable[[argparse.Namespace], int]:
@@ -219,7 +221,7 @@ def _loop(role: str) -> Callable[[argparse.Namespace], int]:
         runtime = Runtime(config, store, (role,), poll=args.poll, distribution=dist)
         install_signal_handlers(runtime.stop.set)
         runtime.start()
-        print(f"wakeful: {role} running on {redact(config.db)}", flush=True)
+        logs.say(f"wakeful: {role} running on {redact(config.db)}")
         exporter: MetricsServer | None = None
         try:
             exporter = _metrics_port(config, store)
@@ -243,8 +245,11 @@ def _scenarios(args: argparse.Namespace) -> int:
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
+    from wakeful.bot.inspection import check_readable
+
     config = Config.from_env(_env(args))
-    store = open_store(config.db, config.settings)
+    check_readable(config.db)  # a listing never creates (or migrates) a store
+    store = open_store(config.db, config.settings, migrate=False)
     try:
         dead = store.dead_letters(limit=args.limit)
         print(f"dead events: {len(dead.events)}")
@@ -379,16 +384,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # --db's password and the gateway's secrets too
     logs.configure(level, fmt, secret_values(_env(args)) + gateway_secrets(os.environ))
+    if gateway_child.CHILD_PID not in os.environ and getattr(args, "parent", None) is None:
+        # said once per serve: not again by serve re-executed, nor by its gateway child
+        for warning in unknown_settings(_env(args), gateway_names(os.environ)):
+            log.warning(warning)
     try:
         code: int = args.func(args)
     except ConfigError as exc:
-        print(f"wakeful: {logs.redact(str(exc))}", file=sys.stderr)
+        logs.say(f"wakeful: {logs.one_line(str(exc))}", sys.stderr, "error")
         return 2
     except StoreError as exc:
-        print(f"wakeful: store error: {logs.redact(str(exc))}", file=sys.stderr)
+        logs.say(f"wakeful: store error: {logs.one_line(str(exc))}", sys.stderr, "error")
         return 1
     except WakefulError as exc:
-        print(f"wakeful: {logs.redact(str(exc))}", file=sys.stderr)
+        logs.say(f"wakeful: {logs.one_line(str(exc))}", sys.stderr, "error")
         return 2
     return code
 

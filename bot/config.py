@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlparse
 
 from wakeful.core.errors import InvalidInput
-from wakeful.core.settings import DAY, DEFAULTS, REDELIVERY_WINDOW, Settings
+from wakeful.core.settings import DEFAULTS, REDELIVERY_WINDOW, Settings, parse_duration
 
 AGENTS = ("refund-desk", "claude")
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -63,6 +63,22 @@ ENGINE_SETTINGS: dict[str, tuple[str, int]] = {
     "WAKEFUL_BACKOFF_CAP": ("backoff_cap", 1),
 }
 """Environment variable -> (engine Settings field, lowest value). Defaults come from Settings."""
+DURATIONS = frozenset(
+    {
+        "WAKEFUL_OUTBOX_GAP",
+        "WAKEFUL_LEASE_TTL",
+        "WAKEFUL_APPROVAL_TTL",
+        "WAKEFUL_SEND_TIMEOUT",
+        "WAKEFUL_BACKOFF_BASE",
+        "WAKEFUL_BACKOFF_CAP",
+        "WAKEFUL_RETENTION",
+        "WAKEFUL_STARTUP_WAIT",
+        "WAKEFUL_BATCH_WINDOW",
+        "WAKEFUL_TOKEN_REFRESH_BEFORE",
+    }
+)
+"""The settings that are spans of time: each is read by core.settings.parse_duration, so
+`90`, `90s`, `15m`, `1h` and `30d` mean the same in every one of them."""
 
 
 @dataclass(frozen=True)
@@ -165,10 +181,12 @@ class Config:
         if agent == "claude" and "agent" in need and not api_key:
             raise ConfigError("ANTHROPIC_API_KEY is not set (required by WAKEFUL_AGENT=claude)")
         tunables = {
-            name: _int(env, var, getattr(DEFAULTS, name), low)
+            name: (_whole_duration if var in DURATIONS else _int)(
+                env, var, getattr(DEFAULTS, name), low
+            )
             for var, (name, low) in ENGINE_SETTINGS.items()
         }
-        tunables["retention"] = _duration(env, "WAKEFUL_RETENTION", DEFAULTS.retention)
+        tunables["retention"] = _whole_duration(env, "WAKEFUL_RETENTION", DEFAULTS.retention, 1)
         if tunables["retention"] < REDELIVERY_WINDOW:
             raise ConfigError(
                 f"WAKEFUL_RETENTION must be at least 4d ({REDELIVERY_WINDOW} s): a handled "
@@ -185,17 +203,8 @@ class Config:
             port=_int(env, "WAKEFUL_PORT", cls.port, 0, 65535),
             approvers=_approvers(env.get("WAKEFUL_APPROVERS", "")),
             agent=agent,
-            batch_window=_seconds(env, "WAKEFUL_BATCH_WINDOW", cls.batch_window),
-            startup_wait=_number(
-                env,
-                "WAKEFUL_STARTUP_WAIT",
-                cls.startup_wait,
-                float,
-                "a number of seconds",
-                0,
-                3600,
-                " seconds",
-            ),
+            batch_window=duration(env, "WAKEFUL_BATCH_WINDOW", cls.batch_window, 0, 60, False),
+            startup_wait=duration(env, "WAKEFUL_STARTUP_WAIT", cls.startup_wait, 0, 3600, False),
             sqlite_max_pages=_int(env, "WAKEFUL_SQLITE_MAX_PAGES", 0, 0),
             anthropic_api_key=api_key,
             model=env.get("WAKEFUL_MODEL", "").strip(),
@@ -210,7 +219,9 @@ class Config:
             failure_text=env.get("WAKEFUL_FAILURE_TEXT", "").strip() or None,
             assistant=switch(env, "WAKEFUL_ASSISTANT", True),
             workspace_labels=_int(env, "WAKEFUL_WORKSPACE_LABELS", cls.workspace_labels, 0),
-            refresh_before=_int(env, "WAKEFUL_TOKEN_REFRESH_BEFORE", cls.refresh_before, 1, 43_200),
+            refresh_before=_whole_duration(
+                env, "WAKEFUL_TOKEN_REFRESH_BEFORE", cls.refresh_before, 1, 43_200
+            ),
             **oauth,
             settings=Settings(**tunables),
         )
@@ -313,25 +324,41 @@ def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int | 
     return int(_number(env, name, default, int, "a whole number", low, high))
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": DAY}
-_DURATION = re.compile(r"(\d{1,9})([smhd]?)")
-
-
-def _duration(env: Mapping[str, str], name: str, default: int) -> int:
-    """Whole seconds, or a number with a unit: 45s, 90m, 12h, 30d."""
-    raw = env.get(name, "").strip().lower()
+def duration(
+    env: Mapping[str, str],
+    name: str,
+    default: float,
+    low: float,
+    high: float | None = None,
+    whole: bool = True,
+) -> float:
+    """A duration setting (core.settings.parse_duration: `90`, `90s`, `15m`, `1h`, `30d`)
+    within [low, high] seconds; its default when unset."""
+    raw = env.get(name, "").strip()
     if not raw:
         return default
-    m = _DURATION.fullmatch(raw)
-    if m is None:
-        raise ConfigError(
-            f"{name} must be whole seconds or a number with s, m, h or d (e.g. 30d), got {raw!r}"
+    try:
+        value = parse_duration(name, raw, whole)
+    except InvalidInput as exc:
+        raise ConfigError(str(exc)) from None
+    if value < low or (high is not None and value > high):
+        bounds = (
+            f"between {_secs(low)} and {_secs(high)} s"
+            if high is not None
+            else (f"at least {_secs(low)} s")
         )
-    return int(m.group(1)) * _UNITS[m.group(2) or "s"]
+        raise ConfigError(f"{name} must be {bounds}, got {raw!r}")
+    return value
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    return _number(env, name, default, float, "a number of seconds", 0, 60, " seconds")
+def _whole_duration(
+    env: Mapping[str, str], name: str, default: int, low: int, high: int | None = None
+) -> int:
+    return int(duration(env, name, default, low, high))
+
+
+def _secs(value: float) -> str:
+    return f"{value:g}"
 
 
 def _number(

@@ -3,8 +3,9 @@
 One line per check (`ok`, `FAIL`, or `skip` with the reason), in the order a start-up meets
 them: the settings, the store (reachable, migrations current, SQLite in WAL with synchronous
 FULL, integrity on request, the database server's clock), Slack (the token by auth.test, the
-scopes it was granted against the manifest's, Slack's clock), the signing secret, and the
-Anthropic key when the Claude agent is on. The exit status is 1 when any check failed. It
+scopes it was granted against the manifest's, Slack's clock), the signing secret (set or not:
+only Slack can tell a wrong one), the agent (WAKEFUL_AGENT loads), and the Anthropic key when
+the Claude agent is on. The exit status is 1 when any check failed. It
 changes nothing: the store is probed before it is opened, and never migrated.
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 from wakeful.bot.config import Config, ConfigError
 from wakeful.bot.scopes import find_manifest, required_scopes
 from wakeful.core.errors import WakefulError
+from wakeful.core.logs import one_line
 from wakeful.core.store import open_store
 from wakeful.core.store.probe import Probe, probe
 
@@ -40,8 +42,9 @@ class Check:
     detail: str
 
     def line(self) -> str:
+        """One line, whatever the detail held (a server's message may span several)."""
         mark = "skip" if self.ok is None else "ok" if self.ok else "FAIL"
-        return f"{mark:<5}{self.name:<16}{self.detail}"
+        return f"{mark:<5}{self.name:<16}{one_line(self.detail)}"
 
 
 def run_checks(
@@ -63,21 +66,41 @@ def run_checks(
     if config.socket_mode:
         checks.append(Check("signing secret", None, "Socket Mode (SLACK_APP_TOKEN): not used"))
     elif config.signing_secret:
-        checks.append(Check("signing secret", True, "set"))
+        checks.append(Check("signing secret", True, SECRET_SET))
     else:
         checks.append(
             Check("signing secret", False, "SLACK_SIGNING_SECRET is not set (HTTP mode needs it)")
         )
+    checks.append(_agent(config, env))
     if config.agent == "claude":
         checks.append(_anthropic(config))
     return checks
 
 
+SECRET_SET = "set (cannot check it against Slack; a wrong one shows as refused requests in the log)"
+
+
+def _agent(config: Config, env: Mapping[str, str]) -> Check:
+    """WAKEFUL_AGENT loads: its module imports (WAKEFUL_AGENT_PATH), its factory exists and
+    takes one setup. The factory is not called: that needs the store and Slack."""
+    from wakeful.bot.loading import load_factory
+
+    try:
+        load_factory(config.agent, env)
+    except ConfigError as exc:
+        return Check("agent", False, str(exc))
+    except Exception as exc:  # the module itself failed while importing: its own bug
+        return Check("agent", False, f"WAKEFUL_AGENT {config.agent!r} failed to import: {exc!r}")
+    return Check("agent", True, f"{config.agent} loads")
+
+
 def _store_checks(config: Config, integrity: bool) -> list[Check]:
     try:
         found = probe(config.db)
+    except WakefulError as exc:  # no store there, or not a store URL: said as it is
+        return [Check("store", False, str(exc))]
     except Exception as exc:  # any driver or file error: the store is not usable
-        return [Check("store", False, f"unreachable: {exc}")]
+        return [Check("store", False, f"unreachable: {exc}")]  # one line: Check.line
     checks = [Check("store", True, f"{found.dialect} reachable")]
     checks.append(Check("migrations", found.current, found.state()))
     if found.dialect == "sqlite":

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from wakeful.bot.config import SECRET_VARIABLES, ConfigError, switch
+from wakeful.core import logs
 from wakeful.core.gateway.config import secret_variables
 
 log = logging.getLogger("wakeful")
@@ -57,7 +58,7 @@ def start(env: dict[str, str], argv: Sequence[str]) -> dict[str, str]:
         url = _ready_line(read, proc)
     finally:
         os.close(read)
-    print(f"wakeful: gateway started (pid {proc.pid}) on {url}", file=sys.stderr, flush=True)
+    logs.say(f"wakeful: gateway started (pid {proc.pid}) on {url}", sys.stderr)
     after = {k: v for k, v in env.items() if k not in held}
     after["WAKEFUL_GATEWAY_URL"] = url
     after[CHILD_PID] = str(proc.pid)

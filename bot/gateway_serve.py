@@ -58,9 +58,9 @@ def serve(
     if ready_fd is not None:
         os.write(ready_fd, (url + "\n").encode())
         os.close(ready_fd)
-        print(line, file=sys.stderr, flush=True)
+        logs.say(line, sys.stderr)
     else:
-        print(line, flush=True)
+        logs.say(line)
 
     def stop(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt

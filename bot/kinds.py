@@ -28,3 +28,7 @@ PROMPTS = kinds.register(Kind("prompts", merge=KEEP_LAST))
 thread), or an assistant thread's."""
 
 kinds.set_limits(Limits(text=SLACK_TEXT_LIMIT, blocks=SLACK_BLOCK_LIMIT))
+NOTICE = kinds.register(Kind("notice", needs_user=True))
+"""A word to one person in their DM with the bot (chat.postMessage to the user id): why a post
+they caused was refused and what to do (bot/refusals.py). A notice that is refused in turn is
+parked without another notice."""

@@ -88,6 +88,9 @@ class Listeners:
             oauth_settings=self.oauth_settings,
             client=self.client,
         )
+        note_org_team = getattr(self.authorizer, "note_org_team", None)
+        if note_org_team is not None:  # distribution mode (bot/workspaces.py)
+            self.app.use(note_org_team)
         self.app.event("message")(self._on_message)
         self.app.event("app_mention")(self._on_mention)
         self.app.action(blocks.APPROVE)(self._on_approve)

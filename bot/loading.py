@@ -56,6 +56,13 @@ def load_factory(spec: str, env: Mapping[str, str] | None = None) -> Factory:
             raise ConfigError(
                 "WAKEFUL_AGENT=claude needs the anthropic package: pip install 'wakeful[claude]'"
             ) from exc
+        missing = getattr(exc, "name", None) or ""
+        if missing and not _is_part_of(module_name, missing):
+            # the module was found; something it imports is not installed
+            raise ConfigError(
+                f"WAKEFUL_AGENT {spec!r}: its module {module_name} was found but cannot import "
+                f"{missing!r} ({exc}): install it in the environment wakeful runs in"
+            ) from exc
         looked = ", ".join(agent_path(env))
         raise ConfigError(
             f"WAKEFUL_AGENT {spec!r} cannot be loaded: {exc} (looked in {looked} and the "
@@ -66,6 +73,12 @@ def load_factory(spec: str, env: Mapping[str, str] | None = None) -> Factory:
         raise ConfigError(f"WAKEFUL_AGENT {spec!r}: module {module_name} has no {name!r}")
     check_factory(spec, factory)
     return factory  # type: ignore[no-any-return]
+
+
+def _is_part_of(module_name: str, missing: str) -> bool:
+    """`missing` is `module_name` or one of the packages it lies in (`a` or `a.b` of `a.b.c`):
+    the agent's module itself was not found, rather than something it imports."""
+    return module_name == missing or module_name.startswith(missing + ".")
 
 
 def check_factory(spec: str, factory: Any) -> None:

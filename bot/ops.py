@@ -19,7 +19,8 @@ PG_DUMP = (
     "the store is PostgreSQL: back it up with pg_dump, which takes a consistent snapshot while "
     "wakeful runs (nothing needs quiescing), e.g. pg_dump --format=custom --file={path} "
     '"$WAKEFUL_DB"; restore with pg_restore --clean --dbname="$WAKEFUL_DB" {path} after '
-    "stopping every wakeful process"
+    "stopping every wakeful process, then `wakeful restore --mark-only {path}` so replies "
+    "Slack already shows are not posted again"
 )
 
 
@@ -93,7 +94,10 @@ def backup(args: argparse.Namespace, env: dict[str, str]) -> int:
 def restore(args: argparse.Namespace, env: dict[str, str]) -> int:
     from wakeful.core.store import sqlite_files
 
-    target = _sqlite_file(Config.from_env(env).db, args.path)
+    db = Config.from_env(env).db
+    if args.mark_only:
+        return _mark_restored(db, args.path)
+    target = _sqlite_file(db, args.path)
     if target is None:
         return 2
     try:
@@ -106,7 +110,30 @@ def restore(args: argparse.Namespace, env: dict[str, str]) -> int:
         f"restored {target} from {args.path}: {copied.events} events, schema "
         f"{copied.schema_version}, integrity ok{aside}"
     )
+    return _mark_restored(target, args.path)
+
+
+def _mark_restored(db: str, source: str) -> int:
+    """Tell the restored store it is a copy (its leases end, its unsent replies are looked
+    for in Slack before they are posted): run by `restore`, or alone after a pg_restore."""
+    from wakeful.core.store import open_store
+
+    store = open_store(db)
+    try:
+        marked = store.mark_restored(int(time.time()), source)
+    finally:
+        store.close()
+    leases, rows = marked.leases_expired, marked.rows_to_check
+    print(
+        f"marked {logs.redact(db)} as restored: {_count(leases, 'lease')} of the copy ended; "
+        f"{_count(rows, 'unsent reply', 'unsent replies')}, and the replies to its events, are "
+        "looked for in Slack before they are posted"
+    )
     return 0
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def doctor(args: argparse.Namespace, env: dict[str, str]) -> int:
@@ -150,6 +177,11 @@ def register(
     p = sub.add_parser("restore", help="replace the SQLite store with a backup (stopped only)")
     common(p)
     p.add_argument("path", help="the backup to restore")
+    p.add_argument(
+        "--mark-only",
+        action="store_true",
+        help="only record that the store was restored by other means (pg_restore of PATH)",
+    )
     p.set_defaults(func=call(restore))
     p = sub.add_parser("doctor", help="check the store, Slack, secrets and clocks")
     common(p)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -189,10 +191,14 @@ def open_configured_store(config: Config) -> Store:
             return open_store(
                 config.db, config.settings, connect_timeout=min(10.0, max(left / 2, 1))
             )
-        except StoreUnavailable as exc:
+        except StoreUnavailable as exc:  # a StoreRefused (no such role, ...) is not waited for
             left = deadline - time.monotonic()
             if left <= 0:
-                raise
+                if not config.startup_wait:
+                    raise
+                raise StoreUnavailable(
+                    f"{exc} (still failing after WAKEFUL_STARTUP_WAIT={config.startup_wait:g} s)"
+                ) from exc
             log.warning("store unavailable at start-up, retrying in %.1f s: %s", pause, exc)
             time.sleep(min(pause, left))
             pause = min(pause * 2, 5.0)
@@ -214,18 +220,35 @@ def http_server(app: Any, host: str, port: int) -> Any:
 
     from wakeful.bot.front import BODY_CAP
 
-    return create_server(
-        app,
-        host=host,
-        port=port,
-        threads=16,
-        backlog=1024,
-        connection_limit=1000,
-        max_request_body_size=BODY_CAP + 1,  # waitress refuses a body equal to its limit
-        channel_timeout=30,  # a client stalled mid-body gives its thread back after 30 s
-        ident="wakeful",
-        clear_untrusted_proxy_headers=True,
-    )
+    try:
+        return create_server(
+            app,
+            host=host,
+            port=port,
+            threads=16,
+            backlog=1024,
+            connection_limit=1000,
+            max_request_body_size=BODY_CAP + 1,  # waitress refuses a body equal to its limit
+            channel_timeout=30,  # a client stalled mid-body gives its thread back after 30 s
+            ident="wakeful",
+            clear_untrusted_proxy_headers=True,
+        )
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"port {port} is already in use: another wakeful serve? set WAKEFUL_PORT or stop it"
+            ) from exc
+        if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+            raise ConfigError(
+                f"WAKEFUL_HOST {host} is not an address of this host ({exc.strerror}): use "
+                "0.0.0.0 for every interface or 127.0.0.1 for this host only"
+            ) from exc
+        if exc.errno == errno.EACCES:
+            raise ConfigError(
+                f"port {port} needs privileges this process lacks: set WAKEFUL_PORT to 1024 "
+                "or above"
+            ) from exc
+        raise
 
 
 def serve_in_thread(server: Any) -> Callable[[], None]:

@@ -13,6 +13,7 @@ transient / permanent failures.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import re
 import threading
@@ -26,7 +27,8 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookClient
 
-import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
+from wakeful.bot.kinds import NOTICE  # (and registers Slack's outbox kinds)
+from wakeful.bot.refusals import notice_for
 from wakeful.bot.web_client import KeepAliveWebClient
 from wakeful.core import kinds, metrics
 from wakeful.core.errors import PermanentSendError, TransientSendError
@@ -91,6 +93,9 @@ class SlackSender:
         self._last_post: dict[str, float] = {}
         """Per channel: when its latest post was (or is reserved to be) made."""
         self._turns: dict[str, float] = {}
+        # When each channel's last post actually went: a turn taken on time but reached late (a
+        # busy machine) must not bring the next post closer than the interval to it.
+        self._went: dict[str, float] = {}
         """Turns taken by `reserve`, by part id: when that part's post may go."""
         self._lock = threading.Lock()
         self._assistant_off: set[str] = set()
@@ -111,7 +116,9 @@ class SlackSender:
                 return self._home(part, client)
             if part.kind in ("status", "prompts"):
                 return self._assistant(part, client)
-            if part.retry:
+            if part.kind == NOTICE.name:
+                return self._notice(part, client)
+            if part.retry or (part.look_first and part.answers):
                 found = self.find_posted(part, client)
                 if found is not None:
                     with self._lock:
@@ -127,6 +134,8 @@ class SlackSender:
                 self.forget(team)  # read the installation again: refreshed, or gone
                 if error == "token_expired":
                     raise TransientSendError("token_expired", retry_after=1) from exc
+            if isinstance(failure, PermanentSendError):
+                failure.notice = notice_for(part, error)
             raise failure from exc
         except (
             urllib.error.URLError,
@@ -174,22 +183,40 @@ class SlackSender:
         return at
 
     def _pace(self, part: Part) -> None:
-        """Wait for the part's turn: the one it reserved, or the next free one."""
+        """Wait for the part's turn: the one it reserved, or the next free one, and never less
+        than the interval after the channel's previous post actually went."""
+        channel = part.channel
         with self._lock:
             now = self._clock()
             at = self._turns.pop(part.part_id, None)
             if at is None:
-                at = self._take_turn(part.channel, now)
+                at = self._take_turn(channel, now)
+            went = self._went.get(channel)
+            if went is not None and at < went + self._interval:
+                at = went + self._interval
+                self._last_post[channel] = max(self._last_post.get(channel, at), at)
         if at > now:
             self._sleep(at - now)
+        with self._lock:
+            self._went[channel] = max(at, self._clock())
 
     def _post(self, part: Part, client: Any) -> str | None:
         self._pace(part)
-        metadata = {
-            "event_type": EVENT_TYPE,
-            "event_payload": {"dispatch_id": part.dispatch_id, "part_id": part.part_id},
-        }
+        payload = {"dispatch_id": part.dispatch_id, "part_id": part.part_id}
+        if part.answers:
+            # One string (Slack's payload values are scalars or objects): the events it answers.
+            payload["answers"] = json.dumps(list(part.answers))
+        if part.ref:
+            payload["prompt"] = "1"  # an approval prompt: found only as a prompt (it is rewritten)
+        metadata = {"event_type": EVENT_TYPE, "event_payload": payload}
         response = client.chat_postMessage(**_content(part, threaded=True), metadata=metadata)
+        ts = response.get("ts")
+        return None if ts is None else str(ts)
+
+    def _notice(self, part: Part, client: Any) -> str | None:
+        """A word to one person (bot/refusals.py), in their DM with the bot: chat.postMessage
+        to the user's id opens it. Not paced (the DM is not the refused channel)."""
+        response = client.chat_postMessage(channel=part.user or part.channel, text=part.text)
         ts = response.get("ts")
         return None if ts is None else str(ts)
 
@@ -263,7 +290,10 @@ class SlackSender:
         return None
 
     def find_posted(self, part: Part, client: Any = None) -> str | None:
-        """The ts of a message already carrying this part's id, among the recent ones."""
+        """The ts of a message already carrying this part's id, among the recent ones; or,
+        for a part to look for first (after a restore), one naming any event it answers: the
+        copy's run was posted before the copy was restored, under another dispatch."""
+        answers = set(part.answers) if part.look_first else set()
         client = self._client(InboxId(part.inbox).team) if client is None else client
         seen = 0
         cursor: str | None = None
@@ -283,13 +313,26 @@ class SlackSender:
             for message in messages:
                 meta = message.get("metadata") or {}
                 payload = meta.get("event_payload") or {}
-                if meta.get("event_type") == EVENT_TYPE and payload.get("part_id") == part.part_id:
+                if meta.get("event_type") != EVENT_TYPE:
+                    continue
+                if payload.get("part_id") == part.part_id:
+                    return str(message.get("ts"))
+                if _answers(payload) & answers and bool(payload.get("prompt")) == bool(part.ref):
                     return str(message.get("ts"))
             seen += len(messages)
             cursor = ((response.get("response_metadata") or {}).get("next_cursor")) or None
             if not cursor or not messages:
                 return None
         return None
+
+
+def _answers(payload: dict[str, Any]) -> set[str]:
+    """The event keys a post's metadata names (none when unreadable: not ours to judge)."""
+    try:
+        keys = json.loads(str(payload.get("answers") or "[]"))
+    except ValueError:
+        return set()
+    return {str(k) for k in keys} if isinstance(keys, list) else set()
 
 
 class _WithToken:
@@ -326,6 +369,7 @@ _METHODS = {
     "home": "views.publish",
     "status": "assistant.threads.setStatus",
     "prompts": "assistant.threads.setSuggestedPrompts",
+    "notice": "chat.postMessage",
 }
 _ERROR_CODE = re.compile(r"[a-z0-9_]{1,60}")
 _METHOD_NAME = re.compile(r"[a-z]+(\.[A-Za-z]+){1,2}")

@@ -300,8 +300,6 @@ class InstallationAuthorize(Authorize):
         workspace = enterprise_id if org_wide or not team_id else team_id
         if not workspace:
             return None
-        if org_wide and team_id and enterprise_id:
-            self.workspaces.note_team(team_id, enterprise_id)
         bound = self.workspaces._bind(workspace)
         if bound is None:
             return None
@@ -313,3 +311,17 @@ class InstallationAuthorize(Authorize):
             bot_token=bound.token or None,
             bot_scopes=json.loads(bound.row.profile).get("bot_scopes"),
         )
+
+    def note_org_team(self, body: dict[str, Any], context: BoltContext, next: Any) -> Any:
+        """Bolt middleware, after this authorize: a request of an org-wide install records the
+        workspace it came from under the install, so that workspace's rows go out with the
+        org's token. An event names that workspace only in its envelope's `team_id` (Slack's
+        `authorizations` carry `"team_id": null` for an org-wide install, so Bolt's context has
+        none); a click, a command, in the context. A Slack Connect channel's event may come
+        from another org's workspace: it records nothing."""
+        enterprise = context.enterprise_id
+        if context.is_enterprise_install and enterprise and not body.get("is_ext_shared_channel"):
+            team = context.team_id or body.get("team_id")
+            if isinstance(team, str) and team and team != enterprise:
+                self.workspaces.note_team(team, enterprise)
+        return next()

@@ -54,6 +54,8 @@ class _Flight:
     next: int = 0
     sent: int = 0
     turn_taken: bool = False
+    told: bool = False
+    """A refusal of one of its parts was told to the person (once per batch)."""
 
     @property
     def destination(self) -> tuple[str, str]:
@@ -293,7 +295,12 @@ class Dispatcher(Loop):
                 list(part.row_ids),
                 exc,
             )
-            self.store.fail_part(part, str(exc), self.clock())
+            # The person is told once per batch: its other parts go to the same place, refused
+            # alike.
+            notice = None if flight.told else exc.notice
+            if self.store.fail_part(part, str(exc), self.clock(), notice=notice) and notice:
+                flight.told = True
+                self.wakeup.kick()  # the notice goes at once, not on the next tick
             return True
         _count_part(part, "sent", started)
         self._record(part, ts)

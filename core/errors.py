@@ -69,4 +69,12 @@ class TransientSendError(SendError):
 
 
 class PermanentSendError(SendError):
-    """Delivery will not work without a person (channel gone, bad auth): the rows are parked."""
+    """Delivery will not work without a person (channel gone, bad auth): the rows are parked.
+
+    `notice`, when the sender gives one, tells the person who caused the part (the bot is not
+    in that channel, it is archived, ...) what happened and what to do: queued in the very
+    transaction that parks the rows, so it is written once however often the part is tried."""
+
+    def __init__(self, message: str, notice: Message | None = None) -> None:
+        super().__init__(message)
+        self.notice = notice

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType, TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 FORMATS = ("text", "json")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -40,6 +40,8 @@ _PARAM_PASSWORD = re.compile(r"([?&;\s](?:ssl)?password=)[^&;\s'\"]*", re.IGNORE
 _secrets: list[str] = []
 _secrets_lock = threading.Lock()
 MASK = "[redacted]"
+_format = ["text"]
+"""The format `configure` chose: `say` writes its lines in it too."""
 
 
 @contextmanager
@@ -132,6 +134,7 @@ def configure(level: str, fmt: str = "text", secrets: Iterable[str] = ()) -> Non
     if fmt not in FORMATS:
         raise ValueError(f"log format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     add_secrets(secrets)
+    _format[0] = fmt
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(_Stamp())
@@ -142,6 +145,31 @@ def configure(level: str, fmt: str = "text", secrets: Iterable[str] = ()) -> Non
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
     sys.excepthook = _log_uncaught
     threading.excepthook = _log_thread_uncaught
+
+
+def say(text: str, stream: TextIO | None = None, level: str = "info") -> None:
+    """A line a command writes itself (`wakeful: listening on ...` on stdout, the one line
+    that says why a process stopped on stderr), redacted, in the configured format: with
+    WAKEFUL_LOG_FORMAT=json it is a JSON object like every log line, so a collector parses
+    every line a process writes, its last one included."""
+    out = sys.stdout if stream is None else stream
+    if _format[0] == "json":
+        stamp = datetime.datetime.now(datetime.UTC)
+        line = {
+            "ts": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": level,
+            "logger": "wakeful",
+            "message": text.removeprefix("wakeful: "),
+        }
+        text = json.dumps(line, ensure_ascii=False)
+    print(redact(text), file=out, flush=True)
+
+
+def one_line(text: str) -> str:
+    """A message that may span lines (psycopg puts a server's DETAIL and HINT on lines of
+    their own) as one line: the lines joined with "; ", runs of spaces collapsed."""
+    parts = [" ".join(part.split()) for part in str(text).splitlines()]
+    return "; ".join(p for p in parts if p)
 
 
 def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:

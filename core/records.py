@@ -121,6 +121,10 @@ class OutboxRow:
     created_at: int
     dispatch_id: str | None = None
     facts: Any = None
+    answers: tuple[str, ...] = ()
+    """The events it answers, by key (`<source>:<source_id>`): its post's metadata names them."""
+    look_first: bool = False
+    """It may already be in Slack (a restore): look for its events' post before posting."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from wakeful.core.errors import InvalidInput
@@ -13,6 +14,29 @@ REDELIVERY_WINDOW = 4 * DAY
 """How long a stored event (and with it its dedupe key) must outlive its handling: the longest
 redelivery window of any source (Stripe retries for up to three days; GitHub redelivers on
 request within three days; Slack retries within an hour), plus a day of margin."""
+
+
+DURATION_SYNTAX = "90 (seconds), 90s, 15m, 1h or 30d"
+"""The one way every duration setting is written, as error messages show it."""
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": DAY}
+_DURATION = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)\s*([smhd]?)")
+
+
+def parse_duration(name: str, raw: str, whole: bool = True) -> float:
+    """`raw` as seconds: a number alone is seconds, or one with a unit (s, m, h, d). The one
+    parser of every duration setting, so `1h` means the same wherever it is accepted;
+    `whole` refuses a fraction of a second. InvalidInput names `name`, what was given and
+    the syntax."""
+    text = raw.strip().lower()
+    m = _DURATION.fullmatch(text)
+    if m is None:
+        raise InvalidInput(f"{name} must be a duration: {DURATION_SYNTAX}, got {raw.strip()!r}")
+    seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if whole and seconds != int(seconds):
+        raise InvalidInput(
+            f"{name} must be a whole number of seconds ({DURATION_SYNTAX}), got {raw.strip()!r}"
+        )
+    return seconds
 
 
 @dataclass(frozen=True, slots=True)

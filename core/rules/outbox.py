@@ -41,6 +41,11 @@ class Part:
     """For an update: the posted prompt's message id, resolved just before sending."""
     inbox: str = ""
     """The inbox of the part's (first) row: whose workspace the call is made in."""
+    answers: tuple[str, ...] = ()
+    """The events its rows answer, by key: its post's metadata carries them."""
+    look_first: bool = False
+    """Some row of it may already be in Slack (written before a restore, or answering events
+    from before one): look for a post naming its events before posting."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +124,16 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
     def flush() -> None:
         if not group:
             return
+        start = len(parts)
+        _flush()
+        answers = tuple(dict.fromkeys(k for r in group for k in r.answers))
+        look_first = any(r.look_first for r in group)
+        if answers or look_first:
+            for i in range(start, len(parts)):
+                parts[i] = replace(parts[i], answers=answers, look_first=look_first)
+        group.clear()
+
+    def _flush() -> None:
         first = group[0]
         kind = _kind(first.kind)
         ids = tuple(sorted(i for r in group for i in carried.get(r.id, (r.id,))))
@@ -143,7 +158,6 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
                 blocks = [b for r in group for b in (r.blocks or [])]
             text = SEPARATOR.join(r.text for r in group if r.text)[: _text_limit()]
             parts.append(_part(dispatch_id, first, 0, text, blocks, ids, retry, normal))
-        group.clear()
 
     gathered: dict[str, list[OutboxRow]] = {}
     for row in rows:
@@ -192,6 +206,8 @@ def _joins(group: list[OutboxRow], row: OutboxRow) -> bool:
         return False
     if row.ref or last.ref:
         return False  # an approval prompt stands alone, so it can be rewritten on its own
+    if row.look_first or last.look_first:
+        return False  # alone, so finding its events' post in Slack says it was sent
     if (row.blocks is None) != (last.blocks is None):
         return False
     if row.blocks is not None:

@@ -21,6 +21,7 @@ from wakeful.core.store.inbox import Inbox
 from wakeful.core.store.installations import Installations
 from wakeful.core.store.outbox import Outbox
 from wakeful.core.store.overview import OverviewReads
+from wakeful.core.store.restores import Restores
 from wakeful.core.store.retention import Retention
 from wakeful.core.store.revocations import Revocations
 from wakeful.core.store.steps import Steps
@@ -41,6 +42,7 @@ class Store(
     Threads,
     Installations,
     Revocations,
+    Restores,
 ):
     """The durable state of every inbox, and the only way the engine touches it."""
 

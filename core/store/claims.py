@@ -15,8 +15,8 @@ from wakeful.core.records import Claim, Event, Lease, RunRecord
 from wakeful.core.rules.lease import decide, holds
 from wakeful.core.settings import Settings
 from wakeful.core.store.approvals import request_all
-from wakeful.core.store.base import StoreBase
 from wakeful.core.store.outbox import queue
+from wakeful.core.store.restores import Restores, answer_marks
 from wakeful.core.store.rows import (
     PreparedEffects,
     event_record,
@@ -36,7 +36,7 @@ class _Fenced(Exception):
     """A claimed event is no longer running under the claim's generation: undo the finish."""
 
 
-class Claims(StoreBase):
+class Claims(Restores):
     # -- the lease -------------------------------------------------------------------------
 
     def acquire(self, inbox: str, holder: str, now: int) -> int | None:
@@ -351,6 +351,9 @@ class Claims(StoreBase):
                 )
             if changed != 1:
                 raise _Fenced(ev.id)
+        marks = answer_marks(claim.events, self.last_restored(tx))
+        for row in [*prepared.messages, *(a.prompt for a in prepared.approvals if a.prompt)]:
+            row.update(marks)  # the events these rows answer (their posts' metadata)
         _write_effects(tx, claim.inbox, prepared, now, self.settings)
         if not claim.events:
             return 0

@@ -134,8 +134,10 @@ class Outbox(StoreBase):
                         "mark_row_sent",
                         {"id": row_id, "dispatch_id": part.dispatch_id, "ts": ts, "now": now},
                     )
-                if kinds.paced(part.kind) and part.thread_ts and ts:
-                    threads.remember(tx, part.channel, part.thread_ts, "posted", now)
+                if kinds.paced(part.kind) and ts:
+                    # A reply in its thread, or a top-level post (a reminder in a channel):
+                    # replies under either reach the agent without a new mention.
+                    threads.remember(tx, part.channel, part.thread_ts or ts, "posted", now)
                 if kinds.paced(part.kind) and part.normal:
                     tx.run(
                         "touch_destination",
@@ -151,11 +153,16 @@ class Outbox(StoreBase):
         with self._tx() as tx:
             tx.run("defer_batch", {**params, "held": held})
 
-    def fail_part(self, part: Part, error: str, now: int) -> None:
-        """A permanent failure: park the part's rows as `failed`, visible and requeueable."""
+    def fail_part(self, part: Part, error: str, now: int, notice: Message | None = None) -> bool:
+        """A permanent failure: park the part's rows as `failed`, visible and requeueable.
+
+        `notice` (telling the person what happened) is queued in the same transaction, and only
+        when this call parked rows: a dispatcher that lost the batch, or a second attempt at
+        rows already parked, writes none, so a refusal is told once. False: nothing parked."""
         with self._tx() as tx:
+            parked = 0
             for row_id in part.row_ids:
-                tx.run(
+                parked += tx.run(
                     "fail_row",
                     {
                         "id": row_id,
@@ -164,6 +171,9 @@ class Outbox(StoreBase):
                         "now": now,
                     },
                 )
+            if parked and notice is not None:
+                queue(tx, [message_params(part.inbox, notice)], now)
+        return parked > 0
 
     def outbox(self, status: str | None = None, inbox: str | None = None) -> list[OutboxRow]:
         """Outbox rows of one inbox, or of every inbox filtered by status, oldest first."""

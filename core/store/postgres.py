@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from wakeful.core.errors import StoreError, StoreUnavailable
+from wakeful.core.logs import one_line
 from wakeful.core.store.base import Connector, NewEvent
 from wakeful.core.store.group_commit import GroupCommit
 from wakeful.core.store.sql import AfterCommit, Row, load_migrations, load_queries, repeat_rows
@@ -65,6 +66,43 @@ def translate(exc: Exception) -> StoreError:
     return StoreError(f"PostgreSQL store error: {exc}")
 
 
+class StoreRefused(StoreError):
+    """The server (or the name look-up) refused this address for good: no such role or
+    database, a wrong password, a host name that does not exist. Retrying cannot help, so a
+    process starting up stops at once with the server's own words."""
+
+
+_PASSING = (
+    "connection refused",
+    "server closed the connection",
+    "terminating connection",
+    "connection reset",
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+    "the database system is not yet accepting connections",
+    "too many clients",
+    "timeout expired",
+    "timed out",
+    "no route to host",
+    "network is unreachable",
+    "temporary failure in name resolution",
+)
+"""What a connection attempt meets while a server boots, restarts or fails over: waited for
+at start-up (WAKEFUL_STARTUP_WAIT). Anything else is the address's fault and is not."""
+
+
+def connect_error(exc: psycopg.Error) -> StoreError:
+    """A failed first connection as one line with the server's message: StoreUnavailable
+    when it may pass by itself (refused, terminated, starting up), StoreRefused otherwise."""
+    text = one_line(str(exc)).removeprefix("connection failed: ")
+    if any(p in text.lower() for p in _PASSING):
+        return StoreUnavailable(f"cannot connect to PostgreSQL: {text}")
+    return StoreRefused(
+        f"cannot connect to PostgreSQL: {text} (not retried: fix the address in WAKEFUL_DB)"
+    )
+
+
 class PostgresConnector(Connector):
     """A PostgreSQL database named by a libpq DSN (`postgresql://...`), through a pool.
 
@@ -101,10 +139,18 @@ class PostgresConnector(Connector):
             name="wakeful",
         )
         try:
+            # One connection first, so its error (the server's own words) is what the caller
+            # sees: the pool only retries in the background and then says it timed out.
+            psycopg.connect(dsn, connect_timeout=max(1, round(connect_timeout)), **kwargs).close()
+        except psycopg.Error as exc:
+            raise connect_error(exc) from exc
+        try:
             self._pool.open(wait=True, timeout=connect_timeout)
         except PoolTimeout as exc:
             self._pool.close()
-            raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+            raise StoreUnavailable(
+                f"cannot connect to PostgreSQL: the pool could not open its connections: {exc}"
+            ) from exc
         self._listeners: list[threading.Event] = []
         self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self._insert_batch)
         if migrate:

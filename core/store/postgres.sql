@@ -222,9 +222,9 @@ UPDATE approvals SET prompt_channel = %(channel)s, prompt_ts = %(ts)s WHERE id =
 -- name: insert_outbox
 -- Queue one outbound message as a pending row.
 INSERT INTO outbox (inbox, kind, channel, thread_ts, text, blocks, priority, ref, user_id,
-                    facts, created_at)
+                    facts, answers, look_first, created_at)
 VALUES (%(inbox)s, %(kind)s, %(channel)s, %(thread_ts)s, %(text)s, %(blocks)s, %(priority)s, %(ref)s, %(user_id)s,
-        %(facts)s, %(now)s);
+        %(facts)s, %(answers)s, %(look_first)s, %(now)s);
 
 -- name: open_destinations
 -- Destinations with pending or sending rows, oldest first, the workspaces (of their rows'
@@ -859,3 +859,27 @@ DELETE FROM gateway_revocations WHERE destination = %(destination)s;
 -- name: revoked_destinations
 -- Every revoked gateway destination: what each gateway polls, a tiny table.
 SELECT * FROM gateway_revocations ORDER BY destination;
+
+-- issue 27: restore and refusals
+
+-- name: insert_restore
+-- Record a restore: rows of the copy are looked for in Slack before they are posted.
+INSERT INTO restores (restored_at, source, leases_expired, rows_to_check)
+VALUES (%(now)s, %(source)s, %(leases)s, %(rows)s);
+
+-- name: expire_all_leases
+-- At restore: the copy's leases are over (their holders are gone), so inboxes do not wait.
+UPDATE leases SET expires_at = %(now)s WHERE expires_at > %(now)s;
+
+-- name: release_copied_sends
+-- At restore: batches the copy shows in flight are due again at once (and looked for first).
+UPDATE outbox SET in_flight_until = %(now)s
+WHERE status = 'sending' AND in_flight_until > %(now)s;
+
+-- name: look_first_open_rows
+-- At restore: every row the copy has not sent may already be in Slack.
+UPDATE outbox SET look_first = 1 WHERE status IN ('pending', 'sending');
+
+-- name: last_restore
+-- When the store was last restored (none: NULL).
+SELECT MAX(restored_at) AS restored_at FROM restores;

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from wakeful.core.errors import InvalidInput
 from wakeful.core.store.sql import load_migrations
 
+NO_STORE = "no store at {path}"
+"""What a read-only command says of a path where there is no store: it never creates one."""
+
 
 @dataclass(frozen=True, slots=True)
 class Probe:
@@ -60,7 +63,7 @@ def probe(target: str) -> Probe:
     if "://" in path:
         raise InvalidInput(f"unsupported store URL {target!r}: use a file path or postgresql://")
     if not os.path.isfile(path):
-        raise InvalidInput(f"no SQLite store at {path} (the first wakeful start creates it)")
+        raise InvalidInput(f"{NO_STORE.format(path=path)} (`wakeful serve` creates a new one)")
     uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
     conn = sqlite3.connect(uri, uri=True, timeout=5.0)
     try:

@@ -68,6 +68,8 @@ def message_params(inbox: str, m: Message, ref: str | None = None) -> Params:
         "ref": m.ref or ref,
         "user_id": m.user,
         "facts": None if m.facts is None else check_json(m.facts, "facts"),
+        "answers": None,
+        "look_first": 0,
     }
 
 
@@ -240,6 +242,8 @@ def outbox_record(row: Row) -> OutboxRow:
         error=row["error"],
         created_at=int(row["created_at"]),
         dispatch_id=row["dispatch_id"],
+        answers=tuple(json.loads(row["answers"])) if row["answers"] else (),
+        look_first=bool(row["look_first"]),
     )
 
 

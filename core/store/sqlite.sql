@@ -214,9 +214,9 @@ UPDATE approvals SET prompt_channel = :channel, prompt_ts = :ts WHERE id = :id;
 -- name: insert_outbox
 -- Queue one outbound message as a pending row.
 INSERT INTO outbox (inbox, kind, channel, thread_ts, text, blocks, priority, ref, user_id,
-                    facts, created_at)
+                    facts, answers, look_first, created_at)
 VALUES (:inbox, :kind, :channel, :thread_ts, :text, :blocks, :priority, :ref, :user_id,
-        :facts, :now);
+        :facts, :answers, :look_first, :now);
 
 -- name: open_destinations
 -- Destinations with pending or sending rows, oldest first, the workspaces (of their rows'
@@ -848,3 +848,27 @@ DELETE FROM gateway_revocations WHERE destination = :destination;
 -- name: revoked_destinations
 -- Every revoked gateway destination: what each gateway polls, a tiny table.
 SELECT * FROM gateway_revocations ORDER BY destination;
+
+-- issue 27: restore and refusals
+
+-- name: insert_restore
+-- Record a restore: rows of the copy are looked for in Slack before they are posted.
+INSERT INTO restores (restored_at, source, leases_expired, rows_to_check)
+VALUES (:now, :source, :leases, :rows);
+
+-- name: expire_all_leases
+-- At restore: the copy's leases are over (their holders are gone), so inboxes do not wait.
+UPDATE leases SET expires_at = :now WHERE expires_at > :now;
+
+-- name: release_copied_sends
+-- At restore: batches the copy shows in flight are due again at once (and looked for first).
+UPDATE outbox SET in_flight_until = :now
+WHERE status = 'sending' AND in_flight_until > :now;
+
+-- name: look_first_open_rows
+-- At restore: every row the copy has not sent may already be in Slack.
+UPDATE outbox SET look_first = 1 WHERE status IN ('pending', 'sending');
+
+-- name: last_restore
+-- When the store was last restored (none: NULL).
+SELECT MAX(restored_at) AS restored_at FROM restores;

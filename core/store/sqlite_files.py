@@ -50,6 +50,40 @@ def create_private(path: str) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE))
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file."""
+
+
+def check_store_path(db: str) -> None:
+    """Refuse, before anything is created beside it, a store path that cannot be a SQLite
+    store: a directory, a path whose folder does not exist, a file that is not a SQLite
+    database. An empty file is a new store. InvalidInput says what the path is and what
+    to do."""
+    if os.path.isdir(db):
+        raise InvalidInput(
+            f"the store {db} is a directory, not a SQLite file: name a file, e.g. "
+            f"{os.path.join(db, 'wakeful.db')}"
+        )
+    parent = os.path.dirname(os.path.abspath(db))
+    if not os.path.isdir(parent):
+        raise InvalidInput(
+            f"the store {db} cannot be created: the folder {parent} does not exist "
+            "(create it, or name a path in an existing folder)"
+        )
+    try:
+        with open(db, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot read the SQLite store {db}: {exc}") from exc
+    if head and head != SQLITE_HEADER:
+        raise InvalidInput(
+            f"{db} is not a SQLite database (it does not start with SQLite's header); "
+            "nothing was created beside it: name a wakeful store or a new path"
+        )
+
+
 class StoreHeld(StoreError):
     """A running process holds the store: it cannot be replaced under it."""
 
@@ -65,6 +99,7 @@ class Holder:
         self._fd: int | None = None
         if _in_memory(db):
             return  # not a file an operator restores
+        check_store_path(db)
         path = lock_path(db)
         try:
             create_private(db)  # the first process to open a store creates it: owner only
@@ -191,7 +226,7 @@ def backup(source: str, target: str) -> Copied:
     if os.path.lexists(target):
         raise InvalidInput(f"{target} exists; a backup never overwrites a file: choose a new path")
     if not os.path.isfile(source):
-        raise InvalidInput(f"no SQLite store at {source}")
+        raise InvalidInput(f"no store at {source}: nothing to back up")
     partial = f"{target}.partial"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(partial)

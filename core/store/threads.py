@@ -1,8 +1,10 @@
 """Threads the bot takes part in, so a reply there reaches the agent without a new @mention,
 and the people who opened its Home tab (whose view is kept fresh).
 
-A thread is remembered when the bot is mentioned in it (or under a mention that starts one) and
-when one of its posts lands in it; the listener asks about every channel message, by key.
+A thread is remembered when the bot is mentioned in it (or under a mention that starts one),
+when one of its posts lands in it, and when it makes a top-level post (a reminder in a channel):
+the thread under that post is one it takes part in. The listener asks about every channel
+message, by key.
 """
 
 from __future__ import annotations

@@ -79,6 +79,11 @@ class WebApi:
         }
 
     def _post_message(self, params: JsonDict) -> JsonDict:
+        to = params.get("channel")
+        if isinstance(to, str) and to[:1] in ("U", "W") and to not in self._channels:
+            # Slack: a user's id opens the app's DM with them (U42 -> D42 here, the DM the
+            # EventSender writes from), and the answer names that DM.
+            params = {**params, "channel": "D" + to[1:]}
         channel, msgs = self._channel(params)
         text, blocks = params.get("text"), _json_field(params, "blocks")
         if not text and not blocks and not params.get("attachments"):

@@ -106,6 +106,19 @@ class OAuthApi:
             self._workspaces[ws.key] = ws
         return ws
 
+    def add_org(self, enterprise_id: str, *, name: str = "", installer: str = "") -> Workspace:
+        """An Enterprise Grid org the app can be installed in org-wide (one install, one bot
+        token for every workspace of the org; their people's requests come from an
+        EventSender with `enterprise_id` and `org_install`): the authorize page takes
+        `team=<enterprise_id>`."""
+        return self.add_workspace(
+            enterprise_id,
+            name=name or f"Org {enterprise_id}",
+            enterprise_id=enterprise_id,
+            org_wide=True,
+            installer=installer or f"W{enterprise_id.removeprefix('E')}ADMIN",
+        )
+
     def tokens_of(self, team_id: str, kind: str = "bot") -> list[str]:
         """Every token of `kind` handed out for the workspace, oldest first."""
         with self._cond:
@@ -200,9 +213,11 @@ class OAuthApi:
             "scope": ",".join(self.scopes),
             "bot_user_id": ws.bot_user_id,
             "app_id": "AEMULATOR",
+            # An org-wide install (Slack's org app reference): "team": null, the org in
+            # "enterprise", "is_enterprise_install": true.
             "team": None if ws.org_wide else {"name": ws.name, "id": ws.team_id},
             "enterprise": (
-                None if ws.enterprise_id is None else {"name": "Org", "id": ws.enterprise_id}
+                None if ws.enterprise_id is None else {"name": ws.name, "id": ws.enterprise_id}
             ),
             "authed_user": {"id": ws.installer},
             "is_enterprise_install": ws.org_wide,

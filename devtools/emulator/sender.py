@@ -37,7 +37,13 @@ class Reply:
 
 
 class EventSender:
-    """Sends Events API and interactivity requests to an app, signed as Slack signs them."""
+    """Sends Events API and interactivity requests to an app, signed as Slack signs them.
+
+    ``enterprise_id`` names the Enterprise Grid org of ``team_id``; with ``org_install`` the
+    app is installed org-wide there, and requests carry what Slack sends such an install:
+    the event's ``authorizations`` name the org with ``"team_id": null`` and
+    ``"is_enterprise_install": true`` (the workspace only in the envelope's ``team_id``),
+    clicks ``"team": null`` and the org in ``enterprise``."""
 
     def __init__(
         self,
@@ -49,7 +55,13 @@ class EventSender:
         bot_user_id: str = "UBOT",
         api_app_id: str = "AEMULATOR",
         timeout: float = 10.0,
+        enterprise_id: str | None = None,
+        org_install: bool = False,
     ) -> None:
+        if org_install and not enterprise_id:
+            raise ValueError("an org-wide install needs the org's enterprise_id")
+        self.enterprise_id = enterprise_id
+        self.org_install = org_install
         self.app_url = app_url
         self.signing_secret = signing_secret
         self.team_id = team_id
@@ -121,15 +133,19 @@ class EventSender:
             "event_time": int(self.clock()),
             "authorizations": [
                 {
-                    "enterprise_id": None,
-                    "team_id": self.team_id,
+                    "enterprise_id": self.enterprise_id,
+                    "team_id": None if self.org_install else self.team_id,
                     "user_id": self.bot_user_id,
                     "is_bot": True,
-                    "is_enterprise_install": False,
+                    "is_enterprise_install": self.org_install,
                 }
             ],
             "is_ext_shared_channel": False,
         }
+        if self.enterprise_id is not None:
+            envelope["enterprise_id"] = self.enterprise_id
+            envelope["context_team_id"] = self.team_id
+            envelope["context_enterprise_id"] = self.enterprise_id
         headers = {"Content-Type": "application/json"}
         if retry_num is not None:
             headers["X-Slack-Retry-Num"] = str(retry_num)
@@ -205,7 +221,7 @@ class EventSender:
         *,
         block_id: str = "actions",
         message: JsonDict | None = None,
-        org_install: bool = False,
+        org_install: bool | None = None,
         thread_ts: str | None = None,
         action_type: str = "button",
     ) -> Reply:
@@ -214,8 +230,10 @@ class EventSender:
         ``message``). ``action_type`` is the element's type: ``feedback_buttons`` for Slack's
         thumbs up / down (see ``feedback``).
 
-        ``org_install`` sends it as Slack does from an org-wide (Enterprise Grid) install:
-        ``"team": null``, the team only in ``user.team_id``."""
+        ``org_install`` (default: the sender's) sends it as Slack does from an org-wide
+        (Enterprise Grid) install: ``"team": null``, the team only in ``user.team_id``."""
+        org_install = self.org_install if org_install is None else org_install
+        org = self.enterprise_id or "E0EMULATOR"
         now = self.next_ts()
         payload: JsonDict = {
             "type": "block_actions",
@@ -235,7 +253,9 @@ class EventSender:
             },
             "trigger_id": trigger_id or f"{int(self.clock())}.{uuid.uuid4().int % 10**12}",
             "team": None if org_install else {"id": self.team_id, "domain": "emulator"},
-            "enterprise": {"id": "E0EMULATOR", "name": "emulator"} if org_install else None,
+            "enterprise": (
+                {"id": org, "name": "emulator"} if org_install or self.enterprise_id else None
+            ),
             "is_enterprise_install": org_install,
             "channel": {"id": channel, "name": channel.lower()},
             "message": {"type": "message", **(message or {}), "ts": message_ts},
@@ -281,10 +301,12 @@ class EventSender:
             "command": command,
             "text": text,
             "api_app_id": self.api_app_id,
-            "is_enterprise_install": "false",
+            "is_enterprise_install": "true" if self.org_install else "false",
             "response_url": response_url or "https://hooks.slack.com/commands/T1/1/x",
             "trigger_id": f"{int(self.clock())}.{uuid.uuid4().int % 10**12}.x",
         }
+        if self.enterprise_id is not None:
+            form["enterprise_id"] = self.enterprise_id
         body = urllib.parse.urlencode(form).encode()
         headers = {"Content-Type": "application/x-www-form-urlencoded"}
         return self.raw(body, headers, timestamp=timestamp)

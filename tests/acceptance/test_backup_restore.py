@@ -182,7 +182,7 @@ def test_a_backup_never_overwrites_a_file_and_needs_a_store(tmp_path: Path) -> N
     assert existing.read_text() == "precious"
     missing = wakeful(tmp_path, str(tmp_path / "none.db"), "backup", str(tmp_path / "b.db"))
     assert missing.returncode == 2
-    assert "no SQLite store" in missing.stderr
+    assert missing.stderr == f"wakeful: no store at {tmp_path / 'none.db'}: nothing to back up\n"
     assert not (tmp_path / "none.db").exists()
 
 

@@ -6,7 +6,9 @@ through /slack/install (Bolt's page, its state cookie, the emulator's authorize 
 oauth.v2.access), people converse in both, every reply goes out with its own workspace's
 token, a click from one workspace cannot answer the other's approval, tokens are refreshed,
 one workspace uninstalls (its timer cancelled, its inbox set aside, nothing more sent there)
-while the other carries on, and a re-install resumes it. On both stores.
+while the other carries on, and a re-install resumes it. An Enterprise Grid org installs the
+app org-wide: people in two of its workspaces are answered with the org's one token, and a
+click from another org's workspace cannot answer. On both stores.
 """
 
 from __future__ import annotations
@@ -73,9 +75,17 @@ class App:
         status, _, text = get(self.port, f"{back.path}?{back.query}", {"Cookie": cookie})
         return status, text
 
-    def sender(self, team: str) -> EventSender:
-        ws = self.emu._workspaces[team]
-        return EventSender(self.url, SECRET, team_id=team, bot_user_id=ws.bot_user_id)
+    def sender(self, team: str, org: str | None = None) -> EventSender:
+        """Slack's requests from `team`'s people; `org`: of the org-wide install there."""
+        ws = self.emu._workspaces[org or team]
+        return EventSender(
+            self.url,
+            SECRET,
+            team_id=team,
+            bot_user_id=ws.bot_user_id,
+            enterprise_id=org,
+            org_install=org is not None,
+        )
 
     def replies(self, channel: str, needle: str) -> list[dict[str, object]]:
         return [m for m in self.emu.messages(channel) if needle in str(m.get("text", ""))]
@@ -90,6 +100,26 @@ class App:
             for c in self.emu.calls("chat.postMessage")
             if c.params.get("channel") == channel and c.response.get("ok")
         }
+
+
+def approval_prompt(emu: SlackEmulator, channel: str, needle: str) -> tuple[str, str]:
+    """(request id, message ts) of the approval prompt posted in `channel`."""
+
+    def prompt() -> dict[str, object] | None:
+        for m in emu.messages(channel):
+            if needle in str(m.get("text")) and m.get("blocks"):
+                return m
+        return None
+
+    assert emu.wait_for(lambda _e: prompt() is not None), emu.messages(channel)
+    posted = prompt()
+    assert posted is not None
+    rid = next(
+        blk["elements"][0]["value"]
+        for blk in posted["blocks"]  # type: ignore[attr-defined]
+        if blk.get("type") == "actions"
+    )
+    return str(rid), str(posted["ts"])
 
 
 @contextmanager
@@ -109,7 +139,7 @@ def running(tmp: Path, db: str) -> Iterator[App]:
         WAKEFUL_PORT="0",
         WAKEFUL_BATCH_WINDOW="0.2",
         WAKEFUL_OUTBOX_GAP="0",
-        WAKEFUL_APPROVERS="UA9,UB9",
+        WAKEFUL_APPROVERS="UA9,UB9,WE9,WF9",
     )
     proc = Proc(wakeful_cmd("serve"), env, tmp, tmp / f"dist-{uuid.uuid4().hex[:6]}.log")
     store: Store | None = None
@@ -162,22 +192,8 @@ def test_two_workspaces_install_converse_rotate_uninstall_and_reinstall(app: App
 
     # A click from workspace A cannot answer workspace B's approval.
     b.message("UB1", "please refund order 91")
-
-    def prompt() -> dict[str, object] | None:
-        for m in emu.messages("DB1"):
-            if "refund order 91 for" in str(m.get("text")) and m.get("blocks"):
-                return m
-        return None
-
-    assert emu.wait_for(lambda _e: prompt() is not None), emu.messages("DB1")
-    posted = prompt()
-    assert posted is not None
-    rid = next(
-        blk["elements"][0]["value"]
-        for blk in posted["blocks"]  # type: ignore[attr-defined]
-        if blk.get("type") == "actions"
-    )
-    click = a.block_action("UA9", "approve", rid, channel="DB1", message_ts=str(posted["ts"]))
+    rid, ts = approval_prompt(emu, "DB1", "refund order 91 for")
+    click = a.block_action("UA9", "approve", rid, channel="DB1", message_ts=ts)
     assert click.status == 200
     assert eventually(lambda: emu.ephemerals(user="UA9") != [])
     state = app.store.approval(rid)
@@ -230,3 +246,61 @@ def test_two_workspaces_install_converse_rotate_uninstall_and_reinstall(app: App
     b.message("UB1", "status")
     app.wait_reply("DB1", "Status:", count=2)  # the status before the uninstall, and this one
     assert app.posts_by_team("DB1") == {"TB"}
+
+
+def test_an_org_wide_install_answers_its_workspaces_with_the_orgs_token(app: App) -> None:
+    """Enterprise Grid: the org's admin installs the app org-wide through /slack/install
+    (oauth.v2.access answers `"team": null`, `"enterprise": {"id": "E1"}`,
+    `"is_enterprise_install": true`); DMs in two of its workspaces are answered with the org
+    install's one token; a click from a workspace of another org (installed org-wide too) can
+    never answer an approval of this one, while the org's own approver can."""
+    emu = app.emu
+    emu.add_org("E1")  # its workspaces TE1 and TE2 below
+    emu.add_org("EF")  # its workspace TF1
+    for org in ("E1", "EF"):
+        status, page = app.install(org)
+        assert status == 200 and "Thank you" in page, page
+        # Bolt sends an org's admin on to add the app to the org's workspaces.
+        assert "manage/organization/apps/profile/AEMULATOR/workspaces/add" in page, page
+    row = app.store.installation("E1")
+    assert row is not None and row.status == "active"
+    assert (row.org_wide, row.enterprise_id, row.team_id) == (True, "E1", None)
+    assert "xox" not in row.secrets
+
+    one, two = app.sender("TE1", org="E1"), app.sender("TE2", org="E1")
+    assert one.message("WE1", "status").status == 200
+    assert two.message("WE2", "status").status == 200
+    app.wait_reply("DWE1", "Handled 1 message")
+    app.wait_reply("DWE2", "Handled 1 message")
+    for channel in ("DWE1", "DWE2"):
+        assert app.posts_by_team(channel) == {"E1"}  # the org install's token, in both
+    assert app.store.installation_for_team("TE2") == app.store.installation("E1")
+
+    # A click from another org's workspace (its approver, of its own org-wide install).
+    one.message("WE1", "please refund order 92")
+    rid, ts = approval_prompt(emu, "DWE1", "refund order 92 for")
+    other = app.sender("TF1", org="EF")
+    click = other.block_action("WF9", "approve", rid, channel="DWE1", message_ts=ts)
+    assert click.status == 200
+    assert eventually(lambda: emu.ephemerals(user="WF9") != [])
+    [note] = emu.ephemerals(user="WF9")
+    assert "not yours to answer" in str(note.get("text")), note
+    notes = [c for c in emu.calls("chat.postEphemeral") if c.params.get("user") == "WF9"]
+    assert [c.team for c in notes] == ["EF"]  # told with its own org's token
+    state = app.store.approval(rid)
+    assert state is not None and state.answer is None
+    # The org's own approver, from the workspace of the request, answers it.
+    assert one.block_action("WE9", "approve", rid, channel="DWE1", message_ts=ts).status == 200
+    assert eventually(lambda: (app.store.approval(rid) or state).answer == "yes")
+
+    # The org uninstalls: every workspace of it is set aside, the other org carries on.
+    emu.uninstall("E1")
+    assert one.tokens_revoked().status == 200
+    assert one.app_uninstalled().status == 200
+    gone = app.store.installation("E1")
+    assert gone is not None and gone.status == "uninstalled"
+    for inbox in ("TE1:WE1", "TE2:WE2"):
+        lease = app.store.lease(inbox)
+        assert lease is not None and lease.holder == "aside:E1", (inbox, lease)
+    row_f = app.store.installation("EF")
+    assert row_f is not None and row_f.status == "active"

@@ -51,7 +51,10 @@ APPROVER = "U0APPROVER"
 APPROVAL_TTL = 4
 OUTBOX_GAP = 1
 BATCH_WINDOW = 0.5
-LISTENING = re.compile(r"^wakeful: listening on http://127\.0\.0\.1:(\d+)/slack/events$")
+LISTENING = re.compile(
+    r'^(?:wakeful: |\{.*"message": ")listening on http://127\.0\.0\.1:(\d+)/slack/events(?:"\})?$'
+)
+"""serve's first stdout line, as text or (WAKEFUL_LOG_FORMAT=json) as a JSON object."""
 START_TIMEOUT = 30.0
 QUIET = 1.5
 """How long to watch for something that must NOT happen, after a positive marker."""
@@ -1119,7 +1122,7 @@ def test_bad_configuration_stops_start_up_with_one_line(tmp_path: Path) -> None:
             "no token": ({"SLACK_BOT_TOKEN": None}, "SLACK_BOT_TOKEN"),
             "no secret": ({"SLACK_SIGNING_SECRET": None}, "SLACK_SIGNING_SECRET"),
             "port not a number": ({"WAKEFUL_PORT": "eighty"}, "WAKEFUL_PORT"),
-            "gap not a number": ({"WAKEFUL_OUTBOX_GAP": "1h"}, "WAKEFUL_OUTBOX_GAP"),
+            "gap not a duration": ({"WAKEFUL_OUTBOX_GAP": "1 hour"}, "WAKEFUL_OUTBOX_GAP"),
             "approvers": ({"WAKEFUL_APPROVERS": "U0OK,alice"}, "WAKEFUL_APPROVERS"),
             "agent": ({"WAKEFUL_AGENT": "skynet"}, "WAKEFUL_AGENT"),
             "api url": ({"SLACK_API_URL": "not a url"}, "SLACK_API_URL"),

@@ -60,7 +60,12 @@ def test_a_healthy_setup_passes_every_check(emu: SlackEmulator, db: str) -> None
         "slack scopes",
         "slack clock",
         "signing secret",
+        "agent",
     }
+    assert checks["signing secret"].detail == (
+        "set (cannot check it against Slack; a wrong one shows as refused requests in the log)"
+    )
+    assert checks["agent"].detail == "refund-desk loads"
     assert checks["durability"].detail == "synchronous=FULL"
     assert checks["journal"].detail == "journal_mode=wal"
     assert checks["slack token"].detail == "bot UBOT in team T1"
@@ -121,7 +126,10 @@ def test_store_problems_fail_their_checks_and_the_doctor_changes_nothing(
     missing = tmp_path / "nowhere.db"
     store = by_name(run_checks(env_for(emu, str(missing))))["store"]
     assert store.ok is False
-    assert "no SQLite store" in store.detail
+    assert (
+        store.line()
+        == f"FAIL store           no store at {missing} (`wakeful serve` creates a new one)"
+    )
     assert not missing.exists()
     behind = tmp_path / "behind.db"
     open_store(behind).close()
@@ -162,8 +170,9 @@ def test_a_damaged_store_fails_the_integrity_check_on_request(
 
 def test_a_malformed_setting_is_one_failed_line(emu: SlackEmulator, db: str) -> None:
     (only,) = run_checks(env_for(emu, db, WAKEFUL_LEASE_TTL="soon"))
-    assert (
-        only.line() == "FAIL settings        WAKEFUL_LEASE_TTL must be a whole number, got 'soon'"
+    assert only.line() == (
+        "FAIL settings        WAKEFUL_LEASE_TTL must be a duration: 90 (seconds), 90s, 15m, 1h "
+        "or 30d, got 'soon'"
     )
 
 

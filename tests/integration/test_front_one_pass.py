@@ -1,6 +1,6 @@
 """The front does Bolt's work once (issue 26): one signature check and one parse per request,
 Bolt given the parsed body; Slack's app_rate_limited notice said and counted with a bounded
-workspace label."""
+workspace label; a request of an org-wide install records its workspace under it."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_a_request_is_verified_once_and_parsed_once(
     from slack_sdk.signature import SignatureVerifier
 
     front = SlackFront(store, SECRET, "UBOT", "BBOT")
-    checks = counting(monkeypatch, SignatureVerifier, "is_valid")
+    checks = counting(monkeypatch, SignatureVerifier, "generate_signature")
     bolt_parses = counting(monkeypatch, bolt_request, "parse_body")
     assert call(front, message("Ev1")).startswith("200")
     assert [e.source_id for e in store.events("T1:U1")] == ["Ev1"]
@@ -142,3 +142,56 @@ def test_app_rate_limited_is_counted_by_a_bounded_workspace_label(store: Store) 
     call(front, rate_limited("TB"))
     assert counted(ALL) == all_before + 1  # past WAKEFUL_WORKSPACE_LABELS: aggregated
     assert counted("TB") == 0
+
+
+def org_message(event_id: str, team: str, shared: bool = False) -> bytes:
+    """A DM event of an org-wide install in org E1, as Slack sends it: the installation in
+    `authorizations` with `"team_id": null`, the workspace only in the envelope."""
+    body = json.loads(message(event_id, team))
+    body["enterprise_id"] = "E1"
+    body["context_team_id"], body["context_enterprise_id"] = team, "E1"
+    body["is_ext_shared_channel"] = shared
+    body["authorizations"] = [
+        {
+            "enterprise_id": "E1",
+            "team_id": None,
+            "user_id": "UBOT",
+            "is_bot": True,
+            "is_enterprise_install": True,
+        }
+    ]
+    return json.dumps(body).encode()
+
+
+def test_a_request_of_an_org_wide_install_records_its_workspace_under_it(store: Store) -> None:
+    """The org's rows go out with the org's token only if each workspace is recorded under
+    the install when its people write; a Slack Connect channel's event, which may come from
+    another org's workspace, records nothing."""
+    from slack_sdk.oauth.installation_store import Installation
+
+    env = {
+        "SLACK_CLIENT_ID": "1.2",
+        "SLACK_CLIENT_SECRET": "s",
+        "WAKEFUL_TOKEN_KEY": Fernet.generate_key().decode(),
+    }
+    dist = Distribution.build(Config.from_env(env), store, clock=lambda: T0)
+    dist.installations.save(
+        Installation(
+            app_id="A1",
+            enterprise_id="E1",
+            team_id=None,
+            is_enterprise_install=True,
+            bot_token="xoxb-org",
+            bot_id="BBOT",
+            bot_user_id="UBOT",
+            user_id="WADMIN",
+        )
+    )
+    front = SlackFront(store, SECRET, authorizer=dist.authorize(), installations=dist.installations)
+    assert call(front, org_message("EvS", "TX", shared=True)).startswith("200")
+    assert store.installation_for_team("TX") is None
+    assert call(front, org_message("Ev1", "TE1")).startswith("200")
+    assert [e.source_id for e in store.events("TE1:U1")] == ["Ev1"]
+    found = store.installation_for_team("TE1")
+    assert found is not None and found.workspace == "E1"
+    assert dist.workspaces.token("TE1") == "xoxb-org"  # what the dispatcher sends it with

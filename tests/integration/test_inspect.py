@@ -123,8 +123,8 @@ def test_inspect_creates_no_store_and_migrates_none(
     missing = tmp_path / "none.db"
     code, _, err = run(capsys, monkeypatch, str(missing))
     assert code == 2
-    assert "no SQLite store at" in err
-    assert not missing.exists()
+    assert err.strip() == f"wakeful: no store at {missing} (`wakeful serve` creates a new one)"
+    assert not missing.exists() and not Path(f"{missing}-lock").exists()
     behind = tmp_path / "behind.db"
     seed(str(behind))
     latest = latest_version("sqlite")

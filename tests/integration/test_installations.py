@@ -12,6 +12,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
@@ -28,6 +29,7 @@ from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Message, Timer
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.emulator import SlackEmulator
+from wakeful.devtools.emulator.common import Call
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = Fernet.generate_key().decode()
@@ -189,26 +191,60 @@ def test_one_process_refreshes_a_rotating_token_the_other_picks_it_up(
     the store's lease lets exactly one call oauth.v2.access (a refresh token is single-use),
     and both end up with the new token."""
     need_pg("the refresh race")
+    outs, calls = _refresh_race(emu, tmp_path, expired=False)
+    assert all(emu.team_of(o["first"]) == "TR" for o in outs)
+    assert all(c.response.get("ok") for c in calls)
+
+
+def test_a_post_after_the_tokens_expiry_goes_with_the_token_refreshed_once(
+    emu: SlackEmulator, tmp_path: Path
+) -> None:
+    """No request comes in for longer than the token lives (Bolt's token rotator refreshes
+    only when one does): the old token has expired at Slack when two dispatcher processes
+    on one PostgreSQL store post. Exactly one of them refreshes; neither sends a call with
+    the expired token (the other waits for the refresh); every post goes with the new one."""
+    need_pg("the refresh race")
+    outs, calls = _refresh_race(emu, tmp_path, expired=True)
+    new = outs[0]["after"]
+    assert [o["first"] for o in outs] == [new, new]  # nobody used the expired token
+    posts = [c for c in calls if c.method == "chat.postMessage"]
+    assert sorted(c.params["channel"] for c in posts) == ["DR1", "DR2"]
+    assert all(c.response.get("ok") for c in posts), [c.response for c in posts]
+    assert {c.headers.get("Authorization") for c in posts} == {f"Bearer {new}"}
+    assert sum(o["posted"] for o in outs) == 2
+
+
+def _refresh_race(
+    emu: SlackEmulator, tmp_path: Path, expired: bool
+) -> tuple[list[dict[str, Any]], list[Call]]:
+    """TR's token due (`expired`: past its expiry, at Slack too), two rows waiting, and two
+    refresher processes released together: what each printed and the calls after the
+    install. Checks what both tests share: one refresh, every process on the new token."""
     with pg_schema_url() as url:
         store = open_store(url)
         try:
             now = int(time.time())
             install(emu, store, "TR", clock=now)
+            before = len(emu.calls())
             row = store.installation("TR")
             assert row is not None
-            # The stored expiry is due (10 s left, refreshed under 60 s); the token still works.
-            store.refresh_secrets("TR", row.version, row.secrets, row.profile, now + 10, now)
+            # Due: 10 s left (refreshed under 60 s), the token still works; or gone.
+            expiry = now - 1 if expired else now + 10
+            if expired:
+                emu.expire_tokens("TR")
+            store.refresh_secrets("TR", row.version, row.secrets, row.profile, expiry, now)
+            store.post("TR:UR1", [Message("DR1", "one")], now)
+            store.post("TR:UR2", [Message("DR2", "two")], now)
             outs = _race(url, emu, tmp_path)
         finally:
             store.close()
-    refreshes = [
-        c for c in emu.calls("oauth.v2.access") if c.params.get("grant_type") == "refresh_token"
-    ]
+    calls = emu.calls()[before:]
+    refreshes = [c for c in calls if c.method == "oauth.v2.access" and c.params.get("grant_type")]
     assert len(refreshes) == 1 and refreshes[0].response.get("ok"), [c.response for c in refreshes]
     assert sum(o["refreshes"] for o in outs) == 1
     new = refreshes[0].response["access_token"]
     assert [o["after"] for o in outs] == [new, new]  # every process picks up the new token
-    assert all(emu.team_of(o["first"]) == "TR" for o in outs)
+    return outs, calls
 
 
 def _race(url: str, emu: SlackEmulator, tmp_path: Path) -> list[dict[str, object]]:
@@ -250,7 +286,9 @@ _REFRESHER = textwrap.dedent(
     import json, os, sys, time
     sys.path.insert(0, {repo!r})
     from wakeful.bot.installations import StoreInstallations, TokenCipher
+    from wakeful.bot.sender import SlackSender, make_client
     from wakeful.bot.workspaces import Workspaces
+    from wakeful.core.dispatcher import Dispatcher
     from wakeful.core.store import open_store
 
     url, key, client_id, secret, api, go = sys.argv[1:7]
@@ -261,6 +299,10 @@ _REFRESHER = textwrap.dedent(
     while not os.path.exists(go):
         time.sleep(0.001)
     first = ws.token("TR")
+    sender = SlackSender(make_client("", api), sleep=lambda _s: None, tokens=ws.token)
+    posted = Dispatcher(store=store, clock=lambda: int(time.time()), sender=sender).tick(
+        int(time.time())
+    )
     deadline = time.monotonic() + 10
     while True:  # the other process may still be refreshing: wait for its save
         after = ws.token("TR")
@@ -268,7 +310,8 @@ _REFRESHER = textwrap.dedent(
         if row.expires_at - time.time() > 60 or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    print(json.dumps({{"first": first, "after": ws.token("TR"), "refreshes": ws.refreshes}}))
+    out = {{"first": first, "after": ws.token("TR"), "refreshes": ws.refreshes}}
+    print(json.dumps({{**out, "posted": posted}}))
     store.close()
     """
 )

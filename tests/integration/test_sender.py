@@ -304,6 +304,24 @@ def test_a_reserved_turn_is_the_one_the_post_goes_at(
     assert [m["text"] for m in emu.messages("C1")] == ["one", "two", "three"]
 
 
+def test_a_turn_reached_late_still_keeps_the_next_post_a_second_after_it(
+    emu: SlackEmulator, sender: SlackSender, fake: FakeTime
+) -> None:
+    # Two turns taken a second apart; the first post is reached 0.4 s late (a busy machine).
+    # Slack counts the gap between the posts it receives, so the second waits for the full
+    # second after the first actually went, not for its own reserved turn.
+    sender.reserve(part("one", row=1))
+    sender.reserve(part("two", row=2))
+    fake.now += 0.4
+    sender.send(part("one", row=1))
+    fake.now += 0.6  # the dispatcher waited for the second's reserved turn
+    sender.send(part("two", row=2))
+    assert fake.sleeps == [pytest.approx(0.4)]
+    sender.send(part("three", row=3))  # and the next free turn follows the late one
+    assert fake.sleeps == [pytest.approx(0.4), pytest.approx(1.0)]
+    assert [m["text"] for m in emu.messages("C1")] == ["one", "two", "three"]
+
+
 # -- classify ------------------------------------------------------------------------------
 
 

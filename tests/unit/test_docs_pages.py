@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.support.doc_samples import PAGES, ROOT
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-SETTING = re.compile(r'"((?:WAKEFUL|SLACK|ANTHROPIC)_[A-Z0-9_]+)"')
+SETTING = re.compile(r'"((?:WAKEFUL|SLACK|ANTHROPIC)_[A-Z0-9_]*[A-Z0-9])"')  # not a prefix
 INTERNAL = {"WAKEFUL_GATEWAY_CHILD_PID"}  # set by serve for its gateway child, not by people
 
 

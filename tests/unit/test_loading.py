@@ -74,3 +74,16 @@ def test_wakeful_worker_refuses_an_old_style_factory_in_one_line(tmp_path: Path)
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and EXPECTED in lines[0], done.stderr
+
+
+def test_a_module_found_whose_own_import_fails_names_what_it_lacks(tmp_path: Path) -> None:
+    (tmp_path / "needs_more.py").write_text(
+        "import no_such_dependency_i27a\n\ndef factory(setup): ...\n"
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_factory("needs_more:factory", {"WAKEFUL_AGENT_PATH": str(tmp_path)})
+    assert str(refused.value) == (
+        "WAKEFUL_AGENT 'needs_more:factory': its module needs_more was found but cannot import "
+        "'no_such_dependency_i27a' (No module named 'no_such_dependency_i27a'): install it in "
+        "the environment wakeful runs in"
+    )
