@@ -27,13 +27,13 @@ from slack_bolt import BoltResponse
 from slack_bolt.request import BoltRequest
 from slack_sdk.signature import Clock
 
-from wakeful.bot import payloads, socket_mode
+from wakeful.bot import payloads, socket_mode, store_failures
 from wakeful.bot.config import WebhookSource
 from wakeful.bot.listeners import Listeners
 from wakeful.bot.signature import RequestSignature
 from wakeful.bot.webhooks import WEBHOOKS_PATH, Webhooks
 from wakeful.core import metrics
-from wakeful.core.errors import StoreUnavailable
+from wakeful.core.errors import StoreError
 
 log = logging.getLogger("wakeful")
 RATE_LIMITED = Counter(
@@ -157,8 +157,8 @@ class SlackFront(Listeners):
                 response = flow.handle_installation(request)
             else:
                 response = flow.handle_callback(request)
-        except StoreUnavailable:
-            return reply(503, "store unavailable; please retry")
+        except StoreError as error:
+            return reply(*store_failures.answer_to(error))
         return _bolt_reply(response)
 
     def _webhook(self, environ: Environ, name: str, method: str) -> Reply:
@@ -188,8 +188,8 @@ class SlackFront(Listeners):
             return rejected(reply(400, f"malformed body: {type(exc).__name__}"))
         try:
             response = self.app.dispatch(request)
-        except StoreUnavailable:
-            return reply(503, "store unavailable; please retry")
+        except StoreError as error:
+            return reply(*store_failures.answer_to(error))
         if response.status == 404:
             return reply(200, "")  # an event type or payload this app does not handle
         return _bolt_reply(response)

@@ -22,12 +22,12 @@ from slack_bolt.oauth.oauth_settings import OAuthSettings
 from slack_sdk import WebClient
 
 import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
-from wakeful.bot import blocks, payloads
+from wakeful.bot import blocks, payloads, store_failures
 from wakeful.bot.events import AssistantThreadStarted, Feedback, HomeOpened, MessagesTabOpened
 from wakeful.bot.installations import StoreInstallations
 from wakeful.core import metrics
 from wakeful.core.effects import Message
-from wakeful.core.errors import InvalidInput, StoreUnavailable
+from wakeful.core.errors import InvalidInput, StoreError, StoreUnavailable
 from wakeful.core.events import Command, Event
 from wakeful.core.events import Message as Said
 from wakeful.core.inbox_id import InboxId
@@ -428,9 +428,11 @@ class Listeners:
         return f"Already answered: {line}", None
 
     def _on_error(self, error: Exception, logger: logging.Logger) -> BoltResponse:
-        if isinstance(error, StoreUnavailable):
-            _unavailable.warn(logger, str(error))
-            return BoltResponse(status=503, body="store unavailable; please retry")
+        if isinstance(error, StoreError):
+            if isinstance(error, StoreUnavailable):
+                _unavailable.warn(logger, str(error))
+            status, body = store_failures.answer_to(error)
+            return BoltResponse(status=status, body=body)
         if isinstance(error, InvalidInput):
             return BoltResponse(status=400, body=f"bad request: {error}")
         logger.exception("listener failed", exc_info=error)

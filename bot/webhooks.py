@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
+from wakeful.bot import store_failures
 from wakeful.bot.config import WebhookSource
 from wakeful.core import metrics
 from wakeful.core.effects import check_json
@@ -266,8 +267,8 @@ class Webhooks:
             result = self.store.ingest(inbox, source.name, delivery.delivery_id, payload, now)
         except InvalidInput as exc:
             return 400, f"malformed body: {exc}"
-        except StoreError:
-            return 503, "store unavailable; please retry"
+        except StoreError as error:
+            return store_failures.answer_to(error)
         if not result.stored:
             return 200, "duplicate delivery; already stored"
         self.wake_worker.kick()

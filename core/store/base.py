@@ -1,15 +1,15 @@
 """The backend contract, and the base every concern of the store builds on.
 
 A backend is a `Connector`: it supplies a connection, a transaction and a runner for the named
-statements of its own `.sql` file, and nothing else. The rules live in the concern modules
-(inbox, claims, timers, approvals, outbox, admin) over that runner, so both backends obey
-exactly the same ones (procrastinate's connector / manager split).
+statements of its dialect (`sql.py`: the shared file and its own), and nothing else. The rules
+live in the concern modules (inbox, claims, timers, approvals, outbox, admin) over that runner,
+so both backends obey exactly the same ones (procrastinate's connector / manager split).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
 from wakeful.core.effects import Message
@@ -21,26 +21,40 @@ NewEvent = tuple[str, str, str, str, int]
 """(inbox, source, source_id, payload JSON, now): one delivery on its way into the inbox."""
 
 
+def insert_events(tx: Tx, events: Sequence[NewEvent]) -> list[int | None]:
+    """The one way an event enters the inbox: insert each unless its (source, source_id) key
+    exists; for each, the new id, or None for a repeat (of a stored event, or of an earlier
+    one in `events`: the first copy wins).
+
+    Every event goes through this one statement (`insert_events`), whoever stores it: a
+    delivery through `Connector.store_event`, where concurrent callers share a batch and one
+    commit, or a timer occurrence or an approval's answer or expiry inside the transaction
+    that decides it (`insert_event`). On PostgreSQL the same statement wakes idle workers on
+    every host."""
+    rows = tx.many(
+        "insert_events",
+        [
+            {"inbox": inbox, "source": source, "source_id": source_id, "payload": body, "now": now}
+            for inbox, source, source_id, body, now in events
+        ],
+    )
+    stored = {(str(r["source"]), str(r["source_id"])): int(r["id"]) for r in rows}
+    return [stored.pop((source, source_id), None) for _, source, source_id, _, _ in events]
+
+
 def insert_event(
     tx: Tx, inbox: str, source: str, source_id: str, body: str, now: int
 ) -> int | None:
-    """The one door into the inbox: insert unless the key exists; the new id, or None.
-
-    Every event goes through this statement, whoever stores it (a delivery, a timer occurrence,
-    an approval's answer or expiry); on PostgreSQL the same statement wakes idle workers on
-    every host."""
-    row = tx.one(
-        "insert_event",
-        {"inbox": inbox, "source": source, "source_id": source_id, "payload": body, "now": now},
-    )
-    return None if row is None else int(row["id"])
+    """`insert_events` for one event inside the caller's transaction: the new id, or None."""
+    return insert_events(tx, [(inbox, source, source_id, body, now)])[0]
 
 
 class Connector(ABC):
     """What a backend owes the store: transactions over its named statements."""
 
     dialect: str
-    """Which `.sql` file and migrations the backend runs: `sqlite` or `postgres`."""
+    """Which statements (`shared.sql` and `<dialect>.sql`) and migrations the backend runs:
+    `sqlite` or `postgres`."""
 
     @abstractmethod
     def transaction(self, write: bool = True, urgent: bool = False) -> AbstractContextManager[Tx]:
@@ -56,10 +70,16 @@ class Connector(ABC):
         """Release connections. The connector is unusable afterwards."""
 
     def store_event(self, event: NewEvent) -> int | None:
-        """Commit one new event (None when its key exists). A backend may batch concurrent
-        callers into one commit (group commit); each caller returns after its own commit."""
+        """Commit one new event (None when its key exists), returning after its commit. Both
+        backends batch concurrent callers into one `store_events` (group commit); this base
+        form commits each event alone."""
+        return self.store_events([event])[0]
+
+    def store_events(self, events: Sequence[NewEvent]) -> list[int | None]:
+        """Commit a batch of new events in one urgent transaction (`insert_events`): all of
+        them or, on an error, none."""
         with self.transaction(urgent=True) as tx:
-            return insert_event(tx, *event)
+            return insert_events(tx, events)
 
     def listen(self, on_work: Callable[[], None]) -> Callable[[], None] | None:
         """Call `on_work` whenever any process stores an event; return a function that stops

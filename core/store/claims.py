@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from wakeful.core import metrics
 from wakeful.core.effects import Effects, check_json
 from wakeful.core.errors import LeaseLost, SessionUnusable
-from wakeful.core.records import Claim, Event, Lease, RunRecord
+from wakeful.core.records import Claim, Event, RunRecord
 from wakeful.core.rules.lease import decide, holds
 from wakeful.core.settings import Settings
 from wakeful.core.store.approvals import request_all
@@ -80,10 +80,6 @@ class Claims(Restores):
                 return False
             self._set_expiry(tx, inbox, holder, gen, now)
             return True
-
-    def lease(self, inbox: str) -> Lease | None:
-        with self._tx(write=False) as tx:
-            return lease_record(tx.one("get_lease", {"inbox": inbox}))
 
     def _holds(self, tx: Tx, inbox: str, holder: str, gen: int, now: int) -> bool:
         """Whether `holder` holds the lease in `gen`, read with the row locked for the write."""

@@ -63,15 +63,12 @@ class Inbox(StoreBase):
             row = tx.one("count_events", {"status": status})
         return int(row["n"]) if row else 0
 
-    def ready_inboxes(self, now: int, limit: int = 100) -> list[str]:
-        """Inboxes with work a worker could claim now: pending events past their backoff, or
-        events left running under a lease that has expired."""
-        return [inbox for inbox, _ in self.ready_list(now, limit).inboxes]
-
     def ready_list(self, now: int, limit: int = 100) -> ReadyList:
-        """`ready_inboxes` with each inbox's oldest claimable event id and the newest event id
-        stored when the list was read: a worker that sees a list cut at `limit` can tell later
-        which inboxes were already stored (and waiting past the cut) at that look."""
+        """Inboxes with work a worker could claim now (pending events past their backoff, or
+        events left running under a lease that has expired), each with its oldest claimable
+        event id, and the newest event id stored when the list was read: a worker that sees a
+        list cut at `limit` can tell later which inboxes were already stored (and waiting past
+        the cut) at that look."""
         with self._tx(write=False) as tx:
             rows = tx.all("ready_inboxes", {"now": now, "limit": limit})
         return ReadyList(

@@ -118,33 +118,27 @@ class Outbox(StoreBase):
         return rows, False
 
     def mark_sent(self, part: Part, ts: str | None, now: int) -> None:
-        """Record a delivered part; posts containing normal rows restart the destination's gap."""
-        self.mark_sent_many([(part, ts)], now)
-
-    def mark_sent_many(self, sent: Sequence[tuple[Part, str | None]], now: int) -> None:
-        """`mark_sent` for several delivered parts in one transaction (one commit for a whole
-        dispatcher pass)."""
-        final = [(part, ts) for part, ts in sent if part.final]
-        if not final:
+        """Record a delivered part (only its final piece marks its rows sent); posts containing
+        normal rows restart the destination's gap."""
+        if not part.final:
             return
         with self._tx() as tx:
-            for part, ts in final:
-                for row_id in part.row_ids:
-                    tx.run(
-                        "mark_row_sent",
-                        {"id": row_id, "dispatch_id": part.dispatch_id, "ts": ts, "now": now},
-                    )
-                if kinds.paced(part.kind) and ts:
-                    # A reply in its thread, or a top-level post (a reminder in a channel):
-                    # replies under either reach the agent without a new mention.
-                    threads.remember(tx, part.channel, part.thread_ts or ts, "posted", now)
-                if kinds.paced(part.kind) and part.normal:
-                    tx.run(
-                        "touch_destination",
-                        {"channel": part.channel, "thread_ts": part.thread_ts, "now": now},
-                    )
-                if part.kind == "post" and part.ref and ts:
-                    tx.run("set_prompt", {"id": part.ref, "channel": part.channel, "ts": ts})
+            for row_id in part.row_ids:
+                tx.run(
+                    "mark_row_sent",
+                    {"id": row_id, "dispatch_id": part.dispatch_id, "ts": ts, "now": now},
+                )
+            if kinds.paced(part.kind) and ts:
+                # A reply in its thread, or a top-level post (a reminder in a channel):
+                # replies under either reach the agent without a new mention.
+                threads.remember(tx, part.channel, part.thread_ts or ts, "posted", now)
+            if kinds.paced(part.kind) and part.normal:
+                tx.run(
+                    "touch_destination",
+                    {"channel": part.channel, "thread_ts": part.thread_ts, "now": now},
+                )
+            if part.kind == "post" and part.ref and ts:
+                tx.run("set_prompt", {"id": part.ref, "channel": part.channel, "ts": ts})
 
     def defer_batch(self, dispatch_id: str, until: int, error: str, now: int, *, held: int) -> None:
         """A transient failure: keep the batch `sending` and retry it whole after `until`.

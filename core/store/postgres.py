@@ -9,7 +9,6 @@ one another; dispatchers take a per-destination advisory lock. Storing an event 
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,15 +23,15 @@ from wakeful.core.errors import StoreError, StoreUnavailable
 from wakeful.core.logs import one_line
 from wakeful.core.store.base import Connector, NewEvent
 from wakeful.core.store.group_commit import GroupCommit
-from wakeful.core.store.sql import AfterCommit, Row, load_migrations, load_queries, repeat_rows
+from wakeful.core.store.sql import (
+    AfterCommit,
+    Row,
+    batched,
+    load_migrations,
+    load_queries,
+)
 
-_QUERIES = load_queries("postgres.sql")
-
-
-@functools.cache
-def _rows_sql(rows: int) -> str:
-    """The batch insert for `rows` events, built once per batch size."""
-    return repeat_rows(_QUERIES, "insert_events", rows)
+_QUERIES = load_queries("postgres")
 
 
 class _PgTx(AfterCommit):
@@ -54,6 +53,9 @@ class _PgTx(AfterCommit):
     def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
         cur = self._conn.execute(_QUERIES[name], params or {})
         return list(cur.fetchall())
+
+    def many(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
+        return list(self._conn.execute(*batched(_QUERIES[name], rows)).fetchall())
 
 
 def translate(exc: Exception) -> StoreError:
@@ -152,7 +154,7 @@ class PostgresConnector(Connector):
                 f"cannot connect to PostgreSQL: the pool could not open its connections: {exc}"
             ) from exc
         self._listeners: list[threading.Event] = []
-        self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self._insert_batch)
+        self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self.store_events)
         if migrate:
             try:
                 self._migrate()
@@ -192,27 +194,9 @@ class PostgresConnector(Connector):
                 return
 
     def store_event(self, event: NewEvent) -> int | None:
-        """Concurrent ingests share one multi-row INSERT and one commit (group commit): one
-        round trip and one WAL flush for the batch instead of one each."""
+        """Concurrent ingests share one `store_events` transaction, its one multi-row INSERT
+        and one commit (group commit): one WAL flush for the batch instead of one each."""
         return self._group.submit(event)
-
-    def _insert_batch(self, items: Sequence[NewEvent]) -> list[int | None]:
-        """Insert a batch; the first copy of each key wins (within the batch too)."""
-        params = [
-            v
-            for inbox, source, sid, body, now in items
-            for v in (inbox, source, sid, body, now, now)
-        ]
-        try:
-            with self._begun() as conn:
-                rows = conn.execute(_rows_sql(len(items)), params).fetchall()
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise translate(exc) from exc
-        stored = {(str(r["source"]), str(r["source_id"])): int(r["id"]) for r in rows}
-        results: list[int | None] = []
-        for _, source, source_id, _, _ in items:
-            results.append(stored.pop((source, source_id), None))  # a repeat finds it taken
-        return results
 
     def _migrate(self) -> None:
         """Apply each packaged migration not yet recorded, with its record, one transaction

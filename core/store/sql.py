@@ -1,14 +1,20 @@
-"""Named SQL blocks, one file per backend, and the cursor-like interface the engine runs them on.
+"""Named SQL blocks, and the cursor-like interface the engine runs them on.
 
-Each backend keeps every statement in its own `.sql` file under a `-- name: <name>` header
-followed by a one-line `-- description`; the engine refers to statements by name only, so both
-dialects can be checked to define the same names and no SQL is built from strings at run time.
+Every statement lives under a `-- name: <name>` header followed by its `-- description` lines,
+in one of three packaged files: `shared.sql` holds what both stores run alike, written once
+with `:x` placeholders that the PostgreSQL store reads as `%(x)s`; `sqlite.sql` and
+`postgres.sql` hold, under the same names, only the statements whose SQL differs. The engine
+refers to statements by name only; a name is defined once per store (loading refuses a
+second definition). SQL is never built from values: the only text made at run time is a batch
+statement's VALUES row repeated once per item, with positional placeholders (`Tx.many`,
+cached per batch size).
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
@@ -16,6 +22,15 @@ from typing import Any, Protocol
 Row = Mapping[str, Any]
 _HEADER = re.compile(r"^--\s*name:\s*([a-z_0-9]+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+SHARED = "shared.sql"
+"""The statements both dialects run alike."""
+DIALECTS = ("sqlite", "postgres")
+"""Each has a file of its own, `<dialect>.sql`, for the statements that differ."""
+_LITERALS = re.compile(r"('(?:[^']|'')*'|--[^\n]*)")
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+_VALUES_ROW = re.compile(r"\bVALUES\s*(\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\))", re.IGNORECASE)
+"""A VALUES row, up to two levels of parentheses inside it (a call around a %(x)s)."""
+_PLACEHOLDER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)|%\(([A-Za-z_]\w*)\)s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +42,8 @@ class Statement:
 
 
 def load_statements(filename: str) -> dict[str, Statement]:
-    """Read the `-- name: x` blocks of a packaged .sql file, descriptions apart from the SQL."""
+    """Read the `-- name: x` blocks of one packaged .sql file, descriptions apart from the SQL;
+    a name defined twice in the file is refused."""
     text = resources.files("wakeful.core.store").joinpath(filename).read_text("utf-8")
     pieces = _HEADER.split(text)
     found: dict[str, Statement] = {}
@@ -43,9 +59,41 @@ def load_statements(filename: str) -> dict[str, Statement]:
     return found
 
 
-def load_queries(filename: str) -> dict[str, str]:
-    """{name: SQL} of a packaged .sql file: what a backend's statement runner executes."""
-    return {name: s.sql for name, s in load_statements(filename).items()}
+def for_dialect(sql: str, dialect: str) -> str:
+    """A shared statement as `dialect` runs it: on PostgreSQL each `:x` becomes psycopg's
+    `%(x)s` and a literal `%` becomes `%%` (string literals and comments keep their colons)."""
+    if dialect == "sqlite":
+        return sql
+    if dialect != "postgres":
+        raise ValueError(f"unknown SQL dialect {dialect!r}: expected one of {DIALECTS}")
+    pieces = _LITERALS.split(sql)
+    for i in range(0, len(pieces), 2):  # the parts outside literals and comments
+        pieces[i] = _NAMED.sub(r"%(\1)s", pieces[i].replace("%", "%%"))
+    for i in range(1, len(pieces), 2):
+        pieces[i] = pieces[i].replace("%", "%%")
+    return "".join(pieces)
+
+
+def load_dialect(dialect: str) -> dict[str, Statement]:
+    """Every statement a store of `dialect` runs: the shared ones in its placeholder spelling,
+    and its own file's. A name in both files is refused: a statement is written once."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown SQL dialect {dialect!r}: expected one of {DIALECTS}")
+    shared = load_statements(SHARED)
+    own = load_statements(f"{dialect}.sql")
+    twice = sorted(set(shared) & set(own))
+    if twice:
+        raise ValueError(f"{dialect}.sql: {', '.join(twice)} also defined in {SHARED}")
+    found = {
+        name: Statement(name, s.description, for_dialect(s.sql, dialect))
+        for name, s in shared.items()
+    }
+    return found | own
+
+
+def load_queries(dialect: str) -> dict[str, str]:
+    """{name: SQL} for a store of `dialect`: what its statement runner executes."""
+    return {name: s.sql for name, s in load_dialect(dialect).items()}
 
 
 IDENTITY = {
@@ -68,11 +116,33 @@ does not see explicit ids); SQLite's row id already takes the largest plus one."
 _RESEQUENCE_MARK = re.compile(r"\{\{RESEQUENCE (\w+)\}\}")
 
 
-def repeat_rows(queries: dict[str, str], name: str, rows: int) -> str:
-    """A statement with `rows` copies of its row part, from its `<name>_head`, `_row` and
-    `_tail` fragments joined with commas: one statement for a whole batch."""
-    row = queries[f"{name}_row"]
-    return queries[f"{name}_head"] + " " + ",".join([row] * rows) + " " + queries[f"{name}_tail"]
+@functools.lru_cache(maxsize=512)
+def values_repeated(sql: str, rows: int) -> tuple[str, tuple[str, ...]]:
+    """`sql` with its VALUES row written `rows` times, and the parameter names of one row in
+    the order they appear: one statement for a whole batch, its placeholders positional (`?`
+    or `%s`), which bind faster than thousands of named ones. Built once per statement and
+    batch size. Every placeholder of a batch statement must be in its VALUES row."""
+    found = _VALUES_ROW.search(sql)
+    if found is None:
+        raise ValueError(f"a batch statement needs a VALUES (...) row: {sql[:60]!r}")
+    group = found.group(1)
+    if _PLACEHOLDER.search(sql[: found.start(1)] + sql[found.end(1) :]):
+        raise ValueError(f"a batch statement takes parameters in its VALUES row only: {sql!r}")
+    names = [m[1] or m[2] for m in _PLACEHOLDER.finditer(group)]
+    first = _PLACEHOLDER.search(group)
+    positional = "?" if first is None or first[1] else "%s"
+    one = _PLACEHOLDER.sub(positional, group)
+    return sql[: found.start(1)] + ", ".join([one] * rows) + sql[found.end(1) :], tuple(names)
+
+
+def batched(sql: str, rows: Sequence[Mapping[str, Any]]) -> tuple[str, Any]:
+    """The statement and parameters that run `sql` once for all of `rows`: the VALUES row
+    repeated (`values_repeated`) with each row's values in its placeholders' order; a lone
+    row runs the statement as written, with its named parameters."""
+    if len(rows) == 1:
+        return sql, rows[0]
+    text, names = values_repeated(sql, len(rows))
+    return text, [row[name] for row in rows for name in names]
 
 
 def load_migrations(dialect: str) -> list[tuple[int, str, str]]:
@@ -107,6 +177,11 @@ class Tx(Protocol):
 
     def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
         """Execute; return every row."""
+        ...
+
+    def many(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
+        """Execute a statement with a VALUES row once for all of `rows` (one statement, one
+        round trip: `values_repeated`); return every row it returns."""
         ...
 
 

@@ -9,7 +9,6 @@ returns, which is what lets the HTTP front acknowledge Slack only after the comm
 from __future__ import annotations
 
 import contextlib
-import functools
 import sqlite3
 import threading
 import time
@@ -19,12 +18,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from wakeful.core.errors import StoreError, StoreUnavailable
-from wakeful.core.store.base import Connector, NewEvent
+from wakeful.core.store.base import Connector, NewEvent, insert_events
 from wakeful.core.store.group_commit import GroupCommit
-from wakeful.core.store.sql import AfterCommit, Row, load_migrations, load_queries, repeat_rows
+from wakeful.core.store.sql import (
+    AfterCommit,
+    Row,
+    batched,
+    load_migrations,
+    load_queries,
+)
 from wakeful.core.store.sqlite_files import FileWatch, Holder
 
-_QUERIES = load_queries("sqlite.sql")
+_QUERIES = load_queries("sqlite")
 _T = TypeVar("_T")
 _TRANSIENT = ("locked", "busy", "full", "disk i/o", "unable to open", "readonly")
 WAL_SIZE_LIMIT = 32 * 1024 * 1024
@@ -90,6 +95,9 @@ class _SqliteTx(AfterCommit):
     def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
         return list(self._conn.execute(_QUERIES[name], params or {}).fetchall())
 
+    def many(self, name: str, rows: Sequence[Mapping[str, Any]]) -> list[Row]:
+        return list(self._conn.execute(*batched(_QUERIES[name], rows)).fetchall())
+
 
 def translate(exc: sqlite3.Error, path: str = "") -> StoreError:
     """Driver error -> wakeful error. Lock, busy, read-only, I/O and disk-full conditions are
@@ -135,7 +143,7 @@ class SQLiteConnector(Connector):
         self._lock = threading.Lock()
         self._write_lock = WriteGate()
         self._closed = False
-        self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self._insert_batch)
+        self._group: GroupCommit[NewEvent, int | None] = GroupCommit(self.store_events)
         self._holder = Holder(self.path)  # `wakeful restore` refuses while this is held
         self._watch = FileWatch(self.path)  # and a file removed or swapped anyway is noticed
         try:
@@ -277,27 +285,24 @@ class SQLiteConnector(Connector):
         tx.committed()
 
     def store_event(self, event: NewEvent) -> int | None:
-        """Concurrent ingests share one transaction and one fsync (group commit); each caller
-        returns only after the commit that holds its row."""
+        """Concurrent ingests share one `store_events` transaction and one fsync (group
+        commit); each caller returns only after the commit that holds its row."""
         return self._group.submit(event)
 
-    def _insert_batch(self, items: Sequence[NewEvent]) -> list[int | None]:
+    def store_events(self, events: Sequence[NewEvent]) -> list[int | None]:
+        """`insert_events` as one autocommit statement: SQLite commits a lone statement by
+        itself, so a batch takes one step with the GIL released, not four (BEGIN, INSERT,
+        its rows, COMMIT) that each wait to get it back from the callers. All or nothing."""
         self._watch.check(self._idle_connection)
         conn = self._connect(urgent=True)
         with self._gated(write=True, urgent=True):
             try:
-                # The common case, no repeats: one autocommit statement is the whole fsync'd
-                # transaction, one step with the GIL released instead of four (BEGIN, check,
-                # insert, COMMIT) that each wait to get it back from the callers.
-                ids: list[int | None] = list(self._locking(True, lambda: _insert_rows(conn, items)))
-                self._watch.check(self._idle_connection)  # committed where it will be read?
-                return ids
-            except sqlite3.IntegrityError:
-                pass  # a key exists (a retry): the statement stored nothing; sort it out below
+                ids = self._locking(True, lambda: insert_events(_SqliteTx(conn), events))
             except sqlite3.Error as exc:
+                _rollback(conn)
                 raise self._failed(exc, conn) from exc
-        with self._open(write=True, urgent=True) as tx_conn:
-            return _insert_fresh(tx_conn, items)
+        self._watch.check(self._idle_connection)  # committed where it will be read?
+        return ids
 
     def _failed(self, exc: sqlite3.Error, conn: sqlite3.Connection) -> StoreError:
         """Translate a driver error; a connection that hit anything but a lock or a constraint
@@ -340,52 +345,6 @@ class SQLiteConnector(Connector):
             conn.close()
         self._local = threading.local()
         self._holder.release()
-
-
-def _insert_fresh(conn: sqlite3.Connection, items: Sequence[NewEvent]) -> list[int | None]:
-    """Store the items whose key is new (first copy wins), inside the caller's transaction."""
-    keys = [(source, source_id) for _, source, source_id, _, _ in items]
-    by_source: dict[str, list[str]] = {}
-    for source, source_id in keys:
-        by_source.setdefault(source, []).append(source_id)
-    taken = {
-        (source, str(r[0]))
-        for source, ids in by_source.items()
-        for r in conn.execute(_rows_sql("existing_keys", len(ids)), [source, *ids]).fetchall()
-    }
-    fresh: list[int] = []  # positions of the items this batch stores
-    for i, key in enumerate(keys):
-        if key not in taken:
-            taken.add(key)
-            fresh.append(i)
-    results: list[int | None] = [None] * len(items)
-    if fresh:
-        ids = _insert_rows(conn, [items[i] for i in fresh])
-        for i, event_id in zip(fresh, ids, strict=True):
-            results[i] = event_id
-    return results
-
-
-def _insert_rows(conn: sqlite3.Connection, items: Sequence[NewEvent]) -> range:
-    """One multi-row INSERT; returns the new rows' ids in the items' order. One writer holds
-    the lock, so the rowids are consecutive, ending at the last one."""
-    cursor = conn.execute(
-        _rows_sql("insert_events", len(items)),
-        [
-            v
-            for inbox, source, sid, body, now in items
-            for v in (inbox, source, sid, body, now, now)
-        ],
-    )
-    last = int(cursor.lastrowid or 0)
-    return range(last - len(items) + 1, last + 1)
-
-
-@functools.cache
-def _rows_sql(name: str, rows: int) -> str:
-    """`repeat_rows` built once per batch size: the ingest path runs it thousands of times a
-    second."""
-    return repeat_rows(_QUERIES, name, rows)
 
 
 def _statements(script: str) -> Iterator[str]:

@@ -27,10 +27,6 @@ class Timers(StoreBase):
             tx.run("upsert_timer", {**params, "now": now})
         return str(params["id"])
 
-    def cancel_timer(self, inbox: str, name: str) -> bool:
-        with self._tx() as tx:
-            return tx.run("delete_timer", {"id": f"{inbox}/{name}"}) > 0
-
     def timers(self, inbox: str) -> list[TimerState]:
         with self._tx(write=False) as tx:
             return [timer_record(r) for r in tx.all("inbox_timers", {"inbox": inbox})]

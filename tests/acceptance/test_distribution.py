@@ -17,6 +17,7 @@ import html
 import http.client
 import json
 import re
+import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -229,8 +230,8 @@ def test_two_workspaces_install_converse_rotate_uninstall_and_reinstall(app: App
     assert b.app_uninstalled().status == 200
     gone = app.store.installation("TB")
     assert gone is not None and gone.status == "uninstalled"
-    lease = app.store.lease("TB:UB1")
-    assert lease is not None and lease.holder == "aside:TB"
+    lease = app.store.inbox_view("TB:UB1", 0).lease
+    assert lease is not None and lease["holder"] == "aside:TB"
     assert [t for t in app.store.timers("TB:UB1") if "approval:" not in t.id] == []
     before, stored = len(emu.calls()), len(app.store.events("TB:UB1"))
     assert b.message("UB1", "status").status == 200  # not installed: acknowledged, not stored
@@ -242,7 +243,9 @@ def test_two_workspaces_install_converse_rotate_uninstall_and_reinstall(app: App
     # A re-install resumes B cleanly: its inbox runs again, with the new token.
     status, _ = app.install("TB")
     assert status == 200
-    assert eventually(lambda: (app.store.lease("TB:UB1") or lease).expires_at < 2**62)
+    assert eventually(
+        lambda: (app.store.inbox_view("TB:UB1", 0).lease or lease)["expires_at"] < 2**62
+    )
     b.message("UB1", "status")
     app.wait_reply("DB1", "Status:", count=2)  # the status before the uninstall, and this one
     assert app.posts_by_team("DB1") == {"TB"}
@@ -300,7 +303,7 @@ def test_an_org_wide_install_answers_its_workspaces_with_the_orgs_token(app: App
     gone = app.store.installation("E1")
     assert gone is not None and gone.status == "uninstalled"
     for inbox in ("TE1:WE1", "TE2:WE2"):
-        lease = app.store.lease(inbox)
-        assert lease is not None and lease.holder == "aside:E1", (inbox, lease)
+        lease = app.store.inbox_view(inbox, int(time.time())).lease
+        assert lease is not None and lease["holder"] == "aside:E1", (inbox, lease)
     row_f = app.store.installation("EF")
     assert row_f is not None and row_f.status == "active"

@@ -130,8 +130,8 @@ def test_after_a_pg_restore_mark_only_records_it_and_ends_the_copys_leases(
         ), marked.stdout
         store = open_store(dsn)
         try:
-            lease = store.lease("T1:U1")
-            assert lease is not None and lease.expires_at <= int(time.time())
+            lease = store.inbox_view("T1:U1", int(time.time())).lease
+            assert lease is not None and lease["expires_at"] <= int(time.time())
             assert [r.look_first for r in store.outbox()] == [True]
             assert store.last_restored() is not None
         finally:

@@ -97,9 +97,9 @@ def test_answer_event_payload_carries_answer_user_tool_and_args(store: Store) ->
 
 def test_the_answer_wakes_the_inbox(store: Store) -> None:
     request(store, "r1")
-    assert INBOX not in store.ready_inboxes(T0 + 5)
+    assert INBOX not in [i for i, _ in store.ready_list(T0 + 5).inboxes]
     store.answer("r1", "yes", "U7", T0 + 5)
-    assert INBOX in store.ready_inboxes(T0 + 5)
+    assert INBOX in [i for i, _ in store.ready_list(T0 + 5).inboxes]
 
 
 @pytest.mark.parametrize(("first", "second"), [("yes", "no"), ("no", "yes"), ("yes", "yes")])

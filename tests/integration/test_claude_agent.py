@@ -779,7 +779,7 @@ def test_an_api_failure_fails_the_run_and_it_is_retried_after_backoff(
     assert f"Claude API answered {status}" in (stored.error or "")
     assert world.rows() == []
     # No tight loop: the event is not claimable before its backoff (10 s on the first retry).
-    assert world.store.ready_inboxes(T0 + 9) == []
+    assert [i for i, _ in world.store.ready_list(T0 + 9).inboxes] == []
     world.tick(T0 + 9)
     assert len(fake.requests) == 1
     fake.script(api.text("Hi."))

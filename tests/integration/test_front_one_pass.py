@@ -26,6 +26,13 @@ SECRET = "one-pass-secret"
 
 
 def call(front: SlackFront, body: bytes, content_type: str = "application/json") -> str:
+    return answer(front, body, content_type)[0]
+
+
+def answer(
+    front: SlackFront, body: bytes, content_type: str = "application/json"
+) -> tuple[str, str]:
+    """A signed request through the front's WSGI callable: (status line, body)."""
     stamp = str(int(time.time()))
     signature = EventSender("http://unused", SECRET).sign(body, int(stamp))
     environ = {
@@ -39,8 +46,8 @@ def call(front: SlackFront, body: bytes, content_type: str = "application/json")
         "wsgi.input": io.BytesIO(body),
     }
     seen: list[str] = []
-    front(environ, lambda status, headers: seen.append(status))
-    return seen[0]
+    text = b"".join(front(environ, lambda status, headers: seen.append(status)))
+    return seen[0], text.decode()
 
 
 def message(event_id: str, team: str = "T1") -> bytes:
@@ -195,3 +202,23 @@ def test_a_request_of_an_org_wide_install_records_its_workspace_under_it(store: 
     found = store.installation_for_team("TE1")
     assert found is not None and found.workspace == "E1"
     assert dist.workspaces.token("TE1") == "xoxb-org"  # what the dispatcher sends it with
+
+
+@pytest.mark.parametrize("failure", ["unavailable", "other"])
+def test_every_store_failure_on_a_slack_request_is_the_webhooks_503(
+    store: Store, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    # One answer to a store failure at every HTTP entry: a Slack request meeting a store error
+    # other than "unavailable" was a 500 while a webhook delivery meeting it was a 503.
+    from wakeful.bot.store_failures import RETRY
+    from wakeful.core.errors import StoreError, StoreUnavailable
+
+    error = StoreUnavailable("locked") if failure == "unavailable" else StoreError("malformed")
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(store, "ingest", failing)
+    front = SlackFront(store, SECRET, "UBOT", "BBOT")
+    assert answer(front, message("Ev9")) == ("503 Service Unavailable", RETRY[1])
+    assert RETRY == (503, "store unavailable; please retry")

@@ -135,7 +135,7 @@ def test_a_batch_stores_new_keys_once_and_reports_repeats_and_existing_ones(
         ("T1:U1", "slack", "a", '{"n":4}', 2),  # repeat inside the batch: duplicate
         ("T1:U3", "slack", "b", '{"n":5}', 2),
     ]
-    results = store.db._insert_batch(items)  # type: ignore[attr-defined]
+    results = store.db.store_events(items)
     assert results[1] is None and results[3] is None
     ids = [results[0], results[2], results[4]]
     assert all(isinstance(i, int) for i in ids) and len(set(ids)) == 3
@@ -222,11 +222,11 @@ def test_a_gathering_leader_gives_up_after_its_wait_and_a_trickle_never_waits() 
 
 
 def test_a_batch_of_new_keys_maps_each_caller_to_its_own_row(store: Store) -> None:
-    # A batch is one statement (SQLite derives the ids from the last rowid, PostgreSQL reads
-    # them back by key): each caller must still get the id of its own row.
+    # A batch is one statement (its new rows come back with their keys, in no promised
+    # order): each caller must still get the id of its own row.
     store.ingest("T1:U0", "slack", "before", {"n": 0}, 1)
     items = [(f"T1:U{i % 3}", "slack", f"k{i}", f'{{"n":{i}}}', 2) for i in range(1, 9)]
-    results = store.db._insert_batch(items)  # type: ignore[attr-defined]
+    results = store.db.store_events(items)
     assert len(set(results)) == 8
     for (inbox, source, key, body, _), event_id in zip(items, results, strict=True):
         assert event_id is not None

@@ -161,16 +161,16 @@ def test_revoked_and_uninstalled_in_either_order_set_the_workspace_aside(
     [parked] = [r for r in store.outbox("failed") if r.inbox == "TB:UB1"]
     assert parked.error == "not sent: the app was uninstalled" or "revoked" in (parked.error or "")
     assert store.timers("TB:UB1") == []
-    lease = store.lease("TB:UB1")
-    assert lease is not None and lease.holder == "aside:TB"
-    assert "TB:UB1" not in store.ready_inboxes(T0 + 10)
+    lease = store.inbox_view("TB:UB1", T0).lease
+    assert lease is not None and lease["holder"] == "aside:TB"
+    assert "TB:UB1" not in [i for i, _ in store.ready_list(T0 + 10).inboxes]
     assert [e.source_id for e in store.events("TB:UB1")] == ["Ev1"]  # kept for the operator
     assert [r.inbox for r in store.outbox("pending")] == ["TA:UA1"]  # A untouched
     ws.forget()
     with pytest.raises(Exception, match="workspace TB: the app was uninstalled"):
         ws.token("TB")
     install(emu, store, "TB", clock=T0 + 20)  # a re-install resumes
-    assert "TB:UB1" in store.ready_inboxes(T0 + 30)
+    assert "TB:UB1" in [i for i, _ in store.ready_list(T0 + 30).inboxes]
     ws.forget()
     assert emu.team_of(ws.token("TB")) == "TB"
 

@@ -46,8 +46,8 @@ def test_renew_extends_only_a_live_lease_of_the_same_generation(store: Store) ->
     assert store.acquire(INBOX, "B", T0 + 200) is None  # renewed until T0+220
     assert not store.renew(INBOX, "A", 1, T0 + 220)  # lapsed: a heartbeat never revives
     assert not store.renew(INBOX, "B", 1, T0 + 100)
-    lease = store.lease(INBOX)
-    assert lease is not None and lease.expires_at == T0 + 220
+    lease = store.inbox_view(INBOX, T0).lease
+    assert lease is not None and lease["expires_at"] == T0 + 220
 
 
 def test_release_keeps_the_generation_so_the_next_holder_gets_a_new_one(store: Store) -> None:
@@ -130,9 +130,11 @@ def test_a_retry_waits_for_its_backoff_without_blocking_fresh_events(store: Stor
     # Backoff after the first attempt is 10 s: the fresh event goes first.
     assert names(store.claim(INBOX, "A", claim.gen, T0 + 2)) == ["fresh"]
     store.finish(store.claim(INBOX, "A", claim.gen, T0 + 2), Effects(), T0 + 2)
-    assert store.ready_inboxes(T0 + 5) == []
+    assert [i for i, _ in store.ready_list(T0 + 5).inboxes] == []
     assert names(store.claim(INBOX, "A", claim.gen, T0 + 5)) == []
-    assert store.ready_inboxes(T0 + 11) == [INBOX] or store.lease(INBOX) is not None
+    assert [i for i, _ in store.ready_list(T0 + 11).inboxes] == [INBOX] or store.inbox_view(
+        INBOX, T0
+    ).lease is not None
     retry = store.claim(INBOX, "A", claim.gen, T0 + 11)
     assert names(retry) == ["flaky"] and retry.events[0].attempts == 2
 
@@ -148,7 +150,7 @@ def test_backoff_doubles_between_failed_attempts(make_store: MakeStore) -> None:
         assert names(claim) == ["flaky"]
         assert store.finish(claim, Effects(failed={claim.events[0].id: "again"}), t)
         wait = 0
-        while not store.ready_inboxes(t + wait) and wait < 1000:
+        while not [i for i, _ in store.ready_list(t + wait).inboxes] and wait < 1000:
             store.release(INBOX, "A", gen, t)  # let ready_inboxes see the inbox
             wait += 1
         waits.append(wait)
@@ -161,10 +163,13 @@ def test_backoff_doubles_between_failed_attempts(make_store: MakeStore) -> None:
 def test_ready_inboxes_lists_claimable_work_only(store: Store) -> None:
     add(store, "e1")
     store.ingest("T1:U2", "slack", "x", {}, T0)
-    assert set(store.ready_inboxes(T0)) == {INBOX, "T1:U2"}
+    assert set([i for i, _ in store.ready_list(T0).inboxes]) == {INBOX, "T1:U2"}
     store.acquire(INBOX, "A", T0)
-    assert store.ready_inboxes(T0) == ["T1:U2"]
-    assert set(store.ready_inboxes(T0 + 120)) == {INBOX, "T1:U2"}  # lease lapsed
+    assert [i for i, _ in store.ready_list(T0).inboxes] == ["T1:U2"]
+    assert set([i for i, _ in store.ready_list(T0 + 120).inboxes]) == {
+        INBOX,
+        "T1:U2",
+    }  # lease lapsed
 
 
 # -- finish ----------------------------------------------------------------------------------
@@ -324,8 +329,8 @@ def test_the_next_batch_a_finish_claims_gets_a_full_lease(make_store: MakeStore)
     assert first is not None and names(first) == ["e1"]
     finished, following = store.finish_and_claim(first, Effects(), T0 + 100)
     assert finished and following is not None and names(following) == ["e2"]
-    lease = store.lease(INBOX)
-    assert lease is not None and lease.expires_at == T0 + 100 + store.settings.lease_ttl
+    lease = store.inbox_view(INBOX, T0).lease
+    assert lease is not None and lease["expires_at"] == T0 + 100 + store.settings.lease_ttl
     # Its run may wait its turn behind other inboxes' runs and still finish.
     assert store.finish(following, Effects(), T0 + 200)
 

@@ -50,8 +50,8 @@ def test_a_restore_ends_the_copys_leases_and_claims_and_marks_what_it_did_not_se
     marked = store.mark_restored(T0 + 5, "copy.db")
     assert (marked.leases_expired, marked.rows_to_check) == (1, 2)
     assert store.last_restored() == T0 + 5
-    lease = store.lease("T1:U2")
-    assert lease is not None and lease.expires_at <= T0 + 5
+    lease = store.inbox_view("T1:U2", T0 + 5).lease
+    assert lease is not None and lease["expires_at"] <= T0 + 5
     [again] = [b for b in store.claim_batches(T0 + 5) if b.channel == "C3"]  # not at T0 + 60
     assert again.retry and again.dispatch_id == batch.dispatch_id
     assert all(p.look_first for p in again.parts)

@@ -134,7 +134,7 @@ def test_an_inbox_past_the_ready_lists_cut_keeps_the_window_of_its_kick(store: S
     runs = 0
     while runs < 50:
         runs += worker.tick(T0)
-    assert store.ready_inboxes(T0) == ["T1:U050", "T1:ULATE"]
+    assert [i for i, _ in store.ready_list(T0).inboxes] == ["T1:U050", "T1:ULATE"]
     assert worker.tick(T0) == 1, "the inbox past the cut waits a second window"
     assert worker.tick(T0) == 0, "an inbox stored after the cut was dated by it"
     assert 0.4 < worker.idle_wait() <= 0.5
