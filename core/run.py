@@ -24,6 +24,7 @@ from wakeful.core.events import (
     Conversation,
     Event,
     Message,
+    TimerTick,
     timer_payload,
 )
 from wakeful.core.inbox_id import InboxId
@@ -236,11 +237,20 @@ class Run:
 
     def digest(self, facts: digests.Facts, *, to: Event | Conversation) -> None:
         """A digest, as facts (core/rules/digest.py): digests the outbox holds back merge into
-        one covering the whole span, counts added up."""
+        one covering the whole span, counts added up. Sent for a timer's tick, it goes with
+        its timer: while the gap still holds it, cancelling the timer withdraws it."""
         where = _where(to)
         text = digests.render(facts)
+        timer = to.name if isinstance(to, TimerTick) else None
         self._effects.messages.append(
-            fx.Message(where.channel, text, thread_ts=where.thread_ts, kind="digest", facts=facts)
+            fx.Message(
+                where.channel,
+                text,
+                thread_ts=where.thread_ts,
+                kind="digest",
+                facts=facts,
+                ref=timer,
+            )
         )
 
     def ask(

@@ -6,16 +6,20 @@ behind the credential gateway and sends its signed webhooks back, and the app ru
 `wakeful serve` does (the same HTTP front, loops, agent and dispatcher) on a temporary SQLite
 file, with a short gap and short approval window so the session fits in well under a minute.
 Every expectation is checked; the demo exits 1 if Slack did not see what the narration says.
+The narration is all it prints: the app's log lines go to a file beside the temporary store
+(its last lines are shown if the demo fails), or to stderr with `--verbose`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,11 @@ GITHUB_SECRET, STRIPE_SECRET = "demo-github-secret", "whsec_demo"
 GAP, APPROVAL_TTL = 6, 4
 QUICK_DESK = "wakeful.devtools.demo:quick_desk"
 """WAKEFUL_AGENT for the refund desk with digests every second (the demo, fast tests)."""
+NEXT = (
+    "next: run it on your own Slack workspace (docs/slack.md), "
+    "or write your own agent (docs/agents.md)."
+)
+"""The demo's last line: where a reader goes from here."""
 
 
 def quick_desk(setup: Setup) -> RefundDesk:
@@ -150,12 +159,19 @@ class Demo:
     def user(self, who: str, text: str, where: str = "DM") -> None:
         self.n.say(f"         {who} → {where}: {text!r}")
 
-    def click(self, who: str, action: str, request_id: str, channel: str = DM) -> int:
+    def click(
+        self, who: str, action: str, request_id: str, channel: str = DM, thread: str | None = None
+    ) -> int:
         uid = {"alice": "U0ALICE", "bob": "U0BOB"}[who]
         self.n.say(f"         {who} taps [{action.capitalize()}] on request {request_id}")
         prompt = self.prompt(request_id, channel)
         reply = self.sender.block_action(
-            uid, action, request_id, channel=channel, message_ts=str(prompt.get("ts"))
+            uid,
+            action,
+            request_id,
+            channel=channel,
+            message_ts=str(prompt.get("ts")),
+            thread_ts=thread,
         )
         return reply.status
 
@@ -197,7 +213,7 @@ class Demo:
         self.saved_env = {k: os.environ.get(k) for k in ("WAKEFUL_REFUNDS", "WAKEFUL_GATEWAY_URL")}
         os.environ.update(WAKEFUL_REFUNDS="stripe", WAKEFUL_GATEWAY_URL=url)
         self.stripe.add_payment("1001", amount=4200)
-        self.n.say(
+        self.gateway_line = (
             f"(Stripe: a fake API at {self.stripe.url}, reached through the gateway at {url})"
         )
         return stop
@@ -205,6 +221,7 @@ class Demo:
     def run(self) -> None:
         with (
             tempfile.TemporaryDirectory(prefix="wakeful-demo-") as tmp,
+            logs_to(None if self.n.verbose else Path(tmp) / "demo.log"),
             self.emu,
             self.stripe,
         ):
@@ -221,7 +238,7 @@ class Demo:
                     WebhookSource("stripe", "stripe", STRIPE_SECRET, OPS),
                 ),
             )
-            store = open_store(config.db, config.settings)
+            store = self.store = open_store(config.db, config.settings)
             stop_gateway = self.gateway(tmp, store)
             runtime = Runtime(config, store, ("worker", "scheduler", "dispatcher"), poll=0.2)
             front = SlackFront(
@@ -246,6 +263,7 @@ class Demo:
                 stripe_secret=STRIPE_SECRET,
             )
             self.n.say(f"wakeful demo: app at {url}, Slack emulator at {self.emu.api_url}")
+            self.n.say(self.gateway_line)
             self.n.say(f"(outbox gap {GAP} s, approval window {APPROVAL_TTL} s, store {config.db})")
             try:
                 self.scenes()
@@ -347,9 +365,10 @@ class Demo:
             raise DemoFailed("a digest with nothing new was posted")
         say("         ... and nothing was posted. Now news, period after period:")
         for n in (1, 2, 3):
+            if n > 1:
+                time.sleep(1.1)
             self.user("alice", f"@wakeful note {n}", where="#refunds")
             self.sender.mention("U0ALICE", f"<@UBOT> note {n}", channel=ROOM)
-            time.sleep(1.1)
         say("         the digests they earn wait for the gap, then go out as one ...")
         self.expect(
             "held digests merged into ONE digest covering the span",
@@ -359,9 +378,20 @@ class Demo:
         merged = next(m for m in self.posts("Digest since") if "This digest covers" in m["text"])
         if merged["text"].count("Digest since") != 1:
             raise DemoFailed("the held digests were concatenated, not merged")
+        self.user("alice", "@wakeful note 4", where="#refunds")
+        self.sender.mention("U0ALICE", "<@UBOT> note 4", channel=ROOM)
+        self.expect("a digest held by the gap", self.digest_held, timeout=8)
+        say(f"         the next digest waits out the {GAP} s gap; before it ends:")
         self.user("alice", "digest off")
         self.sender.message("U0ALICE", "digest off", channel=DM)
         self.expect("digest off", lambda: bool(self.posts("Digest off.")))
+        self.digests = len(self.posts("Digest since"))
+        self.digests_settle = time.monotonic() + GAP + 1  # when a held digest would have gone
+        if any("Digest since" in m["text"] for m in self.posts("Digest off.")):
+            raise DemoFailed("a digest went out with `digest off`")
+        if self.digest_held():
+            raise DemoFailed("`digest off` left the held digest in the outbox")
+        say("         the held digest is withdrawn: no digest is sent after this")
         self.threads_and_home()
         self.webhooks()
 
@@ -385,7 +415,8 @@ class Demo:
             "U0ALICE", "lunch anyone?", channel=ROOM, channel_type="channel"
         )
         self.expect(
-            "the follow-up answered in the thread", lambda: len(self.in_thread(mention)) >= 2
+            "the follow-up's prompt in the thread",
+            lambda: any("refund order 1005" in str(m.get("text")) for m in self.in_thread(mention)),
         )
         say(f"         (the channel chatter was acknowledged, HTTP {lunch.status}, and dropped)")
 
@@ -394,6 +425,19 @@ class Demo:
         self.expect("bob's Home tab", lambda: "1005" in self.home("U0BOB"))
         for line in self.home("U0BOB").splitlines():
             say(f"         | {line}")
+        rid = self.request_id("1005", ROOM)
+        self.click("bob", "deny", rid, ROOM, thread=mention)
+        self.expect(
+            "the denial in the thread",
+            lambda: bool(self.posts("Refund for order 1005 denied; nothing was done.", ROOM)),
+        )
+        self.expect("the prompt marked denied", lambda: "Denied by" in str(self.prompt(rid, ROOM)))
+
+    def digest_held(self) -> bool:
+        """A digest the outbox holds back (the gap) in alice's DM."""
+        return any(
+            r.kind == "digest" and r.channel == DM for r in self.store.outbox(status="pending")
+        )
 
     def in_thread(self, thread: str) -> list[dict[str, Any]]:
         return [
@@ -439,7 +483,34 @@ class Demo:
         if stripe - github < GAP - 1:  # the engine counts the gap in whole seconds
             waited = f"{stripe - github:.1f} s"
             raise DemoFailed(f"the Stripe burst went out {waited} after the last post, not paced")
+        time.sleep(max(0.0, self.digests_settle - time.monotonic()))
+        if len(self.posts("Digest since")) != self.digests:
+            raise DemoFailed("a digest went out after `digest off`")
         say("\ndemo finished: every step above was checked against what Slack received.")
+        say(NEXT)
+
+
+@contextlib.contextmanager
+def logs_to(path: Path | None) -> Iterator[None]:
+    """The process's log lines into `path` for the demo's length, so the narration is all the
+    terminal shows (None: leave them on stderr). If the demo fails, the last lines are shown
+    on stderr: they say why."""
+    if path is None:
+        yield
+        return
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+    with open(path, "a", encoding="utf-8") as file:
+        before = [h.setStream(file) for h in handlers]
+        try:
+            yield
+        except BaseException:
+            file.flush()
+            tail = path.read_text(encoding="utf-8", errors="replace").splitlines()[-40:]
+            print("\n".join(["wakeful demo: the app's last log lines:", *tail]), file=sys.stderr)
+            raise
+        finally:
+            for handler, stream in zip(handlers, before, strict=True):
+                handler.setStream(stream or sys.stderr)
 
 
 def run_demo(verbose: bool = False, out: Callable[[str], None] = print) -> int:

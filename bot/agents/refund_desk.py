@@ -159,23 +159,35 @@ class RefundDesk(Agent):
         for where, events in by_conversation.items():
             state["home"] = {"channel": where.channel, "thread_ts": where.thread_ts}
             lines = [f"Handled {plural(len(events), 'message')}."]
+            prompted = 0
             for e in events:
-                lines.extend(self._commands(run, e, where, state))
-            run.reply("\n".join(lines), to=where, urgent=True)
+                said, asked = self._commands(run, e, where, state)
+                lines.extend(said)
+                prompted += bool(asked and not said)
+            # A message that only asked for approval is answered by its prompt: one post per
+            # ask, not a reply saying so and then the prompt.
+            if prompted < len(events):
+                run.reply("\n".join(lines), to=where, urgent=True)
 
     def _slash(self, run: Run, e: Command, state: dict[str, Any]) -> None:
-        """`/wakeful …`: the same commands as a message, answered to the caller alone."""
+        """`/wakeful …`: the same commands as a message, answered to the caller alone (an
+        ask is answered by its prompt in the channel)."""
         text = e.text.strip()
         if text.lower() in ("dead-letters", "dead letters"):
             allowed = e.user in self.approvers
             lines = [dead_letters_text(self.query) if allowed else ONLY_APPROVERS]
         else:
-            lines = self._commands(run, e, Conversation(e.channel), state) or [SLASH_USAGE]
+            lines, asked = self._commands(run, e, Conversation(e.channel), state)
+            if asked and not lines:
+                return
+            lines = lines or [SLASH_USAGE]
         run.reply("\n".join(lines), to=e)
 
     def _commands(
         self, run: Run, e: Message | Command, where: Conversation, state: dict[str, Any]
-    ) -> list[str]:
+    ) -> tuple[list[str], int]:
+        """What one message or command says back, and how many approvals it asked for (each
+        shown by its own prompt, so not said again)."""
         text = MENTION.sub("", e.text).strip()
         lines: list[str] = []
         asking: list[tuple[str, Any]] = []
@@ -194,7 +206,6 @@ class RefundDesk(Agent):
                 not_asked += 1  # over a cap: counted, and said once below
                 continue
             asking.append((asked, args))
-            lines.append(f"Asked for approval to refund order {shown}.")
         if not_asked and (note := run.not_asked_note()):
             lines.append(note)
         if m := REMIND.search(text):
@@ -229,7 +240,7 @@ class RefundDesk(Agent):
             lines.append("Digest off.")
         if text.lower() == "status":
             lines.append(status_text(self.query, run.inbox))
-        return lines
+        return lines, len(asking)
 
     def _answered(self, run: Run, e: ApprovalAnswer, state: dict[str, Any]) -> None:
         args = e.args if isinstance(e.args, dict) else {}

@@ -434,6 +434,9 @@ def _write_effects(tx: Tx, inbox: str, p: PreparedEffects, now: int, settings: S
     for name in p.cancel:
         if not name.startswith("approval:"):  # expiries are not the agent's to cancel
             tx.run("delete_timer", {"id": f"{inbox}/{name}"})
+            # `digest off` sends nothing more: what the timer earned and the gap still holds
+            # goes with it (a digest is stored with its timer's name, core/run.py).
+            tx.run("withdraw_held_digests", {"inbox": inbox, "ref": name})
     for params in p.timers:
         tx.run("upsert_timer", {**params, "now": now})
     request_all(tx, inbox, p.approvals, now, settings)

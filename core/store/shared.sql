@@ -114,6 +114,11 @@ ON CONFLICT (id) DO UPDATE SET
     every_seconds = excluded.every_seconds, daily_at = excluded.daily_at, tz = excluded.tz,
     policy = excluded.policy, payload = excluded.payload;
 
+-- name: withdraw_held_digests
+-- The digests a cancelled timer produced that the outbox still holds back: never sent.
+DELETE FROM outbox
+WHERE inbox = :inbox AND kind = 'digest' AND ref = :ref AND status = 'pending';
+
 -- name: delete_timer
 -- Drop a timer by id.
 DELETE FROM timers WHERE id = :id;

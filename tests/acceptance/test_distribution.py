@@ -247,7 +247,7 @@ def test_two_workspaces_install_converse_rotate_uninstall_and_reinstall(app: App
         lambda: (app.store.inbox_view("TB:UB1", 0).lease or lease)["expires_at"] < 2**62
     )
     b.message("UB1", "status")
-    app.wait_reply("DB1", "Handled 1 message", count=2)
+    app.wait_reply("DB1", "Status:", count=2)  # the status before the uninstall, and this one
     assert app.posts_by_team("DB1") == {"TB"}
 
 

@@ -189,9 +189,7 @@ def test_an_order_waiting_for_approval_is_not_asked_again(desk: Desk, store: Sto
     waiting = (
         f"Order 1006 is already waiting for approval (request {approval.id}); I did not ask again."
     )
-    assert f"Handled 1 message.\nAsked for approval to refund order 1006.\n{waiting}" in (
-        desk.texts()
-    )
+    assert f"Handled 1 message.\n{waiting}" in desk.texts()  # the ask itself is its prompt
     other = Desk(store, clock=desk.clock, sender=desk.sender, holder="worker-b")
     other.say("refund order 1006")  # later, in another run
     other.tick(T0 + 5)

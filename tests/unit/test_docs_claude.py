@@ -12,6 +12,7 @@ from wakeful.bot.agents.claude_prices import PRICES
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "claude.md").read_text()
 README = (ROOT / "README.md").read_text()
+SETTINGS = (ROOT / "docs" / "settings.md").read_text()
 RESULTS = (ROOT / "bench" / "RESULTS.md").read_text()
 
 
@@ -37,7 +38,7 @@ def test_the_cost_per_message_is_the_benchs_tokens_at_the_list_price() -> None:
     assert f"{cached:,.0f}\nagainst {plain:,.0f} a turn" in PAGE
 
 
-def test_the_claude_settings_are_in_the_readmes_table() -> None:
+def test_the_claude_settings_are_in_the_settings_reference() -> None:
     for name in ("WAKEFUL_CLAUDE_CACHE_TTL", "WAKEFUL_CLAUDE_PRICES"):
-        assert f"| `{name}` |" in README
+        assert f"| `{name}` |" in SETTINGS
         assert name in PAGE

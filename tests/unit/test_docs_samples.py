@@ -1,0 +1,132 @@
+"""The README and docs/ cannot drift from what the commands print: every marked sample of
+command output (`<!-- sample: NAME -->`, see tests/support/doc_samples.py) is run again here,
+as a reader would run it, against a store a real `wakeful serve` filled from the Slack
+emulator, and compared with the page (times, ids and sizes normalised).
+
+The session behind the samples: U042 says hello, then asks for a refund (an approval stays
+open); U077 sets a reminder in a DM Slack no longer knows (the reply is parked with
+`channel_not_found`); the token was granted every scope but `users:read`. The samples show a
+SQLite store: backup and restore are SQLite's (PostgreSQL points to pg_dump)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.test_slack_app import (
+    SECRET,
+    Wakeful,
+    child_env,
+    dm,
+    eventually,
+    launch,
+    shut_down,
+    wakeful_cmd,
+)
+from tests.support.doc_samples import PAGES, ROOT, Sample, check, normalise, samples
+from wakeful.bot.scopes import required_scopes
+from wakeful.devtools.emulator import SlackEmulator
+
+SAMPLES = samples()
+STORE = "wakeful.db"
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Wakeful, Path]]:
+    """A real `wakeful serve` on `wakeful.db` in a folder of its own, after the session."""
+    here = tmp_path_factory.mktemp("samples")
+    shutil.copy(ROOT / "manifest.yml", here / "manifest.yml")  # what doctor compares against
+    granted = [s for s in required_scopes() or [] if s != "users:read"]
+    with SlackEmulator(bot_token="xoxb-samples", scopes=granted) as emu:
+        app = launch(here, emu, str(here / STORE), {"WAKEFUL_BATCH_WINDOW": "0"})
+        try:
+            app.sender.message("U042", "hello")
+            app.wait_post(dm("U042"), "Handled 1 message.")
+            app.sender.message("U042", "please refund order 1234")
+            app.wait_post(dm("U042"), "refund order 1234")
+            emu.remove_channel(dm("U077"))
+            app.sender.message("U077", "remind me in 10 minutes to stretch")
+            assert eventually(lambda: len(app.store.dead_letters().outbox) == 1), app.tail()
+            assert eventually(lambda: settled(app)), app.tail()
+            yield app, here
+        finally:
+            if app.proc.popen.poll() is None:
+                shut_down(app)
+
+
+def settled(app: Wakeful) -> bool:
+    """Every reply sent or parked, every event done: what the samples show is at rest."""
+    rows = app.store.outbox()
+    return all(o.status in ("sent", "failed") for o in rows) and not app.store.count_events(
+        "pending"
+    )
+
+
+def run(here: Path, app: Wakeful, command: str) -> str:
+    """One `$ wakeful ...` line as a reader types it in the store's folder: what it prints."""
+    words = command.split()
+    assert words[0] == "wakeful", f"a sample runs wakeful, not {command!r}"
+    env = child_env(
+        WAKEFUL_DB=STORE,
+        SLACK_BOT_TOKEN=app.emu.bot_token,
+        SLACK_SIGNING_SECRET=SECRET,
+        SLACK_API_URL=app.emu.api_url,
+    )
+    done = subprocess.run(
+        wakeful_cmd(*words[1:]),
+        cwd=here,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=60,
+    )
+    return done.stdout.replace(f"{here}/", "")  # the reader's folder: paths relative to it
+
+
+def steps_for(app: Wakeful) -> dict[str, Callable[[], None]]:
+    """What the `$ # ...` lines of the samples ask the reader to do."""
+    return {"# ... stop serve ...": lambda: shut_down(app)}
+
+
+def stops(sample: Sample) -> bool:
+    return any(cmd.startswith("#") for cmd, _ in sample.steps())
+
+
+def test_there_are_samples_and_each_is_named_once() -> None:
+    names = [s.name for s in SAMPLES]
+    assert len(names) == len(set(names)), names
+    assert {"wakeful inspect", "wakeful doctor", "wakeful backup and restore"} <= set(names)
+
+
+# The samples that stop the server run last, on the same session.
+@pytest.mark.parametrize("sample", sorted(SAMPLES, key=stops), ids=lambda s: s.name)
+def test_each_sample_is_what_the_command_prints(
+    sample: Sample, session: tuple[Wakeful, Path]
+) -> None:
+    app, here = session
+    actions = steps_for(app)
+    fresh = []
+    for command, _ in sample.steps():
+        if command.startswith("#"):
+            assert command in actions, f"no action for the step {command!r} of {sample.name!r}"
+            actions[command]()
+            fresh.append((command, ""))
+        else:
+            fresh.append((command, run(here, app, command)))
+    check(sample, fresh)
+
+
+def test_the_normalising_keeps_what_matters() -> None:
+    """Two runs differ in times and ids, never in counts, states or words."""
+    a = "  4   T1:U077  D077     1         4s ago   channel_not_found"
+    b = "  4   T1:U077  D077  1  12s ago  channel_not_found"
+    assert normalise(a) == normalise(b)
+    assert normalise(a) != normalise(a.replace("channel_not_found", "not_in_channel"))
+    assert normalise("events: 0 pending") != normalise("events: 1 pending")
+    assert normalise("schema 6, current") != normalise("schema 12, current")
+    assert all(p.exists() for p in PAGES)
