@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from wakeful.core import metrics
+from wakeful.core.effects import Message
 from wakeful.core.errors import PermanentSendError, StoreUnavailable, TransientSendError
 from wakeful.core.rules.outbox import Batch, Part
 from wakeful.core.wakeups import Loop
@@ -297,7 +298,7 @@ class Dispatcher(Loop):
             )
             # The person is told once per batch: its other parts go to the same place, refused
             # alike.
-            notice = None if flight.told else exc.notice
+            notice = exc.notice if isinstance(exc.notice, Message) and not flight.told else None
             if self.store.fail_part(part, str(exc), self.clock(), notice=notice) and notice:
                 flight.told = True
                 self.wakeup.kick()  # the notice goes at once, not on the next tick

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from wakeful.core.effects import Message
+
+class Notice(Protocol):
+    """What a notice carried by an error is: a post to a conversation (a
+    `wakeful.core.effects.Message`). Described, not imported, so this module, which every other
+    imports, imports none of them."""
+
+    @property
+    def channel(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
 
 
 class WakefulError(Exception):
@@ -51,7 +60,7 @@ class SessionUnusable(WakefulError):
     ERROR_PREFIX = "session unusable: "
     """How the events' error starts, so the store can tell them from other failures."""
 
-    def __init__(self, reason: str, notice: Message | str | None = None) -> None:
+    def __init__(self, reason: str, notice: Notice | str | None = None) -> None:
         super().__init__(reason)
         self.notice = notice
 
@@ -75,6 +84,6 @@ class PermanentSendError(SendError):
     in that channel, it is archived, ...) what happened and what to do: queued in the very
     transaction that parks the rows, so it is written once however often the part is tried."""
 
-    def __init__(self, message: str, notice: Message | None = None) -> None:
+    def __init__(self, message: str, notice: Notice | None = None) -> None:
         super().__init__(message)
         self.notice = notice

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -32,7 +32,17 @@ from prometheus_client.registry import Collector
 from wakeful.core.usage import KINDS, ModelUsage
 
 if TYPE_CHECKING:
-    from wakeful.core.store import Store
+    from wakeful.core.store.overview import StoreGauges, StoreSize
+
+
+class GaugeSource(Protocol):
+    """What a scrape reads from a store (a `wakeful.core.store.Store`): named by its two reads,
+    so this module, which the store's modules import to count, does not import the store."""
+
+    def gauges(self, now: int) -> StoreGauges: ...
+
+    def store_size(self) -> StoreSize: ...
+
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 REGISTRY = CollectorRegistry()
@@ -228,7 +238,9 @@ def count_claim(attempts: list[int]) -> None:
 class StoreCollector(Collector):
     """The store's gauges, read on scrape: one indexed statement each, read-only."""
 
-    def __init__(self, store: Store, clock: Callable[[], int] = lambda: int(time.time())) -> None:
+    def __init__(
+        self, store: GaugeSource, clock: Callable[[], int] = lambda: int(time.time())
+    ) -> None:
         self.store = store
         self.clock = clock
 
@@ -289,7 +301,7 @@ class StoreCollector(Collector):
         )
 
 
-def _store_size(store: Store) -> Iterator[Metric]:
+def _store_size(store: GaugeSource) -> Iterator[Metric]:
     """The store's bytes, and for SQLite the cap past which writes fail (0: no cap)."""
     try:
         size = store.store_size()
@@ -320,7 +332,7 @@ class _Forward(Collector):
         yield from REGISTRY.collect()
 
 
-def registry_for(store: Store) -> CollectorRegistry:
+def registry_for(store: GaugeSource) -> CollectorRegistry:
     """What `/metrics` shows for a process using `store`: its counters and the store's gauges."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Forward())
@@ -336,7 +348,7 @@ def exposition(registry: CollectorRegistry) -> bytes:
 class MetricsServer:
     """`/metrics` on a port of its own, for processes that serve no HTTP (the loops)."""
 
-    def __init__(self, store: Store, host: str, port: int) -> None:
+    def __init__(self, store: GaugeSource, host: str, port: int) -> None:
         self._server, self._thread = start_http_server(port, host, registry_for(store))
         self.port = int(self._server.server_address[1])
 

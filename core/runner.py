@@ -148,7 +148,7 @@ class Runner:
                 else fx.Message(where.channel, notice, thread_ts=where.thread_ts, priority="urgent")
             )
         return fx.Effects(
-            messages=[] if notice is None else [notice],
+            messages=[notice] if isinstance(notice, fx.Message) else [],
             dead={e.id: error for e in claim.events},
             set_aside_session=str(exc),
         )

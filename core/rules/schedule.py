@@ -7,7 +7,7 @@ change fires once, at its first instance.
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -110,7 +110,3 @@ def missed(
             due.pop(0)
         at = next_daily(at, daily_at, tz)
     return due, count, at
-
-
-def utc_iso(ts: int) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

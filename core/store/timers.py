@@ -4,6 +4,7 @@ in the same transaction that advances the timer, under the key `<timer id>@<sche
 from __future__ import annotations
 
 import json
+from functools import partial
 
 from wakeful.core import metrics
 from wakeful.core.effects import Timer, check_json
@@ -84,7 +85,7 @@ class Timers(StoreBase):
                     body_json = check_json(tick.to_wire(), "timer event")
                     if insert_event(tx, t["inbox"], "timer", key, body_json, now) is not None:
                         fired += 1
-                        metrics.TIMER_LATENESS.observe(now - at)
+                        tx.after_commit(partial(metrics.TIMER_LATENESS.observe, now - at))
                 if following is None:
                     tx.run("delete_timer", {"id": t["id"]})
                 else:

@@ -205,6 +205,31 @@ def test_approvals_and_timer_lateness_are_counted(store: Store) -> None:
     assert gauge(store, "wakeful_approvals_open") == 0
 
 
+def test_timer_lateness_is_observed_only_once_its_firing_committed(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every metric waits for the commit: a firing rolled back (the store failed after the
+    # occurrence was inserted) observes nothing, and its retry observes the occurrence once.
+    late_count = Delta("wakeful_timer_lateness_seconds_count")
+    store.add_timer(INBOX, Timer.once("ping", T0 + 30), T0)
+    real = store.db.transaction
+
+    @contextmanager
+    def failing_at_commit(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        with real(*args, **kwargs) as tx:
+            yield tx
+            if args and args[0]:  # a write: the read that looks for due timers goes through
+                raise StoreUnavailable("disk full at commit")
+
+    monkeypatch.setattr(store.db, "transaction", failing_at_commit)
+    with pytest.raises(StoreUnavailable):
+        store.fire_due_timers(T0 + 100)
+    assert late_count.moved == 0
+    monkeypatch.setattr(store.db, "transaction", real)
+    assert store.fire_due_timers(T0 + 100).fired == 1
+    assert late_count.moved == 1
+
+
 @pytest.fixture
 def emulator() -> Iterator[SlackEmulator]:
     with SlackEmulator() as emu:
