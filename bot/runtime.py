@@ -251,7 +251,10 @@ def serve_in_thread(server: Any) -> Callable[[], None]:
         if stopping.is_set():
             return
         stopping.set()
-        server.trigger.pull_trigger(server.close)
+        try:
+            server.trigger.pull_trigger(server.close)
+        except OSError:  # the trigger's pipe is gone already: close from here, as before
+            server.close()
         thread.join(5)
         server.close()  # idempotent; closes what a loop that ended by itself left open
 
