@@ -253,8 +253,11 @@ def http_server(app: Any, host: str, port: int) -> Any:
 
 def serve_in_thread(server: Any) -> Callable[[], None]:
     """Run a waitress server on a daemon thread (the HTTP front beside Socket Mode); returns
-    the function that stops it. Closing the sockets under the running loop can fail its last
-    select with EBADF: after a stop that is the stop, not an error."""
+    the function that stops it. The stop closes the server on its own loop's thread, woken
+    through waitress's trigger: closed from outside, the loop would sit out its select
+    (`asyncore_loop_timeout`, 1 s) before it saw. Closing the sockets under a running loop
+    (the fallback, if the loop did not end) can fail its last select with EBADF: after a
+    stop that is the stop, not an error."""
     stopping = threading.Event()
 
     def run() -> None:
@@ -268,8 +271,14 @@ def serve_in_thread(server: Any) -> Callable[[], None]:
     thread.start()
 
     def stop() -> None:
+        if stopping.is_set():
+            return
         stopping.set()
-        server.close()
+        try:
+            server.trigger.pull_trigger(server.close)
+        except OSError:  # the trigger's pipe is gone already: close from here, as before
+            server.close()
         thread.join(5)
+        server.close()  # idempotent; closes what a loop that ended by itself left open
 
     return stop

@@ -127,8 +127,11 @@ class FakeStripe(StripeObjects):
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        # A short poll: `shutdown()` waits for the next one (0.5 s by default, at every stop).
         self._threads = [
-            threading.Thread(target=self.server.serve_forever, daemon=True),
+            threading.Thread(
+                target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+            ),
             threading.Thread(target=self._deliver_loop, daemon=True),
         ]
 

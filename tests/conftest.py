@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import wakeful.bot.kinds  # noqa: F401 (the Slack edge's outbox kinds, as every wakeful process has them)
+from tests.support.store_templates import PgSchemas, SqliteTemplate
 from wakeful.core.settings import Settings
-from wakeful.core.store import Store, open_store
-from wakeful.devtools.stores import fresh_postgres
+from wakeful.core.store import Store
 
 T0 = 1_700_000_000
 PG_DSN = os.environ.get("WAKEFUL_TEST_PG_DSN", "")
@@ -39,22 +39,37 @@ def pg_required() -> str:
     return need_pg()
 
 
-def _pg_store(settings: Settings) -> Store:
-    return fresh_postgres(need_pg(), settings)
+PG_SCHEMAS = PgSchemas(PG_DSN)
+"""Migrated schemas, emptied and reused from test to test (tests/support/store_templates.py)."""
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> SqliteTemplate:
+    """One migrated SQLite file per session; each new store is a copy of it."""
+    return SqliteTemplate(tmp_path_factory.mktemp("template"))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    PG_SCHEMAS.drop_all()
 
 
 @pytest.fixture(params=BACKENDS)
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeStore]:
-    """A factory of fresh, empty stores of one backend; all are closed after the test."""
+def make_store(
+    request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: SqliteTemplate
+) -> Iterator[MakeStore]:
+    """A factory of fresh, empty, migrated stores of one backend; all are closed after the
+    test. Each is as a first `open_store` leaves it, without migrating each one."""
     made: list[Store] = []
     counter = iter(range(1000))
 
     def make(**overrides: int) -> Store:
         settings = Settings(**overrides)
         if request.param == "sqlite":
-            store: Store = open_store(tmp_path / f"store-{next(counter)}.db", settings)
+            path = tmp_path / f"store-{next(counter)}.db"
+            store: Store = sqlite_template.store(path, settings)
         else:
-            store = _pg_store(settings)
+            need_pg()
+            store = PG_SCHEMAS.store(settings)
         made.append(store)
         return store
 

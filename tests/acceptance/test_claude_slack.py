@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,6 @@ import pytest
 
 from tests.acceptance.test_slack_app import (
     BOT_USER,
-    QUIET,
     TEAM,
     TOKEN,
     Wakeful,
@@ -30,6 +28,7 @@ from tests.acceptance.test_slack_app import (
     inbox,
     launch,
     pg_schema_url,
+    settle,
     shut_down,
     wakeful_cmd,
 )
@@ -172,7 +171,7 @@ def test_feedback_is_counted_thanked_once_and_told_to_the_model_next_turn(
         click = app.sender.feedback(user, "negative", channel, str(reply["ts"]), message=reply)
         assert click.status == 200, click.body
     assert app.emu.wait_for(lambda e: bool(e.ephemerals(channel, user)), 10), app.tail()
-    time.sleep(QUIET)
+    settle(app, inbox(user))
     [thanks] = app.emu.ephemerals(channel, user)
     assert thanks["text"] == "Thanks for the feedback: I'll keep it in mind."
     assert metric(app, "wakeful_feedback_total", value="negative") == before + 1
@@ -336,7 +335,7 @@ def test_an_approval_asked_before_a_kill_is_asked_once(
     try:
         channel = dm("U24501")
         assert again.emu.wait_for(lambda e: any(m.get("blocks") for m in e.messages(channel)), 30)
-        time.sleep(QUIET)
+        settle(again, inbox("U24501"))
         assert fake.calls - start == 2, "the retry replayed both recorded calls"
         [approval] = again.store.approvals(inbox("U24501"))
         assert approval.id.endswith("toolu_a2") and approval.answer is None

@@ -21,7 +21,6 @@ import pytest
 from tests.acceptance.test_slack_app import (
     APP_SETTINGS,
     BOT_USER,
-    QUIET,
     SECRET,
     TEAM,
     TOKEN,
@@ -29,7 +28,9 @@ from tests.acceptance.test_slack_app import (
     dm,
     eventually,
     http_request,
+    inbox,
     launch,
+    settle,
     shut_down,
     wait_prompt,
 )
@@ -136,7 +137,7 @@ def test_a_40000_character_dm_of_refunds_asks_for_5_and_says_how_many_were_not(
         )
 
     assert eventually(lambda: prompts() >= 5, 20), prompts()
-    time.sleep(QUIET)
+    settle(app, inbox(user))
     assert prompts() == 5
     [reply] = app.posts(dm(user), "Handled 1 message.")
     assert reply["text"].splitlines()[-1] == (

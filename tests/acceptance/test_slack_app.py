@@ -56,8 +56,8 @@ LISTENING = re.compile(
 )
 """serve's first stdout line, as text or (WAKEFUL_LOG_FORMAT=json) as a JSON object."""
 START_TIMEOUT = 30.0
-QUIET = 1.5
-"""How long to watch for something that must NOT happen, after a positive marker."""
+SETTLE = 0.3
+"""The one short settle of a check that something must NOT happen (`settle`)."""
 APP_SETTINGS = {
     "WAKEFUL_OUTBOX_GAP": str(OUTBOX_GAP),
     "WAKEFUL_APPROVAL_TTL": str(APPROVAL_TTL),
@@ -283,6 +283,25 @@ def eventually(predicate: Callable[[], bool], timeout: float = 10.0, every: floa
         if time.monotonic() >= deadline:
             return False
         time.sleep(every)
+
+
+def settle(app: Wakeful, *inboxes: str, timeout: float = 15.0) -> None:
+    """Before a check that nothing else happens: wait until each inbox has nothing left to do
+    (no pending or running event, no post waiting in its outbox), then SETTLE seconds more.
+    Everything the app would still do for these inboxes is in the store before it does it (an
+    event before its 200, a post in the outbox before it goes out), so once they are idle what
+    must not happen has had its chance; the settle is for what is on its way."""
+
+    def idle() -> bool:
+        for key in inboxes:
+            if any(e.status in ("pending", "running") for e in app.store.events(key)):
+                return False
+            if any(r.status in ("pending", "sending") for r in app.store.outbox(inbox=key)):
+                return False
+        return True
+
+    assert eventually(idle, timeout), f"{inboxes} never went idle:\n{app.tail()}"
+    time.sleep(SETTLE)
 
 
 def json_field(value: Any) -> Any:
@@ -513,7 +532,7 @@ def test_a_retried_delivery_is_stored_and_answered_once(core_app: Wakeful) -> No
         "U2001", "are you there?", ts=ts, event_id=first.event_id, retry_num=2
     )
     assert late.status == 200, late.body
-    time.sleep(QUIET)
+    settle(app, inbox("U2001"))
     assert [m["text"] for m in app.posts("D2001")] == ["Handled 1 message."]
     assert len(app.store.events(inbox("U2001"))) == 1
 
@@ -564,7 +583,7 @@ def test_own_bot_and_edited_messages_are_acknowledged_and_ignored(app: Wakeful) 
     marker = app.sender.message(user, "a real question")
     assert marker.status == 200
     app.wait_post(channel, "Handled")
-    time.sleep(QUIET)
+    settle(app, inbox(user))
     assert [m["text"] for m in app.posts(channel)] == ["Handled 1 message."]
     assert [e.source_id for e in app.store.events(inbox(user))] == [marker.event_id]
     assert app.store.events(inbox(BOT_USER)) == []
@@ -731,7 +750,7 @@ def test_three_quick_messages_get_one_reply(app: Wakeful) -> None:
     for text in ("hi", "I have a question", "about my order"):
         assert app.sender.message(user, text).status == 200
     app.wait_post(channel, "Handled 3 messages.")
-    time.sleep(QUIET)
+    settle(app, inbox(user))
     assert [m["text"] for m in app.posts(channel)] == ["Handled 3 messages."]
     rows = app.store.outbox(inbox=inbox(user))
     assert [(r.text, r.priority) for r in rows] == [("Handled 3 messages.", "urgent")]
@@ -752,7 +771,7 @@ def test_three_quick_messages_get_one_reply_while_another_user_is_answered(
         time.sleep(0.03)
     app.wait_post("D6003", "Handled 1 message.")
     app.wait_post(channel, "Handled")
-    time.sleep(QUIET)
+    settle(app, inbox(user), inbox("U6003"))
     assert [m["text"] for m in app.posts(channel)] == ["Handled 3 messages."]
 
 
@@ -785,7 +804,7 @@ def test_refund_prompt_then_approve(core_app: Wakeful) -> None:
     assert updates and updates[-1].params["channel"] == channel
     rewritten = message_at(app, channel, prompt_ts)
     assert not any(b.get("type") == "actions" for b in rewritten.get("blocks") or [])
-    time.sleep(QUIET)
+    settle(app, inbox(user))
     assert len(app.posts(channel, "Refunded order 77.")) == 1
     calls = refund_calls(app, rid)
     assert len(calls) == 1
@@ -883,7 +902,7 @@ def test_a_second_tap_changes_nothing(app: Wakeful) -> None:
     assert ok, "the second tap got no ephemeral"
     note = app.emu.ephemerals(channel, user)[-1]["text"]
     assert f"Approved by <@{user}>" in note, note
-    time.sleep(QUIET)
+    settle(app, inbox(user))
     assert len(app.store.events(inbox(user))) == events_before
     assert app.posts(channel, "denied") == []
     assert len(app.posts(channel, "Refunded order 81.")) == 1
@@ -962,7 +981,7 @@ def test_digest_every_and_off(app: Wakeful) -> None:
 
     assert eventually(settled, 10), "the digest timer survived `digest off`"
     seen = len(app.posts(channel, "Digest since"))
-    time.sleep(QUIET)
+    settle(app, inbox(user))
     assert len(app.posts(channel, "Digest since")) == seen
 
 
@@ -1035,7 +1054,7 @@ def test_a_rate_limited_post_is_delivered_after_retry_after(app: Wakeful) -> Non
     assert len(delivered) == 1
     waited = delivered[0].at - limited.at
     assert waited >= 1.95, f"re-posted {waited:.2f} s after a 429 with Retry-After: 2"
-    time.sleep(QUIET)
+    settle(app, inbox(user))
     assert len(app.posts(channel)) == 1
 
 
@@ -1202,7 +1221,7 @@ def test_serve_without_loops_and_three_loop_processes(tmp_path: Path) -> None:
             assert app.store.event_by_key("slack", str(reply.event_id)) is not None
             app.wait_post(channel, "Handled 1 message.", timeout=10)
             app.wait_post(channel, "Reminder: hydrate", timeout=10)
-            time.sleep(QUIET)
+            settle(app, inbox(user))
             assert [m["text"] for m in app.posts(channel)] == [
                 "Handled 1 message.\nI'll remind you in 1 seconds: hydrate",
                 "Reminder: hydrate",

@@ -14,13 +14,13 @@ import pytest
 
 from tests.acceptance.test_slack_app import (
     BOT_USER,
-    QUIET,
     TEAM,
     Wakeful,
     eventually,
     inbox,
     message_at,
     serving,
+    settle,
     wait_prompt,
 )
 
@@ -109,7 +109,7 @@ def test_other_channel_messages_are_acknowledged_and_dropped(surfaces: Wakeful) 
         user, f"<@{BOT_USER}> again", channel=channel, channel_type="channel", thread_ts=mention_ts
     )
     assert app.store.event_by_key("slack", str(tagged.event_id)) is None
-    time.sleep(QUIET)
+    settle(app, inbox(user))
     assert app.store.events(inbox(user)) and len(app.store.events(inbox(user))) == 1
 
 
@@ -203,7 +203,7 @@ def test_approvers_see_parked_posts_and_requeue_them_others_cannot(surfaces: Wak
     app.sender.home_opened(user)
     assert "Dead letters" not in wait_home(app, user, "Pending approvals")
     app.sender.home_action(user, "wakeful_requeue", f"outbox:{row}")  # not an approver
-    time.sleep(QUIET)
+    settle(app, inbox(user))
     assert [r.status for r in app.store.outbox(inbox=inbox(user)) if r.id == row] == ["failed"]
 
     app.sender.home_action(approver, "wakeful_requeue", f"outbox:{row}")
@@ -277,7 +277,7 @@ def test_an_assistant_thread_is_greeted_once_with_suggested_prompts(surfaces: Wa
     [prompts] = app.emu.suggested_prompts(channel)
     assert prompts["thread_ts"] == thread
     assert {p["message"] for p in prompts["prompts"]} >= {"status"}
-    time.sleep(QUIET)
+    settle(app, inbox(user))
     assert len(replies(app, channel, thread, "Hi, I'm wakeful")) == 1
 
 
@@ -313,7 +313,7 @@ def test_opening_the_messages_tab_greets_once_and_pins_the_prompts(surfaces: Wak
     app.wait_post(channel, "Hi")
     assert app.sender.messages_tab_opened(user).status == 200  # opened again later
     assert app.emu.wait_for(lambda e: len(e.suggested_prompts(channel)) >= 2, 10), app.tail()
-    time.sleep(QUIET)
+    settle(app, inbox(user))
     prompts = app.emu.suggested_prompts(channel)
     assert len(prompts) == 2 and {p["thread_ts"] for p in prompts} == {None}
     assert {p["message"] for p in prompts[0]["prompts"]} >= {"status"}

@@ -26,7 +26,6 @@ import pytest
 from tests.acceptance.test_slack_app import (
     APP_SETTINGS,
     BOT_USER,
-    QUIET,
     TEAM,
     TOKEN,
     Wakeful,
@@ -34,6 +33,7 @@ from tests.acceptance.test_slack_app import (
     eventually,
     launch,
     pg_schema_url,
+    settle,
     shut_down,
     wakeful_cmd,
 )
@@ -140,7 +140,7 @@ def test_a_github_delivery_and_its_redelivery_are_one_line(app: Wakeful) -> None
         "https://github.com/Codertocat/Hello-World/pull/2"
     )
     app.wait_post(OPS, line)
-    time.sleep(QUIET)
+    settle(app, InboxId.conversation(OPS))
     assert len(posts(app, OPS, line)) == 1, app.emu.messages(OPS)
     [event] = [
         e for e in app.store.events(InboxId.conversation(OPS)) if e.source_id == first.delivery_id
@@ -160,7 +160,7 @@ def test_a_stripe_burst_inside_the_gap_is_one_merged_post(app: Wakeful) -> None:
         assert (sent.status, sent.text) == (200, "stored") and stored_now(app, "stripe", sent)
     sender.stripe(burst[0])  # Stripe retrying the first: stores and says nothing new
     app.wait_post(PAY, "Stripe invoice.payment_failed", timeout=GAP + 10)
-    time.sleep(QUIET)
+    settle(app, InboxId.conversation(PAY))
     [merged] = posts(app, PAY, "Stripe charge.succeeded")
     assert merged["text"] == "\n\n".join(
         [

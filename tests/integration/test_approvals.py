@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -302,38 +303,39 @@ step = st.one_of(
 def test_exactly_one_answer_event_per_request_whatever_the_order(
     make_store: MakeStore, steps: list[tuple[str, str, str, str, int]], monotonic: bool
 ) -> None:
-    store = make_store()
-    windows = {"a": WINDOW, "b": HOUR, "c": 2 * WINDOW}
-    for rid, window in windows.items():
-        request(store, rid, inbox=f"I-{rid}", deadline=T0 + window, approvers=("U8",))
-    offsets = sorted(s[4] for s in steps) if monotonic else [s[4] for s in steps]
-    returned: dict[str, list[str]] = {rid: [] for rid in windows}
-    for (what, rid, value, user, _), offset in zip(steps, offsets, strict=True):
-        now = T0 + offset
-        if what == "tick":
-            store.fire_due_timers(now)
-            continue
-        outcome = store.answer(rid, value, user, now)
-        if user == "U666":
-            assert outcome == "forbidden"
-        else:
-            assert outcome in ("yes", "no", "expired")
-            returned[rid].append(outcome)
-    store.fire_due_timers(T0 + 3 * WINDOW)  # every deadline has passed: all are settled now
-    for rid in windows:
-        events = answer_events(store, f"I-{rid}")
-        assert len(events) == 1, (rid, events)
-        state = store.approval(rid)
-        assert state is not None and state.answer is not None
-        stored = events[0].payload["answer"]
-        assert state.answer == stored
-        assert all(o == stored for o in returned[rid]), (rid, returned[rid], stored)
-        # the first action that settles it decides: an allowed user's answer (expired when
-        # late), or an expiry pass at or after the deadline; the final pass settles the rest
-        assert stored == expected_outcome(steps, offsets, rid, T0 + windows[rid])
-        if stored != "expired":
-            assert state.answered_at is not None and state.answered_at < state.deadline
-            assert state.answered_by in ("U7", "U8")
+    # Closed after each example, so the next one gets its schema (or file) afresh.
+    with contextlib.closing(make_store()) as store:
+        windows = {"a": WINDOW, "b": HOUR, "c": 2 * WINDOW}
+        for rid, window in windows.items():
+            request(store, rid, inbox=f"I-{rid}", deadline=T0 + window, approvers=("U8",))
+        offsets = sorted(s[4] for s in steps) if monotonic else [s[4] for s in steps]
+        returned: dict[str, list[str]] = {rid: [] for rid in windows}
+        for (what, rid, value, user, _), offset in zip(steps, offsets, strict=True):
+            now = T0 + offset
+            if what == "tick":
+                store.fire_due_timers(now)
+                continue
+            outcome = store.answer(rid, value, user, now)
+            if user == "U666":
+                assert outcome == "forbidden"
+            else:
+                assert outcome in ("yes", "no", "expired")
+                returned[rid].append(outcome)
+        store.fire_due_timers(T0 + 3 * WINDOW)  # every deadline has passed: all are settled now
+        for rid in windows:
+            events = answer_events(store, f"I-{rid}")
+            assert len(events) == 1, (rid, events)
+            state = store.approval(rid)
+            assert state is not None and state.answer is not None
+            stored = events[0].payload["answer"]
+            assert state.answer == stored
+            assert all(o == stored for o in returned[rid]), (rid, returned[rid], stored)
+            # the first action that settles it decides: an allowed user's answer (expired when
+            # late), or an expiry pass at or after the deadline; the final pass settles the rest
+            assert stored == expected_outcome(steps, offsets, rid, T0 + windows[rid])
+            if stored != "expired":
+                assert state.answered_at is not None and state.answered_at < state.deadline
+                assert state.answered_by in ("U7", "U8")
 
 
 def expected_outcome(

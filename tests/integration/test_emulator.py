@@ -647,7 +647,9 @@ def test_the_sender_sends_the_messages_tab_and_feedback_clicks_as_slack_does(
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         sender = EventSender(f"http://127.0.0.1:{server.server_address[1]}/", SECRET)
         sender.messages_tab_opened("U7")

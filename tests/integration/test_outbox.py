@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -552,69 +553,72 @@ def test_nothing_is_ever_lost(
     modes: list[str],
     retry_after: int,
 ) -> None:
-    store = make_store(outbox_gap=300, send_timeout=60)
-    rig = Rig(store)
-    queue = list(modes)
-    failed_rows: set[int] = set()
+    # Closed after each example, so the next one gets its schema (or file) afresh.
+    with contextlib.closing(make_store(outbox_gap=300, send_timeout=60)) as store:
+        rig = Rig(store)
+        queue = list(modes)
+        failed_rows: set[int] = set()
 
-    def fail(part: Part) -> BaseException | None:
-        m = queue.pop(0) if queue else "ok"
-        if m == "transient":
-            return TransientSendError("ratelimited", retry_after=retry_after)
-        if m == "permanent":
-            failed_rows.update(part.row_ids)
-            return PermanentSendError("channel_not_found")
-        if m == "transient_after":
-            queue.insert(0, "late")
-        return None
+        def fail(part: Part) -> BaseException | None:
+            m = queue.pop(0) if queue else "ok"
+            if m == "transient":
+                return TransientSendError("ratelimited", retry_after=retry_after)
+            if m == "permanent":
+                failed_rows.update(part.row_ids)
+                return PermanentSendError("channel_not_found")
+            if m == "transient_after":
+                queue.insert(0, "late")
+            return None
 
-    def after(part: Part) -> BaseException | None:
-        if queue and queue[0] == "late":
-            queue.pop(0)
-            return TransientSendError("lost response", retry_after=retry_after)
-        return None
+        def after(part: Part) -> BaseException | None:
+            if queue and queue[0] == "late":
+                queue.pop(0)
+                return TransientSendError("lost response", retry_after=retry_after)
+            return None
 
-    rig.sender.fail, rig.sender.after = fail, after
-    now, n = T0, 0
-    for what, dest, urgent, dt in steps:
-        now += dt
-        channel, thread = DESTS[dest]
-        if what in ("post", "ephemeral"):
-            n += 1
-            extra: dict[str, Any] = {"kind": "ephemeral", "user": "U1"} if what != "post" else {}
-            rig.post(f"<m{n}>", now, channel=channel, thread=thread, urgent=urgent, **extra)
-        elif what == "tick":
+        rig.sender.fail, rig.sender.after = fail, after
+        now, n = T0, 0
+        for what, dest, urgent, dt in steps:
+            now += dt
+            channel, thread = DESTS[dest]
+            if what in ("post", "ephemeral"):
+                n += 1
+                extra: dict[str, Any] = (
+                    {"kind": "ephemeral", "user": "U1"} if what != "post" else {}
+                )
+                rig.post(f"<m{n}>", now, channel=channel, thread=thread, urgent=urgent, **extra)
+            elif what == "tick":
+                rig.tick(now)
+            else:
+                store.claim_batches(now)  # a dispatcher that claims and dies
+
+        # recovery: requeue what failed, stop failing, and let time pass
+        rig.sender.fail, rig.sender.after = (lambda part: None), (lambda part: None)
+        for _ in range(20):
+            for r in store.dead_letters(limit=1000).outbox:
+                assert store.requeue_outbox(r.id, now)
+            now += 400
             rig.tick(now)
-        else:
-            store.claim_batches(now)  # a dispatcher that claims and dies
-
-    # recovery: requeue what failed, stop failing, and let time pass
-    rig.sender.fail, rig.sender.after = (lambda part: None), (lambda part: None)
-    for _ in range(20):
-        for r in store.dead_letters(limit=1000).outbox:
-            assert store.requeue_outbox(r.id, now)
-        now += 400
-        rig.tick(now)
-        if all(s == "sent" for s in statuses(store)):
-            break
-    rows = store.outbox(inbox=INBOX)
-    assert len(rows) == n
-    assert [r.status for r in rows] == ["sent"] * n
-    # exactly once by part id: a part that went out is never posted again
-    assert rig.sender.duplicates == []
-    ids = [p.part_id for p in rig.sender.posted]
-    assert len(ids) == len(set(ids))
-    # every row reached the sender, once
-    for r in rows:
-        carrying = [p for p in rig.sender.posted if r.text in p.text.split(SEPARATOR)]
-        assert len(carrying) == 1, (r.text, [p.text for p in rig.sender.posted])
-    # per destination, rows that never failed went out in the order they were written
-    for channel, thread in DESTS:
-        order = [
-            rid
-            for p in rig.sender.posted
-            if (p.channel, p.thread_ts) == (channel, thread or "")
-            for rid in p.row_ids
-            if rid not in failed_rows
-        ]
-        assert order == sorted(order), (channel, thread, order)
+            if all(s == "sent" for s in statuses(store)):
+                break
+        rows = store.outbox(inbox=INBOX)
+        assert len(rows) == n
+        assert [r.status for r in rows] == ["sent"] * n
+        # exactly once by part id: a part that went out is never posted again
+        assert rig.sender.duplicates == []
+        ids = [p.part_id for p in rig.sender.posted]
+        assert len(ids) == len(set(ids))
+        # every row reached the sender, once
+        for r in rows:
+            carrying = [p for p in rig.sender.posted if r.text in p.text.split(SEPARATOR)]
+            assert len(carrying) == 1, (r.text, [p.text for p in rig.sender.posted])
+        # per destination, rows that never failed went out in the order they were written
+        for channel, thread in DESTS:
+            order = [
+                rid
+                for p in rig.sender.posted
+                if (p.channel, p.thread_ts) == (channel, thread or "")
+                for rid in p.row_ids
+                if rid not in failed_rows
+            ]
+            assert order == sorted(order), (channel, thread, order)

@@ -100,12 +100,15 @@ def test_listen_reconnects_after_the_server_ends_its_connection(
     stop = store.listen(woken.set)
     assert stop is not None
     try:
-        time.sleep(1.0)
+        # The listener calls on_work once it is LISTENing (for events stored before): that
+        # wake-up says it is connected, before and again after the outage.
+        assert woken.wait(10), "the listener never connected"
         woken.clear()
         store.ingest("T1:U3", "slack", "first", {}, T0)
         assert woken.wait(5), "no wake-up before the outage"
+        woken.clear()
         assert terminate(name) >= 1
-        time.sleep(2.0)  # the listener notices and reconnects (1 s pause)
+        assert woken.wait(10), "the listener never reconnected"  # it pauses 1 s, then LISTENs
         woken.clear()
         store.ingest("T1:U3", "slack", "after", {}, T0)
         assert woken.wait(5), "LISTEN did not come back"
@@ -125,7 +128,12 @@ def test_a_process_started_while_the_server_refuses_waits_for_it_and_migrates(
             host, port = proxy.address
             dsn = PG_DSN.replace("127.0.0.1:5432", f"{host}:{port}")
             proxy.refuse()  # the server is down when the process starts
-            env = {**os.environ, "WAKEFUL_DB": f"{dsn}?options=-csearch_path%3D{schema}"}
+            env = {
+                **os.environ,
+                "WAKEFUL_DB": f"{dsn}?options=-csearch_path%3D{schema}",
+                # A patience of 10 s: the first try connects for 5 s, then the retry is logged.
+                "WAKEFUL_STARTUP_WAIT": "10",
+            }
             proc = subprocess.Popen(
                 [sys.executable, "-m", "wakeful.bot.cli", "scheduler", "--poll", "0.2"],
                 env=env,
@@ -134,8 +142,14 @@ def test_a_process_started_while_the_server_refuses_waits_for_it_and_migrates(
                 cwd=Path(__file__).resolve().parents[2],
             )
             try:
-                # Longer than one connection attempt (10 s), so the start-up must try again.
-                time.sleep(12.0)
+                # The server comes back only once a whole connection attempt has failed and
+                # the start-up said it tries again.
+                retrying = "store unavailable at start-up, retrying"
+                deadline = time.monotonic() + 30
+                while retrying not in Path(log.name).read_text():
+                    assert proc.poll() is None, "exited while the server was down"
+                    assert time.monotonic() < deadline, Path(log.name).read_text()
+                    time.sleep(0.1)
                 assert proc.poll() is None, "exited while the server was down"
                 proxy.accept()
                 deadline = time.monotonic() + 30

@@ -60,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture(params=[False, True], ids=["keeps", "closes"])
 def server(request: pytest.FixtureRequest) -> Iterator[_Counting]:
     srv = _Counting(close_after_each=request.param)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield srv
     srv.shutdown()

@@ -1,0 +1,180 @@
+"""Fresh, empty stores for the tests without migrating each one.
+
+Migrating a new store is most of what a store test used to cost (a SQLite file: a dozen
+durable transactions; a PostgreSQL schema: a dozen DDL transactions, then a DROP SCHEMA).
+What a test gets here is indistinguishable from a newly migrated store:
+
+- SQLite: a copy of one file migrated once per session (closed, so its WAL is checkpointed
+  into it; copied with its owner-only mode).
+- PostgreSQL: a schema migrated once, then handed back after each test: emptied (every table
+  but `schema_migrations`, identities restarted) and handed out again only if its shape (its
+  tables, columns, indexes, constraints and recorded migrations) is still the shape a fresh
+  migration gives; a test that changed it (dropped an index, altered a table) leaves a
+  schema that is dropped instead.
+
+A SQLite copy is opened as any store is (its migrations find everything applied, in
+milliseconds); a PostgreSQL schema handed out again is opened without that check (a dozen
+round trips), since its shape was just checked.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import uuid
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+from wakeful.core.settings import Settings
+from wakeful.core.store import Store, open_store
+
+SHAPE = """
+SELECT md5(coalesce(string_agg(item, E'\\n' ORDER BY item), '')) FROM (
+  SELECT 'rel ' || c.relname || ' ' || c.relkind::text AS item
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(s)s
+  UNION ALL
+  SELECT 'col ' || c.relname || '.' || a.attname || ' '
+         || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull::text || ' '
+         || a.attidentity::text || ' '
+         || replace(coalesce(pg_get_expr(d.adbin, d.adrelid), ''), %(s)s || '.', '')
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+   WHERE n.nspname = %(s)s AND c.relkind IN ('r', 'v', 'p')
+  UNION ALL
+  SELECT 'idx ' || replace(indexdef, %(s)s || '.', '') FROM pg_indexes WHERE schemaname = %(s)s
+  UNION ALL
+  SELECT 'con ' || c.relname || ' ' || k.conname || ' ' || pg_get_constraintdef(k.oid)
+    FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+    JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(s)s
+  UNION ALL
+  SELECT 'trg ' || t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+    JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(s)s AND NOT t.tgisinternal
+  UNION ALL
+  SELECT 'fn ' || p.proname || ' ' || md5(p.prosrc) FROM pg_proc p
+    JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %(s)s
+) AS shape
+"""
+"""One hash of everything a migration creates in a schema, its name taken out."""
+
+
+class SqliteTemplate:
+    """Copies of one migrated SQLite file."""
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        self._path: Path | None = None
+        self._lock = threading.Lock()
+
+    def store(self, path: Path, settings: Settings) -> Store:
+        """A store on a new file at `path`, as if `open_store(path)` had migrated it."""
+        with self._lock:
+            if self._path is None:
+                template = self._folder / "template.db"
+                open_store(template).close()
+                self._path = template
+        shutil.copy(self._path, path)  # content and mode (owner only)
+        return open_store(path, settings)
+
+
+class PgSchemas:
+    """Migrated PostgreSQL schemas, each handed to one store at a time."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._free: list[str] = []
+        self._made: set[str] = set()
+        self._shape: str | None = None
+        self._lock = threading.Lock()
+
+    def store(self, settings: Settings, pool_size: int = 4) -> Store:
+        """A store on an empty, migrated schema of its own; `close()` hands the schema back."""
+        import psycopg
+        from psycopg import sql
+
+        from wakeful.core.store.postgres import PostgresConnector
+
+        with self._lock:
+            schema = self._free.pop() if self._free else None
+        new = schema is None
+        if schema is None:
+            schema = f"wakeful_t_{uuid.uuid4().hex[:12]}"
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+            with self._lock:
+                self._made.add(schema)
+        schemas = self
+
+        class HandedBack(PostgresConnector):
+            handed_back = False
+
+            def close(self) -> None:
+                super().close()
+                if not self.handed_back:
+                    self.handed_back = True
+                    schemas.give_back(schema)
+
+        connector = HandedBack(self.dsn, schema=schema, pool_size=pool_size, migrate=new)
+        store = Store(connector, settings)
+        if self._shape is None:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                self._shape = _shape(conn, schema)
+        return store
+
+    def give_back(self, schema: str) -> None:
+        """Empty `schema` and keep it for the next store, or drop it if its shape changed."""
+        import psycopg
+
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                conn.execute("SET lock_timeout = '5s'")
+                tables = conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = %s "
+                    "AND tablename <> 'schema_migrations'",
+                    (schema,),
+                ).fetchall()
+                with conn.transaction():
+                    for (table,) in tables:
+                        conn.execute(f'DELETE FROM "{schema}"."{table}"')
+                    # Identities start again, as RESTART would, without changing the catalog.
+                    conn.execute(
+                        "SELECT setval(format('%%I.%%I', schemaname, sequencename), "
+                        "start_value, false) FROM pg_sequences WHERE schemaname = %s",
+                        (schema,),
+                    )
+                if _shape(conn, schema) == self._shape:
+                    with self._lock:
+                        self._free.append(schema)
+                    return
+        except psycopg.Error:
+            pass
+        self._drop(schema)
+
+    def drop_all(self) -> None:
+        """Drop every schema made here (the end of the session)."""
+        with self._lock:
+            made, self._made, self._free = set(self._made), set(), []
+        for schema in made:
+            self._drop(schema)
+
+    def _drop(self, schema: str) -> None:
+        import psycopg
+        from psycopg import sql
+
+        with self._lock:
+            self._made.discard(schema)
+            with suppress(ValueError):
+                self._free.remove(schema)
+        with suppress(psycopg.Error), psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _shape(conn: Any, schema: str) -> str:
+    """The schema's shape and its recorded migrations, as one hash."""
+    row = conn.execute(SHAPE, {"s": schema}).fetchone()
+    table = f'"{schema}".schema_migrations'
+    migrations = conn.execute(
+        f"SELECT string_agg(version::text, ',' ORDER BY version) FROM {table}"
+    ).fetchone()
+    return f"{row[0]}:{migrations[0]}"
