@@ -1,9 +1,112 @@
-"""The three loops, under one name: worker (runs agents), scheduler (fires timers), dispatcher
-(sends posts). Each lives in a module of its own; this one keeps the old import path."""
+"""What wakes a loop early (Wakeup, Bell) and the tick-then-sleep base every loop shares.
 
-from wakeful.core.dispatcher import Dispatcher, Sender
-from wakeful.core.scheduler import Scheduler
-from wakeful.core.wakeups import Bell, Kicker, Loop, Wakeup
-from wakeful.core.worker import Worker
+Each loop has `tick(now)`, one pass that tests drive on a simulated clock, and `run(stop)`, which
+repeats ticks on the injected clock, sleeping until a wake-up or the poll interval.
+"""
 
-__all__ = ["Bell", "Dispatcher", "Kicker", "Loop", "Scheduler", "Sender", "Wakeup", "Worker"]
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from wakeful.core.clock import Clock, wall_clock
+from wakeful.core.errors import StoreReplaced, StoreUnavailable
+from wakeful.core.store import Store
+
+log = logging.getLogger("wakeful")
+
+
+class Kicker(Protocol):
+    def kick(self) -> None: ...
+
+
+class Wakeup:
+    """A kick from ingest to an idle loop in the same process, so new work skips the poll wait."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._event = threading.Event()
+        self._monotonic = monotonic
+        self._first: float | None = None
+
+    def kick(self) -> None:
+        if self._first is None:
+            self._first = self._monotonic()
+        self._event.set()
+
+    def since_first_kick(self) -> float | None:
+        """Seconds since the first kick since the last call, or None: how long ago the news
+        it carries arrived, however long the loop took to look. A duration, so the loop places
+        it on its own timeline without reading this one's clock."""
+        first, self._first = self._first, None
+        return None if first is None else max(0.0, self._monotonic() - first)
+
+    def wait(self, timeout: float) -> bool:
+        fired = self._event.wait(timeout)
+        self._event.clear()
+        return fired
+
+
+class Bell:
+    """Rings every subscribed loop at once (shutdown).
+
+    Everyday kicks are aimed instead (new events wake the worker, new outbox rows the
+    dispatcher, new timers the scheduler): a loop woken for nothing still costs a thread switch
+    and a look at the store, and those add up in the HTTP front's latency when they come
+    hundreds of times a second."""
+
+    def __init__(self) -> None:
+        self._wakeups: list[Wakeup] = []
+
+    def subscribe(self, wakeup: Wakeup | None = None) -> Wakeup:
+        wakeup = wakeup or Wakeup()
+        self._wakeups.append(wakeup)
+        return wakeup
+
+    def kick(self) -> None:
+        for wakeup in self._wakeups:
+            wakeup.kick()
+
+
+@dataclass(kw_only=True)
+class Loop:
+    store: Store
+    clock: Clock = wall_clock
+    poll: float = 1.0
+    wakeup: Wakeup = field(default_factory=Wakeup)
+    """What wakes this loop early: kicked by whoever has news for it."""
+
+    def tick(self, now: int) -> int:
+        raise NotImplementedError
+
+    def idle_wait(self) -> float:
+        """How long to sleep when a tick found nothing to do (a wake-up cuts it short)."""
+        return self.poll
+
+    def run(self, stop: threading.Event) -> None:
+        """Tick until `stop` is set; a store outage is logged and retried, never fatal (a
+        store file replaced under the process is said once: it does not pass by itself)."""
+        replaced = False
+        while not stop.is_set():
+            try:
+                busy = self.tick(self.clock())
+            except StoreUnavailable as exc:
+                if not replaced:
+                    log.warning("%s: store unavailable, retrying: %s", type(self).__name__, exc)
+                replaced = isinstance(exc, StoreReplaced)
+                busy = 0
+            except Exception:
+                log.exception("%s: tick failed", type(self).__name__)
+                busy = 0
+            if busy:
+                continue
+            if stop.is_set():
+                return
+            self.sleep(self.wakeup, stop)
+
+    def sleep(self, wakeup: Wakeup, stop: threading.Event) -> None:
+        """Idle until a kick or `idle_wait()` seconds have passed."""
+        wakeup.wait(self.idle_wait())

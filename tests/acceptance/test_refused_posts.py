@@ -8,12 +8,11 @@ and channels.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.acceptance.test_slack_app import QUIET, Wakeful, eventually, inbox, serving
+from tests.acceptance.test_slack_app import Wakeful, eventually, inbox, serving, settle
 from tests.integration.test_refusal_notices import NOT_IN_CHANNEL
 
 
@@ -42,7 +41,7 @@ def test_a_reminder_in_a_channel_the_bot_is_not_in_is_told_once_to_its_setter(
     assert app.emu.responses(key)[0]["text"].startswith("I'll remind you in 1 seconds: stretch")
 
     app.wait_post(dm, "I couldn't post in", timeout=10)
-    time.sleep(QUIET)  # nothing else comes: no second notice, no retry of the reminder
+    settle(app, inbox(user))  # nothing else comes: no second notice, no retry of the reminder
     assert [m["text"] for m in app.emu.messages(dm)] == [NOT_IN_CHANNEL]
     assert app.emu.messages(channel) == []
     mine = [
