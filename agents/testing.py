@@ -158,7 +158,7 @@ class Harness:
     def open_home(self, *, user: str = "U0USER") -> Outcome:
         """The person opens the Home tab (the agent's `home` view is published after)."""
         inbox = InboxId.person(TEAM, user)
-        self.store.open_home(inbox, self.now)
+        self.store.note_home_opened(inbox, self.now)
         return self.send(HomeOpened(user=user, team=TEAM), inbox)
 
     def send(

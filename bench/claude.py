@@ -82,8 +82,9 @@ class Conversation:
         from wakeful.bot.loading import build_runner
         from wakeful.core.clock import ManualClock
         from wakeful.core.inbox_id import InboxId
-        from wakeful.core.loops import Scheduler, Worker
+        from wakeful.core.scheduler import Scheduler
         from wakeful.core.store import open_store
+        from wakeful.core.worker import Worker
 
         self.clock = ManualClock(1_780_000_000)
         self.fake = FakeAnthropic(clock=lambda: float(self.clock.now))

@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from wakeful.core.clock import ManualClock
-from wakeful.core.loops import Scheduler
+from wakeful.core.scheduler import Scheduler
 from wakeful.core.settings import DAY
 
 from .common import Figure

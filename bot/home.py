@@ -208,7 +208,7 @@ class HomeHook:
         return None
 
     def after(self, run: Run, effects: Effects) -> None:
-        if run.inbox.user is None or not self.store.home_opened(run.inbox):
+        if run.inbox.user is None or not self.store.has_opened_home(run.inbox):
             return
         view = build_view(self.store, run.inbox, self.approvers, run.now, effects)
         if view is None:

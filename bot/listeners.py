@@ -31,9 +31,9 @@ from wakeful.core.errors import InvalidInput, StoreError, StoreUnavailable
 from wakeful.core.events import Command, Event
 from wakeful.core.events import Message as Said
 from wakeful.core.inbox_id import InboxId
+from wakeful.core.loops import Kicker, Wakeup
 from wakeful.core.store import Store
 from wakeful.core.store.installations import Status
-from wakeful.core.wakeups import Kicker, Wakeup
 
 log = logging.getLogger("wakeful")
 IGNORED_SUBTYPES = frozenset({"message_changed", "message_deleted", "bot_message"})
@@ -228,7 +228,7 @@ class Listeners:
             raise InvalidInput("event envelope lacks team_id or event_id")
         inbox = InboxId.person(team, user)
         if tab == "home":
-            self.store.open_home(inbox, self.clock())
+            self.store.note_home_opened(inbox, self.clock())
             self._store(inbox, event_id, HomeOpened(user=user, team=team))
         elif isinstance(channel, str) and channel:
             self._store(inbox, event_id, MessagesTabOpened(user=user, team=team, channel=channel))

@@ -22,10 +22,10 @@ from wakeful.bot.web_client import KeepAliveWebClient
 from wakeful.core.clock import Clock, ServerClock, wall_clock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.errors import StoreUnavailable
+from wakeful.core.loops import Bell, Wakeup
 from wakeful.core.runner import Runner
 from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store, open_store
-from wakeful.core.wakeups import Bell, Wakeup
 from wakeful.core.worker import Worker
 
 log = logging.getLogger("wakeful")
@@ -127,7 +127,7 @@ class Runtime:
                     wakeup=self.bell.subscribe(self.wake_worker),
                     wake_dispatcher=self.wake_dispatcher,
                     wake_scheduler=self.wake_scheduler,
-                    settle=self.config.batch_window,
+                    batch_window=self.config.batch_window,
                 )
             )
         if "scheduler" in self.roles:

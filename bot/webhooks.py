@@ -31,9 +31,9 @@ from wakeful.core.effects import check_json
 from wakeful.core.errors import InvalidInput, StoreError
 from wakeful.core.events import WebhookDelivery
 from wakeful.core.inbox_id import InboxId
+from wakeful.core.loops import Kicker
 from wakeful.core.settings import MAX_PAYLOAD_BYTES
 from wakeful.core.store import Store
-from wakeful.core.wakeups import Kicker
 
 WEBHOOKS_PATH = "/webhooks/"
 STRIPE_TOLERANCE = 300

@@ -20,8 +20,8 @@ from typing import Protocol
 from wakeful.core import metrics
 from wakeful.core.effects import Message
 from wakeful.core.errors import PermanentSendError, StoreUnavailable, TransientSendError
+from wakeful.core.loops import Loop
 from wakeful.core.rules.outbox import Batch, Part
-from wakeful.core.wakeups import Loop
 
 log = logging.getLogger("wakeful")
 

@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from wakeful.core.loops import Kicker, Loop, Wakeup
 from wakeful.core.store.timers import DUE_PAGE
-from wakeful.core.wakeups import Kicker, Loop, Wakeup
 
 log = logging.getLogger("wakeful")
 

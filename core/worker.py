@@ -22,9 +22,9 @@ from functools import partial
 from wakeful.core import logs, metrics
 from wakeful.core.effects import Effects, RunTiming
 from wakeful.core.errors import LeaseLost, StoreUnavailable
+from wakeful.core.loops import Kicker, Loop, Wakeup
 from wakeful.core.records import Claim
 from wakeful.core.runner import Agent, Runner, runner_for
-from wakeful.core.wakeups import Kicker, Loop, Wakeup
 
 log = logging.getLogger("wakeful")
 
@@ -47,7 +47,7 @@ class Worker(Loop):
     wake_scheduler: Kicker = field(default_factory=Wakeup)
     """Kicked after a finish that added timers or approvals, so a timer already due, or an
     approval window already over, is not left to the next poll."""
-    settle: float = 0.0
+    batch_window: float = 0.0
     """Seconds an inbox must have been ready before it runs, so a person's burst of quick
     messages lands in one batch. Counted per inbox from when this worker first saw it ready."""
     group: int = 16
@@ -168,7 +168,7 @@ class Worker(Loop):
             # first, and the busy ones wait for it (a window at most, then they run).
             t = self._mono()
             self._holding = t if self._holding is None else self._holding
-            if t - self._holding < self.settle:
+            if t - self._holding < self.batch_window:
                 self._followers = previous + self._followers
                 return runs
         self._holding = None
@@ -184,9 +184,9 @@ class Worker(Loop):
     def _window_ends_within(self, seconds: float) -> bool:
         """Whether some ready inbox not yet run will have waited out its batch window within
         `seconds` from now."""
-        if self.settle <= 0 or not self._seen:
+        if self.batch_window <= 0 or not self._seen:
             return False
-        return min(self._seen.values()) + self.settle - self._mono() < seconds
+        return min(self._seen.values()) + self.batch_window - self._mono() < seconds
 
     def _run_ready(self, now: int) -> int:
         kicked = self.wakeup.since_first_kick()
@@ -209,7 +209,7 @@ class Worker(Loop):
         settled = [
             inbox
             for inbox in ready[start:] + ready[:start]
-            if self.settle <= 0 or t - self._seen[inbox] >= self.settle
+            if self.batch_window <= 0 or t - self._seen[inbox] >= self.batch_window
         ][: self.batch_inboxes]
         runs = 0
         fast = self._run_time is not None and self._run_time < self.flush_after
@@ -237,26 +237,26 @@ class Worker(Loop):
             self._cuts.clear()
             return
         self._cuts.append((top, arrived))
-        expired = [c for c in self._cuts if c[1] <= t - self.settle]
+        expired = [c for c in self._cuts if c[1] <= t - self.batch_window]
         if len(expired) > 1:
-            self._cuts = [expired[-1], *(c for c in self._cuts if c[1] > t - self.settle)]
+            self._cuts = [expired[-1], *(c for c in self._cuts if c[1] > t - self.batch_window)]
 
     def idle_wait(self) -> float:
         if self._held or self._give_back:
             return max(0.01, min(self.poll, self._retry_at - self._mono()))
-        if not self._seen or self.settle <= 0:
+        if not self._seen or self.batch_window <= 0:
             return self.poll
-        due = min(self._seen.values()) + self.settle - self._mono()
+        due = min(self._seen.values()) + self.batch_window - self._mono()
         return max(0.01, min(self.poll, due))
 
     def sleep(self, wakeup: Wakeup, stop: threading.Event) -> None:
-        if not (self.settle > 0 and self._seen):
+        if not (self.batch_window > 0 and self._seen):
             return super().sleep(wakeup, stop)
         # An inbox is waiting out its batch window. A kick still matters (a new inbox's window
         # starts when a tick first sees it), but under load kicks come hundreds a second and
         # each would cost a tick: after one, let the next ones pile up for a tenth of a window.
         if wakeup.wait(self.idle_wait()):
-            stop.wait(min(self.settle / 10, self.idle_wait()))
+            stop.wait(min(self.batch_window / 10, self.idle_wait()))
 
     def run_inbox(self, inbox: str) -> int:
         """Run one inbox until it has nothing claimable; return how many runs finished."""

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
-from wakeful.core.loops import Dispatcher
 from wakeful.core.rules.outbox import SEPARATOR, Part
 from wakeful.core.settings import Settings
 from wakeful.core.store import Store, open_store

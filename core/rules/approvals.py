@@ -12,7 +12,7 @@ from wakeful.core.records import AnswerOutcome, ApprovalState
 Decision = tuple[AnswerOutcome, Literal["store", "keep"]]
 
 
-def decide(
+def judge_answer(
     state: ApprovalState | None,
     answer: str,
     user: str,

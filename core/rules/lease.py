@@ -6,7 +6,7 @@ from __future__ import annotations
 from wakeful.core.records import Lease
 
 
-def decide(current: Lease | None, inbox: str, holder: str, now: int, ttl: int) -> Lease | None:
+def grant(current: Lease | None, inbox: str, holder: str, now: int, ttl: int) -> Lease | None:
     """The lease `holder` gets by asking now, or None when someone else holds it.
 
     No row: generation 1. Same holder, unexpired: renewal, same generation. Expired: takeover

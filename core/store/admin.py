@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from wakeful.core.records import DeadLetters, SetAsideSession
 from wakeful.core.store.base import StoreBase
-from wakeful.core.store.rows import event_record, outbox_record
+from wakeful.core.store.codec import event_record, outbox_record
 
 
 class Admin(StoreBase):

@@ -14,12 +14,12 @@ from wakeful.core.effects import Message, check_json
 from wakeful.core.errors import InvalidInput
 from wakeful.core.events import ApprovalAnswer
 from wakeful.core.records import AnswerOutcome, ApprovalState
-from wakeful.core.rules.approvals import ApprovalBudget, decide, not_asked
+from wakeful.core.rules.approvals import ApprovalBudget, judge_answer, not_asked
 from wakeful.core.settings import Settings
 from wakeful.core.storable import check_name
 from wakeful.core.store.base import StoreBase, insert_event
+from wakeful.core.store.codec import PreparedApproval, approval_record, message_params, require
 from wakeful.core.store.outbox import queue
-from wakeful.core.store.rows import PreparedApproval, approval_record, message_params, require
 from wakeful.core.store.sql import Tx
 
 log = logging.getLogger("wakeful")
@@ -101,7 +101,7 @@ class Approvals(StoreBase):
         now: int,
         approvers: Sequence[str] | None = None,
     ) -> AnswerOutcome:
-        """Answer an approval; return the outcome that stands (see rules.approvals.decide).
+        """Answer an approval; return the outcome that stands (see rules.approvals.judge_answer).
 
         `approvers`: who may answer besides the requester, as configured when the answer
         arrives (the Slack front passes WAKEFUL_APPROVERS); None keeps the list stored with
@@ -128,7 +128,7 @@ class Approvals(StoreBase):
         check_name("user", user)
         with self._tx(urgent=True) as tx:
             state = approval_record(tx.one("get_approval_for_update", {"id": request_id}))
-            outcome, action = decide(state, answer, user, now, approvers)
+            outcome, action = judge_answer(state, answer, user, now, approvers)
             if action != "store" or state is None:
                 return outcome, False
             if store_answer(tx, state, outcome, user, now):

@@ -12,13 +12,10 @@ from wakeful.core import metrics
 from wakeful.core.effects import Effects, RunTiming, check_json
 from wakeful.core.errors import LeaseLost, SessionUnusable
 from wakeful.core.records import Claim, Event, RunRecord
-from wakeful.core.rules.lease import decide, holds
+from wakeful.core.rules.lease import grant, holds
 from wakeful.core.settings import Settings
 from wakeful.core.store.approvals import request_all
-from wakeful.core.store.dead_letters import record_attempt
-from wakeful.core.store.outbox import queue
-from wakeful.core.store.restores import Restores, answer_marks
-from wakeful.core.store.rows import (
+from wakeful.core.store.codec import (
     PreparedEffects,
     event_record,
     lease_record,
@@ -27,6 +24,9 @@ from wakeful.core.store.rows import (
     require,
     run_record,
 )
+from wakeful.core.store.dead_letters import record_attempt
+from wakeful.core.store.outbox import queue
+from wakeful.core.store.restores import Restores, answer_marks
 from wakeful.core.store.sql import Tx
 
 TOO_MANY_ATTEMPTS = "too many attempts"
@@ -52,7 +52,7 @@ class Claims(Restores):
         current = lease_record(tx.one("get_lease_for_acquire", {"inbox": inbox}))
         if current is None and tx.one("lease_row_exists", {"inbox": inbox}) is not None:
             return None  # another transaction is working on this lease right now
-        granted = decide(current, inbox, holder, now, self.settings.lease_ttl)
+        granted = grant(current, inbox, holder, now, self.settings.lease_ttl)
         if granted is None:
             return None
         params = {

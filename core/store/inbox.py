@@ -10,7 +10,7 @@ from wakeful.core import metrics
 from wakeful.core.errors import InvalidInput, SessionUnusable
 from wakeful.core.records import Event, Ingested, ReadyList
 from wakeful.core.store.base import StoreBase
-from wakeful.core.store.rows import event_body, event_record
+from wakeful.core.store.codec import event_body, event_record
 
 
 class Inbox(StoreBase):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from wakeful.core.store.base import StoreBase
-from wakeful.core.store.rows import require
+from wakeful.core.store.codec import require
 from wakeful.core.store.sql import Row, Tx
 
 Status = Literal["active", "revoked", "uninstalled"]

@@ -12,7 +12,7 @@ from wakeful.core.records import OutboxRow
 from wakeful.core.rules.outbox import Batch, Part, plan_parts, ready
 from wakeful.core.store import threads
 from wakeful.core.store.base import StoreBase
-from wakeful.core.store.rows import Params, message_params, outbox_record
+from wakeful.core.store.codec import Params, message_params, outbox_record
 from wakeful.core.store.sql import Tx
 
 BATCH_ROW_CAP = 200

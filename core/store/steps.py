@@ -20,7 +20,7 @@ from wakeful.core.effects import check_json
 from wakeful.core.records import StepRecord
 from wakeful.core.storable import check_name, is_storable
 from wakeful.core.store.base import StoreBase
-from wakeful.core.store.rows import require
+from wakeful.core.store.codec import require
 from wakeful.core.store.sql import Row
 
 

@@ -9,13 +9,11 @@ message, by key.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Literal
 
-from wakeful.core.effects import Message
 from wakeful.core.storable import is_storable
 from wakeful.core.store.base import StoreBase
-from wakeful.core.store.rows import message_params, require
+from wakeful.core.store.codec import require
 from wakeful.core.store.sql import Tx
 
 ThreadWhy = Literal["posted", "mentioned"]
@@ -33,21 +31,6 @@ class Threads(StoreBase):
         with self._tx() as tx:
             remember(tx, channel, thread_ts, why, now)
 
-    def post_once(
-        self, inbox: str, channel: str, thread_ts: str, messages: Sequence[Message], now: int
-    ) -> bool:
-        """Queue `messages` for a thread the bot starts taking part in, unless it already did
-        (a retried event): the thread row and the messages commit together. True if queued."""
-        require(channel=channel, thread_ts=thread_ts)
-        prepared = [message_params(inbox, m) for m in messages]
-        params = {"channel": channel, "thread_ts": thread_ts, "why": "posted", "now": now}
-        with self._tx(urgent=True) as tx:
-            if tx.run("remember_thread", params) == 0:
-                return False
-            for row in prepared:
-                tx.run("insert_outbox", {**row, "now": now})
-        return True
-
     def takes_part(self, channel: str, thread_ts: str) -> bool:
         """Whether the bot posted in or was mentioned in this thread: one read by primary key,
         no write lock, so the listener can drop the channel's other messages for free. A name
@@ -57,13 +40,13 @@ class Threads(StoreBase):
         with self._tx(write=False) as tx:
             return tx.one("known_thread", {"channel": channel, "thread_ts": thread_ts}) is not None
 
-    def open_home(self, inbox: str, now: int) -> None:
+    def note_home_opened(self, inbox: str, now: int) -> None:
         """A person opened their App Home tab: their view is refreshed after each run."""
         require(inbox=inbox)
         with self._tx() as tx:
             tx.run("open_home", {"inbox": inbox, "now": now})
 
-    def home_opened(self, inbox: str) -> bool:
+    def has_opened_home(self, inbox: str) -> bool:
         """Whether this person ever opened their Home tab (one read by key)."""
         with self._tx(write=False) as tx:
             return tx.one("home_opened", {"inbox": inbox}) is not None

@@ -13,7 +13,7 @@ from wakeful.core.records import TimerFired, TimerState
 from wakeful.core.rules.schedule import missed
 from wakeful.core.store.approvals import store_answer
 from wakeful.core.store.base import StoreBase, insert_event
-from wakeful.core.store.rows import approval_record, require, timer_params, timer_record
+from wakeful.core.store.codec import approval_record, require, timer_params, timer_record
 
 DUE_PAGE = 500
 """Timers one scheduler transaction fires at most; the scheduler pages through the rest."""

@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import T0
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Message
-from wakeful.core.loops import Dispatcher
 from wakeful.core.store import Store
 from wakeful.devtools.emulator import SlackEmulator
 

@@ -55,12 +55,14 @@ from wakeful.bot.agents.conversation import (
 from wakeful.bot.config import Config, ConfigError
 from wakeful.bot.loading import build_runner, make_setup
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Effects
 from wakeful.core.events import timer_payload
-from wakeful.core.loops import Dispatcher, Scheduler, Worker
 from wakeful.core.records import OutboxRow
 from wakeful.core.rules.outbox import Part
+from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store
+from wakeful.core.worker import Worker
 
 TEAM = "T1"
 USER = "U1"

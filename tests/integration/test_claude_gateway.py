@@ -24,8 +24,9 @@ from wakeful.bot.config import Config
 from wakeful.bot.loading import build_runner, make_setup
 from wakeful.bot.zones import ZoneLookup
 from wakeful.core.clock import ManualClock
-from wakeful.core.loops import Dispatcher, Worker
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.store import Store
+from wakeful.core.worker import Worker
 from wakeful.devtools.fake_stripe import FakeStripe
 from wakeful.devtools.webhooks import github_payload
 

@@ -25,8 +25,10 @@ from wakeful.bot.agents.conversation import NO_REPLY
 from wakeful.bot.config import Config
 from wakeful.bot.loading import build_runner
 from wakeful.core.clock import ManualClock
-from wakeful.core.loops import Dispatcher, Scheduler, Worker
+from wakeful.core.dispatcher import Dispatcher
+from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store
+from wakeful.core.worker import Worker
 from wakeful.devtools.webhooks import github_payload, stripe_event
 
 

@@ -21,8 +21,8 @@ import pytest
 from tests.conftest import T0, MakeStore
 from tests.integration.test_outbox import Rig, statuses
 from wakeful.bot.sender import SlackSender, make_client
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Message
-from wakeful.core.loops import Dispatcher
 from wakeful.core.rules.outbox import Part
 from wakeful.core.store import Store, open_store
 from wakeful.core.store.sqlite import SQLiteConnector

@@ -22,11 +22,12 @@ from wakeful.bot.sender import SlackSender, make_client
 from wakeful.core import logs, metrics
 from wakeful.core.agent import Run
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Effects, Message, Timer
 from wakeful.core.errors import StoreUnavailable
-from wakeful.core.loops import Dispatcher, Worker
 from wakeful.core.store import Store, open_store
 from wakeful.core.store.sqlite import SQLiteConnector
+from wakeful.core.worker import Worker
 from wakeful.devtools.emulator import SlackEmulator
 
 MakeStore = Callable[..., Store]

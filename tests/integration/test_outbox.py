@@ -16,9 +16,9 @@ from tests.conftest import T0
 from tests.support.approvals import ApprovalRequest
 from wakeful.bot.kinds import SLACK_TEXT_LIMIT
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import PermanentSendError, TransientSendError
-from wakeful.core.loops import Dispatcher
 from wakeful.core.records import Ingested
 from wakeful.core.rules.outbox import SEPARATOR, Part
 from wakeful.core.store import Store, open_store

@@ -16,9 +16,9 @@ from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import SessionUnusable
 from wakeful.core.events import Message as Said
-from wakeful.core.loops import Worker
 from wakeful.core.store import Store
 from wakeful.core.store.sqlite import SQLiteConnector
+from wakeful.core.worker import Worker
 
 INBOX = "T1:U1"
 

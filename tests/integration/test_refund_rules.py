@@ -34,9 +34,11 @@ from wakeful.bot.agents.claude_tools import TOOL_SPECS
 from wakeful.bot.agents.common import MIN_DIGEST_SECONDS
 from wakeful.bot.loading import build_runner
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.inbox_id import InboxId
-from wakeful.core.loops import Dispatcher, Scheduler, Worker
+from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store
+from wakeful.core.worker import Worker
 
 TOO_OFTEN = (
     "Digest not set: every {n} is too often; the shortest period is 60 seconds "

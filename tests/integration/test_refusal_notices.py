@@ -9,8 +9,8 @@ from tests.conftest import T0, MakeStore
 from wakeful.bot.refusals import notice_text
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Message
-from wakeful.core.loops import Dispatcher
 from wakeful.devtools.emulator import SlackEmulator
 
 TOKEN = "xoxb-refusals"

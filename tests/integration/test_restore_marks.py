@@ -8,8 +8,8 @@ import json
 from tests.conftest import T0, MakeStore
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import ApprovalRequest, Effects, Message
-from wakeful.core.loops import Dispatcher
 from wakeful.core.store import Store
 from wakeful.devtools.emulator import SlackEmulator
 

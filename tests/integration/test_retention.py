@@ -13,7 +13,7 @@ from wakeful.bot.config import Config, ConfigError
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import InvalidInput
-from wakeful.core.loops import Scheduler
+from wakeful.core.scheduler import Scheduler
 from wakeful.core.settings import DAY, REDELIVERY_WINDOW, Settings
 from wakeful.core.store import Store
 from wakeful.core.store.retention import PRUNE_BATCH

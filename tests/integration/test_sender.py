@@ -19,9 +19,9 @@ from slack_sdk.web.slack_response import SlackResponse
 from tests.conftest import T0, MakeStore
 from wakeful.bot.sender import EVENT_TYPE, SlackSender, classify, make_client
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Message
 from wakeful.core.errors import PermanentSendError, TransientSendError
-from wakeful.core.loops import Dispatcher
 from wakeful.core.rules.outbox import Part
 from wakeful.devtools.emulator import SlackEmulator
 

@@ -15,8 +15,8 @@ from tests.conftest import T0, MakeStore
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.core import metrics
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Message
-from wakeful.core.loops import Dispatcher
 from wakeful.core.store import Store
 from wakeful.devtools.emulator import SlackEmulator
 from wakeful.devtools.emulator.checks import TEXT_LIMIT

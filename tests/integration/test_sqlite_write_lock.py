@@ -18,7 +18,7 @@ from tests.conftest import T0
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects, Message, Timer
 from wakeful.core.errors import StoreUnavailable
-from wakeful.core.loops import Scheduler
+from wakeful.core.scheduler import Scheduler
 from wakeful.core.settings import DAY, Settings
 from wakeful.core.store import Store, open_store
 

@@ -29,11 +29,13 @@ from tests.support.webhook_front import (
 from wakeful.bot.config import WebhookSource
 from wakeful.bot.front import EVENTS_PATH, SlackFront
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Effects, Message, Timer
 from wakeful.core.errors import InvalidInput
 from wakeful.core.inbox_id import InboxId
-from wakeful.core.loops import Dispatcher, Scheduler, Worker
+from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store
+from wakeful.core.worker import Worker
 from wakeful.devtools.emulator import EventSender
 from wakeful.devtools.webhooks import WebhookSender, github_payload
 

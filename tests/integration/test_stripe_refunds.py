@@ -25,9 +25,11 @@ from wakeful.bot.config import Config
 from wakeful.bot.loading import build_runner, make_setup
 from wakeful.bot.zones import ZoneLookup
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.inbox_id import InboxId
-from wakeful.core.loops import Dispatcher, Scheduler, Worker
+from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store
+from wakeful.core.worker import Worker
 from wakeful.devtools.fake_stripe import FakeStripe
 
 HOOKS = "C0HOOKS"

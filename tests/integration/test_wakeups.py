@@ -18,8 +18,11 @@ from wakeful.bot.config import Config
 from wakeful.bot.front import SlackFront
 from wakeful.bot.runtime import Runtime
 from wakeful.core.clock import ManualClock
-from wakeful.core.loops import Dispatcher, Scheduler, Wakeup, Worker
+from wakeful.core.dispatcher import Dispatcher
+from wakeful.core.loops import Wakeup
+from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store, open_store
+from wakeful.core.worker import Worker
 
 
 class Client:
@@ -63,7 +66,7 @@ def test_a_worker_in_a_batch_window_still_wakes_for_a_kick_but_lets_kicks_pile_u
     # windows). Under load, though, kicks come hundreds a second: after one it waits a tenth
     # of a window, and the kicks of that moment cost one tick between them.
     store.ingest("T1:U1", "slack", "E1", {"text": "first"}, T0)
-    worker = Worker(store=store, agent=refund_desk(store), clock=ManualClock(T0), settle=1.0)
+    worker = Worker(store=store, agent=refund_desk(store), clock=ManualClock(T0), batch_window=1.0)
     assert worker.tick(T0) == 0  # seen, not yet settled: due in a second
     wakeup, stop = Wakeup(), threading.Event()
     wakeup.kick()  # another message arrived
@@ -97,7 +100,7 @@ def test_a_batch_window_counts_from_the_kick_not_from_the_tick_that_saw_it(
     # The worker may look a while after the event was stored (it was busy, or its kicks were
     # piling up): the window is the person's, so it runs from the store's kick.
     work = Wakeup()
-    worker = Worker(store=store, agent=refund_desk(store), wakeup=work, settle=0.5)
+    worker = Worker(store=store, agent=refund_desk(store), wakeup=work, batch_window=0.5)
     store.ingest("T1:U1", "slack", "E1", {"text": "hi"}, T0)
     work.kick()
     time.sleep(0.3)  # the worker is elsewhere for 300 ms
@@ -116,7 +119,7 @@ def test_an_inbox_past_the_ready_lists_cut_keeps_the_window_of_its_kick(store: S
         store=store,
         agent=refund_desk(store),
         wakeup=work,
-        settle=0.5,
+        batch_window=0.5,
         batch_inboxes=1,
         monotonic=lambda: clock[0],
     )

@@ -25,10 +25,12 @@ from tests.support.webhook_front import (
 )
 from wakeful.bot.config import WebhookSource
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.inbox_id import InboxId
-from wakeful.core.loops import Dispatcher, Scheduler, Worker
 from wakeful.core.rules.outbox import SEPARATOR
+from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store
+from wakeful.core.worker import Worker
 from wakeful.devtools.webhooks import Sent, WebhookSender, stripe_event
 
 GAP = 3600

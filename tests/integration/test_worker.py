@@ -14,10 +14,12 @@ from tests.conftest import T0
 from wakeful.core.agent import Run
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects, Message
-from wakeful.core.loops import Scheduler, Wakeup, Worker
+from wakeful.core.loops import Wakeup
+from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store
 from wakeful.core.store.base import Connector, NewEvent
 from wakeful.core.store.sql import Row, Tx
+from wakeful.core.worker import Worker
 
 
 class EchoAgent:
@@ -186,7 +188,7 @@ def test_a_newly_ready_inbox_waits_at_most_two_runs_behind_a_backlog(
     now = int(time.time())
     for i in range(1000):  # 20 batches of claim_cap (50)
         store.ingest(f"T1:BUSY{i % backlogs}", "slack", f"busy-{i}", {"text": f"m{i}"}, now)
-    worker = Worker(store=store, agent=SlowAgent(), poll=0.05, settle=window * run_time)
+    worker = Worker(store=store, agent=SlowAgent(), poll=0.05, batch_window=window * run_time)
     stop = threading.Event()
     thread = threading.Thread(target=worker.run, args=(stop,))
     thread.start()

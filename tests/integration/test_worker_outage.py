@@ -16,9 +16,9 @@ from wakeful.core.agent import Run
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import StoreUnavailable
-from wakeful.core.loops import Worker
 from wakeful.core.settings import Settings
 from wakeful.core.store import Store, open_store
+from wakeful.core.worker import Worker
 from wakeful.devtools.stores import fresh_postgres
 
 USERS = [f"T1:U{i}" for i in range(4)]

@@ -22,9 +22,9 @@ import time
 from wakeful.core.agent import Agent, Run
 from wakeful.core.clock import Clock, ServerClock
 from wakeful.core.effects import Effects, Message
-from wakeful.core.loops import Worker
 from wakeful.core.settings import Settings
 from wakeful.core.store import Store, open_store
+from wakeful.core.worker import Worker
 
 
 class RecordingAgent:

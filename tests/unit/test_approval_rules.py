@@ -1,5 +1,5 @@
 from wakeful.core.records import ApprovalState
-from wakeful.core.rules.approvals import decide
+from wakeful.core.rules.approvals import judge_answer
 
 
 def state(answer: str | None = None) -> ApprovalState:
@@ -21,29 +21,29 @@ def state(answer: str | None = None) -> ApprovalState:
 
 
 def test_unknown_request() -> None:
-    assert decide(None, "yes", "U1", 10) == ("unknown", "keep")
+    assert judge_answer(None, "yes", "U1", 10) == ("unknown", "keep")
 
 
 def test_forbidden_user_stores_nothing() -> None:
-    assert decide(state(), "yes", "U2", 10) == ("forbidden", "keep")
+    assert judge_answer(state(), "yes", "U2", 10) == ("forbidden", "keep")
 
 
 def test_requester_and_approver_may_answer() -> None:
-    assert decide(state(), "yes", "U1", 10) == ("yes", "store")
-    assert decide(state(), "no", "U9", 10) == ("no", "store")
+    assert judge_answer(state(), "yes", "U1", 10) == ("yes", "store")
+    assert judge_answer(state(), "no", "U9", 10) == ("no", "store")
 
 
 def test_the_current_approvers_replace_the_stored_ones() -> None:
-    assert decide(state(), "yes", "U9", 10, approvers=("U5",)) == ("forbidden", "keep")
-    assert decide(state(), "yes", "U5", 10, approvers=("U5",)) == ("yes", "store")
-    assert decide(state(), "no", "U1", 10, approvers=()) == ("no", "store")
+    assert judge_answer(state(), "yes", "U9", 10, approvers=("U5",)) == ("forbidden", "keep")
+    assert judge_answer(state(), "yes", "U5", 10, approvers=("U5",)) == ("yes", "store")
+    assert judge_answer(state(), "no", "U1", 10, approvers=()) == ("no", "store")
 
 
 def test_first_answer_stands() -> None:
-    assert decide(state("yes"), "no", "U1", 10) == ("yes", "keep")
-    assert decide(state("expired"), "yes", "U1", 10) == ("expired", "keep")
+    assert judge_answer(state("yes"), "no", "U1", 10) == ("yes", "keep")
+    assert judge_answer(state("expired"), "yes", "U1", 10) == ("expired", "keep")
 
 
 def test_deadline_is_checked_by_the_answer_itself() -> None:
-    assert decide(state(), "yes", "U1", 100) == ("expired", "store")
-    assert decide(state(), "yes", "U1", 99) == ("yes", "store")
+    assert judge_answer(state(), "yes", "U1", 100) == ("expired", "store")
+    assert judge_answer(state(), "yes", "U1", 99) == ("yes", "store")
