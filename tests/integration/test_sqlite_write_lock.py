@@ -84,28 +84,40 @@ def test_a_retention_pass_with_nothing_aged_takes_no_write_lock(
             probe.prune(T0 + 31 * DAY)  # aged out: deleting it must write
 
 
-def test_an_urgent_write_waits_out_another_process_lock(tmp_path: Path) -> None:
+def test_an_urgent_write_waits_out_another_process_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite's own busy handler sleeps 1, 2, 5, 10, ... 25-50 ms between looks, so a write could
+    # be stored ~28 ms after the lock's release; the urgent writer's connection leaves that
+    # handler off (busy timeout 0) and looks again itself every 0.2 ms. Checked by what it
+    # does, not by a time: many looks, each after a 0.2 ms pause, none inside SQLite's handler.
+    from wakeful.core.store import sqlite as sqlite_store
+
     store = open_store(tmp_path / "wait.db", busy_timeout_ms=5000)
     other = sqlite3.connect(store.db.path, isolation_level=None, check_same_thread=False)
     other.execute("BEGIN IMMEDIATE")
-    released: list[float] = []
+    pauses: list[float] = []
+    real_sleep = time.sleep
 
-    def release() -> None:
-        other.execute("ROLLBACK")
-        released.append(time.monotonic())
+    class Clock:
+        monotonic = staticmethod(time.monotonic)
 
-    timer = threading.Timer(0.2, release)
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            pauses.append(seconds)
+            real_sleep(seconds)
+
+    monkeypatch.setattr(sqlite_store, "time", Clock)
+    timer = threading.Timer(0.2, lambda: other.execute("ROLLBACK"))
     timer.start()
     try:
         assert store.ingest("T1:U1", "slack", "Ev1", {"text": "hi"}, T0).stored
-        done = time.monotonic()
     finally:
         timer.join()
         other.close()
-    assert released, "the ingest did not wait for the lock"
-    # SQLite's own busy handler would look again only 28 ms after the release (its sleeps are
-    # 25-50 ms by then); the urgent writer looks every 0.2 ms.
-    assert done - released[0] < 0.02, f"stored {1000 * (done - released[0]):.1f} ms after"
+    assert len(pauses) >= 10, f"{len(pauses)} looks: the ingest did not wait for the lock itself"
+    assert set(pauses) == {0.0002}
+    assert store.db._connect(urgent=True).execute("PRAGMA busy_timeout").fetchone()[0] == 0
     assert store.count_events() == 1
     store.close()
 
