@@ -160,7 +160,9 @@ def test_metrics_move_as_events_flow_and_inspect_reads_the_live_store(
     assert "inbox T1:U7001: 0 pending, 0 running, 0 dead; lease: gen " in table.stdout
     runs = table.stdout.split("runs (latest")[1].split("outbox (latest")[0]
     assert re.search(
-        r"^\s+(now|\S+ ago)\s+\d+s\s+\d+\s+worker-\w+\s+[\d,]+$", runs, re.MULTILINE
+        r"^\s+(now|\S+ ago)\s+ok\s+[0-9a-f]{12}\s+\d+ms\s+\d+\s+worker-\w+\s+[\d,]+$",
+        runs,
+        re.MULTILINE,
     ), runs
 
     shut_down(app)

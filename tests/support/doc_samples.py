@@ -38,6 +38,7 @@ VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"\bEv[0-9A-F]{16}\b", "Ev<id>"),
         (r"\b[0-9a-f]{12}\b", "<run>"),
         (r"-[0-9a-f]{8}\b", "-<hash>"),
+        (r"\b[\d,]+ms\b", "<ms>"),  # a run's duration: 0ms one run, 1ms the next
         (r"\b(in )?(\d+[dhms])+( ago)?\b|\bnow\b", "<age>"),
         (r"\b[\d,]+ bytes\b", "<n> bytes"),
         (r"\b\d+\.\d+ s\b", "<s> s"),
