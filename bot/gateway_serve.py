@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from wakeful.core.gateway.audit import AuditLog, Metrics
 from wakeful.core.gateway.config import MAX_BODY, GatewayConfig, load
 from wakeful.core.gateway.process import Watch, die_with_parent, not_dumpable, orphan_watch
 from wakeful.core.gateway.server import GatewayApp, Revocations
-from wakeful.core.store import Store, open_store
+from wakeful.core.store import Store
 
 
 def serve(
@@ -44,7 +45,12 @@ def serve(
     not_dumpable()
     if parent is not None:
         die_with_parent()
-    store = open_store(db)
+    # A gateway (re)started while PostgreSQL refuses or ends connections waits for it as every
+    # wakeful process does (WAKEFUL_STARTUP_WAIT), rather than exiting at once.
+    from wakeful.bot.config import Config
+    from wakeful.bot.runtime import open_configured_store
+
+    store = open_configured_store(replace(Config.from_env(env), db=db))
     revocations = Revocations()
     watch = Watch(store, revocations)
     watch.read()

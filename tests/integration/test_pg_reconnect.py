@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from tests.conftest import PG_DSN, T0
+from tests.support.gateway import write_config
 from tests.support.tcp_proxy import TcpProxy
 from wakeful.bot.config import Config
 from wakeful.bot.runtime import open_configured_store
@@ -116,9 +117,19 @@ def test_listen_reconnects_after_the_server_ends_its_connection(
         stop()
 
 
+ROLES = {
+    # role: (its command line's arguments, the line it prints once it runs)
+    "scheduler": (["scheduler", "--poll", "0.2"], "scheduler running"),
+    # The gateway too: restarted in an outage it exited at once (the chaos run saw it).
+    "gateway": (["gateway"], "wakeful: gateway on http://"),
+}
+
+
+@pytest.mark.parametrize("role", sorted(ROLES))
 def test_a_process_started_while_the_server_refuses_waits_for_it_and_migrates(
-    tmp_path: Path,
+    tmp_path: Path, role: str
 ) -> None:
+    args, running = ROLES[role]
     schema = f"wakeful_t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(PG_DSN, autocommit=True) as admin:
         admin.execute(f"CREATE SCHEMA {schema}")  # empty: the process must migrate it
@@ -133,9 +144,11 @@ def test_a_process_started_while_the_server_refuses_waits_for_it_and_migrates(
                 "WAKEFUL_DB": f"{dsn}?options=-csearch_path%3D{schema}",
                 # A patience of 10 s: the first try connects for 5 s, then the retry is logged.
                 "WAKEFUL_STARTUP_WAIT": "10",
+                "WAKEFUL_GATEWAY_CONFIG": str(write_config(tmp_path, "http://127.0.0.1:9")),
+                "STRIPE_SECRET_KEY": "sk_test_startup",
             }
             proc = subprocess.Popen(
-                [sys.executable, "-m", "wakeful.bot.cli", "scheduler", "--poll", "0.2"],
+                [sys.executable, "-m", "wakeful.bot.cli", *args],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -153,7 +166,7 @@ def test_a_process_started_while_the_server_refuses_waits_for_it_and_migrates(
                 assert proc.poll() is None, "exited while the server was down"
                 proxy.accept()
                 deadline = time.monotonic() + 30
-                while "scheduler running" not in Path(log.name).read_text():
+                while running not in Path(log.name).read_text():
                     assert proc.poll() is None, Path(log.name).read_text()
                     assert time.monotonic() < deadline, "never started once the server was back"
                     time.sleep(0.2)
