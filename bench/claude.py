@@ -28,6 +28,7 @@ from typing import Any
 
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic, Usage
+from wakeful.devtools.audit import count_events, runs
 
 from .common import Figure
 
@@ -297,7 +298,7 @@ def chaos(folder: Path, messages: int, kills: bool) -> tuple[int, int, int, int]
     started = time.monotonic()
     next_kill = started + rng.uniform(*KILL_EVERY)
     try:
-        while store.count_events("done") < messages and time.monotonic() < deadline:
+        while count_events(store, "done") < messages and time.monotonic() < deadline:
             time.sleep(0.02)
             if kills and time.monotonic() >= next_kill:
                 proc.send_signal(signal.SIGKILL)
@@ -311,7 +312,7 @@ def chaos(folder: Path, messages: int, kills: bool) -> tuple[int, int, int, int]
     answered = sum(
         1 for r in store.outbox() if r.kind == "post" and r.ref is None and "remind" in r.text
     )
-    replayed = sum(u.replayed for r in store.runs() for u in r.usage.values())
+    replayed = sum(u.replayed for r in runs(store) for u in r.usage.values())
     store.close()
     calls = fake.calls
     fake.close()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from wakeful.core.clock import ManualClock
 from wakeful.core.scheduler import Scheduler
 from wakeful.core.settings import DAY
+from wakeful.devtools.audit import count_events
 
 from .common import Figure
 
@@ -39,7 +40,7 @@ def measure_pruning(b: Bench) -> None:
     value, ratio = b.paired(lambda: b.ingest_round(pruned, "p"), lambda: b.ingest_round(kept, "k"))
     stop.set()
     thread.join(10)
-    left = pruned.count_events("done")
+    left = count_events(pruned, "done")
     pruned.close()
     kept.close()
     b.add(

@@ -372,9 +372,10 @@ class Listeners:
             if self._other_team(str(request_id or ""), team):
                 outcome, stored = "forbidden", False
             else:
-                outcome, stored = self.store.answer_detail(
+                answered = self.store.answer(
                     str(request_id or ""), answer, user, now, self.approvers
                 )
+                outcome, stored = answered.outcome, answered.stored
         except InvalidInput:
             outcome, stored = "unknown", False  # tampered or malformed id: nothing answered
         if stored:

@@ -50,11 +50,11 @@ class Query:
 
     def pending_events(self, inbox: str) -> list[Event]:
         """Events waiting for a run (pending or running), oldest first."""
-        return self._store.open_events(inbox)
+        return self._store.events(inbox, "open")
 
     def dead_events(self, inbox: str) -> list[Event]:
         """Events of this inbox that were set aside after their attempts ran out."""
-        return self._store.dead_events(inbox)
+        return self._store.events(inbox, "dead")
 
     def dead_letters(self, limit: int = 10) -> DeadLetters:
         """Dead events and parked posts of every inbox (for an approver's eyes)."""

@@ -29,6 +29,16 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
+class Answered:
+    """The result of one answer to an approval: the outcome that stands, and whether this
+    answer is the one that stored it (False for a second tap, a forbidden user, an unknown
+    or expired request), so only the deciding click wakes the agent."""
+
+    outcome: AnswerOutcome
+    stored: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Ingested:
     """The result of one ingest: `stored` is False for a repeated delivery."""
 

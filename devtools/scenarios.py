@@ -153,14 +153,14 @@ def approvals(store: Store) -> list[str]:
     request("882", b2)
     request("883", b3)
     store.fire_due_timers(b1 + 5 * HOUR)
-    a881 = store.answer("881", "yes", "U7", b1 + 6 * HOUR)
-    a882 = store.answer("882", "yes", "U7", b2 + 5 * HOUR)
-    a883 = store.answer("883", "yes", "U7", b3 + 1 * HOUR)
-    a883b = store.answer("883", "no", "U7", b3 + 2 * HOUR)
+    a881 = store.answer("881", "yes", "U7", b1 + 6 * HOUR).outcome
+    a882 = store.answer("882", "yes", "U7", b2 + 5 * HOUR).outcome
+    a883 = store.answer("883", "yes", "U7", b3 + 1 * HOUR).outcome
+    a883b = store.answer("883", "no", "U7", b3 + 2 * HOUR).outcome
     store.fire_due_timers(b3 + 5 * HOUR)
     final = store.approval("883")
     assert final is not None
-    unknown = store.answer("999", "yes", "U7", b3 + HOUR)
+    unknown = store.answer("999", "yes", "U7", b3 + HOUR).outcome
     return [
         f"   881: expiry ran at 5h, yes at 6h -> {a881}",
         f"   882: yes at 5h, scheduler not run yet -> {a882}",

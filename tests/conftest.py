@@ -53,6 +53,40 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     PG_SCHEMAS.drop_all()
 
 
+WORKERS_PER_CORE = 3
+"""Most of the suite's time is waiting (on subprocesses, pacing gaps, leases to lapse), not
+computing: three test processes per core keep the cores busy (`-n auto` in pyproject.toml)."""
+MAX_WORKERS = 8
+"""Each worker holds a few PostgreSQL connections; the local server allows 100."""
+LONG_FIRST = (
+    "tests/integration/test_clock_skew.py",
+    "tests/acceptance/test_demo.py",
+    "tests/chaos/",
+    "tests/integration/test_dispatch_races.py",
+    "tests/acceptance/test_dispatch_fairness.py",
+    "tests/acceptance/test_claude_slack.py",
+    "tests/acceptance/test_operations.py",
+    "tests/integration/test_process_races.py",
+    "tests/acceptance/test_refund_gateway.py",
+    "tests/acceptance/test_isolation_app.py",
+)
+"""Modules whose tests take 10 s or more each, mostly waiting: handed out first, so the run
+does not end on one of them while the other workers sit idle."""
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`; 0 (one process) for `-m chaos` or `-m soak`: the long runs' figures were
+    measured one at a time, each with the machine to itself."""
+    expr = str(config.option.markexpr or "")
+    if "not chaos" not in expr and ("chaos" in expr or "soak" in expr):
+        return 0
+    return max(2, min(MAX_WORKERS, WORKERS_PER_CORE * (os.cpu_count() or 1)))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))
+
+
 @pytest.fixture(params=BACKENDS)
 def make_store(
     request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: SqliteTemplate

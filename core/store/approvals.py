@@ -13,7 +13,7 @@ from wakeful.core import metrics
 from wakeful.core.effects import Message, check_json
 from wakeful.core.errors import InvalidInput
 from wakeful.core.events import ApprovalAnswer
-from wakeful.core.records import AnswerOutcome, ApprovalState
+from wakeful.core.records import Answered, ApprovalState
 from wakeful.core.rules.approvals import ApprovalBudget, judge_answer, not_asked
 from wakeful.core.settings import Settings
 from wakeful.core.storable import check_name
@@ -100,24 +100,13 @@ class Approvals(StoreBase):
         user: str,
         now: int,
         approvers: Sequence[str] | None = None,
-    ) -> AnswerOutcome:
-        """Answer an approval; return the outcome that stands (see rules.approvals.judge_answer).
+    ) -> Answered:
+        """Answer an approval: the outcome that stands (see rules.approvals.judge_answer) and
+        whether this call stored it.
 
         `approvers`: who may answer besides the requester, as configured when the answer
         arrives (the Slack front passes WAKEFUL_APPROVERS); None keeps the list stored with
         the request."""
-        return self.answer_detail(request_id, answer, user, now, approvers)[0]
-
-    def answer_detail(
-        self,
-        request_id: str,
-        answer: str,
-        user: str,
-        now: int,
-        approvers: Sequence[str] | None = None,
-    ) -> tuple[AnswerOutcome, bool]:
-        """`answer`, plus whether this call is the one that stored the outcome (False for a
-        second tap, a forbidden user or an unknown request)."""
         if answer not in ("yes", "no"):
             raise InvalidInput(f"answer must be 'yes' or 'no', got {answer!r}")
         _check_id(request_id)
@@ -130,12 +119,12 @@ class Approvals(StoreBase):
             state = approval_record(tx.one("get_approval_for_update", {"id": request_id}))
             outcome, action = judge_answer(state, answer, user, now, approvers)
             if action != "store" or state is None:
-                return outcome, False
+                return Answered(outcome, False)
             if store_answer(tx, state, outcome, user, now):
-                return outcome, True
+                return Answered(outcome, True)
             stored = approval_record(tx.one("get_approval_for_update", {"id": request_id}))
             assert stored is not None and stored.answer is not None
-            return stored.answer, False
+            return Answered(stored.answer, False)
 
     def approval(self, request_id: str) -> ApprovalState | None:
         """The approval `request_id` names, or None (also for an id no approval can have:

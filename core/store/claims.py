@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from wakeful.core import metrics
 from wakeful.core.effects import Effects, RunTiming, check_json
 from wakeful.core.errors import LeaseLost, SessionUnusable
-from wakeful.core.records import Claim, Event, RunRecord
+from wakeful.core.records import Claim, Event
 from wakeful.core.rules.lease import grant, holds
 from wakeful.core.settings import Settings
 from wakeful.core.store.approvals import request_all
@@ -22,7 +22,6 @@ from wakeful.core.store.codec import (
     message_params,
     prepare_effects,
     require,
-    run_record,
 )
 from wakeful.core.store.dead_letters import record_attempt
 from wakeful.core.store.outbox import queue
@@ -411,12 +410,6 @@ class Claims(Restores):
                     error=error,
                     traceback=None,
                 )
-
-    def runs(self, inbox: str | None = None) -> list[RunRecord]:
-        """The run log: every finished run, ordered by its claim within each inbox."""
-        with self._tx(write=False) as tx:
-            rows = tx.all("all_runs") if inbox is None else tx.all("inbox_runs", {"inbox": inbox})
-        return [run_record(r) for r in rows]
 
 
 def _write_effects(tx: Tx, inbox: str, p: PreparedEffects, now: int, settings: Settings) -> None:

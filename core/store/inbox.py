@@ -4,13 +4,16 @@ them (events by id, key or inbox; which inboxes have work; an agent's saved sess
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from wakeful.core import metrics
 from wakeful.core.errors import InvalidInput, SessionUnusable
 from wakeful.core.records import Event, Ingested, ReadyList
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.codec import event_body, event_record
+
+EventStatus = Literal["open", "dead"] | None
+_EVENTS = {None: "inbox_events", "open": "inbox_open_events", "dead": "inbox_dead_events"}
 
 
 class Inbox(StoreBase):
@@ -36,20 +39,12 @@ class Inbox(StoreBase):
             row = tx.one("get_event_by_key", {"source": source, "source_id": source_id})
         return None if row is None else event_record(row)
 
-    def events(self, inbox: str) -> list[Event]:
-        """Every event of one inbox in arrival order (for tests, status and digests)."""
+    def events(self, inbox: str, status: EventStatus = None) -> list[Event]:
+        """Events of one inbox, oldest first: every one (None), the `open` ones (pending or
+        running: what a worker still has to do) or the `dead` ones (set aside after their
+        attempts ran out)."""
         with self._tx(write=False) as tx:
-            return [event_record(r) for r in tx.all("inbox_events", {"inbox": inbox})]
-
-    def open_events(self, inbox: str) -> list[Event]:
-        """Pending and running events of one inbox, oldest first."""
-        with self._tx(write=False) as tx:
-            return [event_record(r) for r in tx.all("open_events", {"inbox": inbox})]
-
-    def dead_events(self, inbox: str) -> list[Event]:
-        """Dead events of one inbox, oldest first (for status and digests)."""
-        with self._tx(write=False) as tx:
-            return [event_record(r) for r in tx.all("inbox_dead_events", {"inbox": inbox})]
+            return [event_record(r) for r in tx.all(_EVENTS[status], {"inbox": inbox})]
 
     def source_counts(self, inbox: str, since: int) -> dict[str, int]:
         """How many events of one inbox arrived at or after `since`, by source: a digest
@@ -57,11 +52,6 @@ class Inbox(StoreBase):
         with self._tx(write=False) as tx:
             rows = tx.all("inbox_source_counts", {"inbox": inbox, "since": since})
         return {str(r["source"]): int(r["n"]) for r in rows}
-
-    def count_events(self, status: str | None = None) -> int:
-        with self._tx(write=False) as tx:
-            row = tx.one("count_events", {"status": status})
-        return int(row["n"]) if row else 0
 
     def ready_list(self, now: int, limit: int = 100) -> ReadyList:
         """Inboxes with work a worker could claim now (pending events past their backoff, or

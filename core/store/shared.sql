@@ -34,7 +34,7 @@ SELECT * FROM events
 WHERE status IN ('pending', 'running', 'done', 'dead') AND inbox = :inbox
 ORDER BY id;
 
--- name: open_events
+-- name: inbox_open_events
 -- Pending and running events of an inbox, oldest first.
 SELECT * FROM events
 WHERE inbox = :inbox AND status IN ('pending', 'running')

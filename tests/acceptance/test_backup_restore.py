@@ -19,6 +19,7 @@ import pytest
 from tests.acceptance.test_slack_app import REPO, Proc, child_env, pg_schema_url, wakeful_cmd
 from tests.conftest import T0
 from wakeful.core.store import open_store
+from wakeful.devtools.audit import count_events
 
 
 def wakeful(tmp: Path, db: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -90,7 +91,7 @@ def test_a_backup_during_a_write_load_is_whole_and_holds_every_acknowledged_even
     assert later is not None and later in keys(live)
     copy = tmp_path / "copy.db"
     # A backup is a store: wakeful opens it as it is.
-    assert open_store(copy).count_events() == len(copied)
+    assert count_events(open_store(copy)) == len(copied)
 
 
 def test_restore_is_refused_while_a_process_holds_the_store_and_works_once_it_is_gone(

@@ -35,6 +35,7 @@ from tests.acceptance.test_slack_app import (
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.bot.agents.claude import ClaudeAgent
+from wakeful.devtools.audit import runs
 from wakeful.devtools.emulator import SlackEmulator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -223,8 +224,8 @@ def test_the_second_turn_reads_the_cache_and_inspect_shows_usage_and_cost(
     after = metric(app, "wakeful_model_tokens_total", model=MODEL, kind="cache_read")
     assert after - cached_before >= second.cache_read
     assert metric(app, "wakeful_model_cost_dollars_total", model=MODEL) > 0
-    assert eventually(lambda: len(app.store.runs(inbox(user))) == 2)
-    logged = app.store.runs(inbox(user))[-1].usage[MODEL]
+    assert eventually(lambda: len(runs(app.store, inbox(user))) == 2)
+    logged = runs(app.store, inbox(user))[-1].usage[MODEL]
     assert (logged.cache_read, logged.input, logged.calls) == (
         second.cache_read,
         second.input_tokens,
@@ -317,7 +318,7 @@ def test_a_worker_killed_after_k_of_n_calls_makes_only_the_rest(
         [timer] = again.store.timers(inbox("U24501"))
         made = [s for s in again.store.recorded_steps(inbox("U24501")) if ":call:0" in s.name]
         assert timer.next_at == made[0].result["now"] + 3600  # set at the recorded time
-        run = again.store.runs(inbox("U24501"))[-1].usage[MODEL]
+        run = runs(again.store, inbox("U24501"))[-1].usage[MODEL]
         assert (run.calls, run.replayed) == (len(CALLS) - k, k)
     finally:
         shut_down(again)

@@ -52,6 +52,7 @@ from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import Event
 from wakeful.core.runner import typed
 from wakeful.core.store import Store, open_store
+from wakeful.devtools.audit import count_events
 from wakeful.devtools.webhooks import (
     GITHUB_EVENTS,
     STRIPE_EVENTS,
@@ -114,7 +115,7 @@ def send(live: Live, path: str, body: bytes, headers: Headers) -> Answer:
 
 
 def snapshot(live: Live) -> tuple[int, int]:
-    return live.store.count_events(), len(live.store.outbox())
+    return count_events(live.store), len(live.store.outbox())
 
 
 def assert_nothing_stored(live: Live, before: tuple[int, int], answer: Answer | str) -> None:

@@ -39,6 +39,7 @@ from tests.conftest import need_pg
 from wakeful.bot.front import BODY_CAP
 from wakeful.core.records import StepRecord
 from wakeful.core.store import Store, open_store
+from wakeful.devtools.audit import count_events
 from wakeful.devtools.demo import QUICK_DESK
 from wakeful.devtools.emulator import EventSender, SlackEmulator
 
@@ -736,7 +737,7 @@ def wait_idle(app: Wakeful) -> None:
     another inbox can end mid-burst: the next test shows that case.)"""
 
     def idle() -> bool:
-        open_events = app.store.count_events("pending") + app.store.count_events("running")
+        open_events = count_events(app.store, "pending") + count_events(app.store, "running")
         unsent = app.store.outbox("pending") + app.store.outbox("sending")
         return open_events == 0 and not unsent
 
@@ -975,7 +976,7 @@ def test_digest_every_and_off(app: Wakeful) -> None:
 
     def settled() -> bool:
         no_timer = not any(t.id.endswith("/digest") for t in app.store.timers(inbox(user)))
-        idle = not app.store.open_events(inbox(user))
+        idle = not app.store.events(inbox(user), "open")
         drained = all(r.status == "sent" for r in app.store.outbox(inbox=inbox(user)))
         return no_timer and idle and drained
 

@@ -14,7 +14,7 @@ from tests.conftest import T0
 from tests.support.approvals import ApprovalRequest
 from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import InvalidInput
-from wakeful.core.records import Event
+from wakeful.core.records import Answered, Event
 from wakeful.core.store import Store
 
 HOUR = 3600
@@ -76,7 +76,7 @@ def test_request_is_stored_unanswered(store: Store) -> None:
 @pytest.mark.parametrize("value", ["yes", "no"])
 def test_answer_returns_and_stores_yes_or_no(store: Store, value: str) -> None:
     request(store, "r1")
-    assert store.answer("r1", value, "U7", T0 + 60) == value
+    assert store.answer("r1", value, "U7", T0 + 60).outcome == value
     state = store.approval("r1")
     assert state is not None
     assert (state.answer, state.answered_by, state.answered_at) == (value, "U7", T0 + 60)
@@ -106,9 +106,9 @@ def test_the_answer_wakes_the_inbox(store: Store) -> None:
 @pytest.mark.parametrize(("first", "second"), [("yes", "no"), ("no", "yes"), ("yes", "yes")])
 def test_a_second_tap_returns_the_first_answer(store: Store, first: str, second: str) -> None:
     request(store, "r1", approvers=("U8",))
-    assert store.answer("r1", first, "U7", T0 + 10) == first
-    assert store.answer("r1", second, "U7", T0 + 20) == first
-    assert store.answer("r1", second, "U8", T0 + 30) == first
+    assert store.answer("r1", first, "U7", T0 + 10) == Answered(first, stored=True)
+    assert store.answer("r1", second, "U7", T0 + 20) == Answered(first, stored=False)
+    assert store.answer("r1", second, "U8", T0 + 30) == Answered(first, stored=False)
     state = store.approval("r1")
     assert state is not None
     assert (state.answer, state.answered_by, state.answered_at) == (first, "U7", T0 + 10)
@@ -117,19 +117,19 @@ def test_a_second_tap_returns_the_first_answer(store: Store, first: str, second:
 
 def test_a_forbidden_user_stores_nothing(store: Store) -> None:
     request(store, "r1", approvers=("U8",))
-    assert store.answer("r1", "yes", "U666", T0 + 10) == "forbidden"
+    assert store.answer("r1", "yes", "U666", T0 + 10) == Answered("forbidden", stored=False)
     assert answer_events(store) == []
     state = store.approval("r1")
     assert state is not None and state.answer is None
     # and the rightful answer still stands afterwards
-    assert store.answer("r1", "no", "U7", T0 + 20) == "no"
-    assert store.answer("r1", "yes", "U666", T0 + 30) == "forbidden"
+    assert store.answer("r1", "no", "U7", T0 + 20).outcome == "no"
+    assert store.answer("r1", "yes", "U666", T0 + 30).outcome == "forbidden"
     assert len(answer_events(store)) == 1
 
 
 def test_an_approver_listed_on_the_request_may_answer(store: Store) -> None:
     request(store, "r1", approvers=("U8", "U9"))
-    assert store.answer("r1", "yes", "U9", T0 + 10) == "yes"
+    assert store.answer("r1", "yes", "U9", T0 + 10).outcome == "yes"
     state = store.approval("r1")
     assert state is not None and (state.answer, state.answered_by) == ("yes", "U9")
 
@@ -140,22 +140,22 @@ def test_the_approvers_that_count_are_the_ones_configured_when_the_answer_arrive
     # U8 was an approver when the refund was asked for, then removed from WAKEFUL_APPROVERS:
     # their click no longer counts. U9, added since, may answer.
     request(store, "r1", approvers=("U8",))
-    assert store.answer("r1", "yes", "U8", T0 + 10, approvers=("U9",)) == "forbidden"
+    assert store.answer("r1", "yes", "U8", T0 + 10, approvers=("U9",)).outcome == "forbidden"
     assert answer_events(store) == []
     state = store.approval("r1")
     assert state is not None and state.answer is None
-    assert store.answer("r1", "no", "U9", T0 + 20, approvers=("U9",)) == "no"
+    assert store.answer("r1", "no", "U9", T0 + 20, approvers=("U9",)).outcome == "no"
     state = store.approval("r1")
     assert state is not None and (state.answer, state.answered_by) == ("no", "U9")
     # The requester keeps their say whatever the list is.
     request(store, "r2", approvers=("U8",))
-    assert store.answer("r2", "yes", "U7", T0 + 30, approvers=()) == "yes"
+    assert store.answer("r2", "yes", "U7", T0 + 30, approvers=()).outcome == "yes"
     with pytest.raises(InvalidInput, match="sequence of user ids"):
         store.answer("r2", "yes", "U9", T0 + 40, approvers="U9")
 
 
 def test_never_requested_is_unknown_and_stores_nothing(store: Store) -> None:
-    assert store.answer("nope", "yes", "U7", T0) == "unknown"
+    assert store.answer("nope", "yes", "U7", T0).outcome == "unknown"
     assert store.approval("nope") is None
     assert store.event_by_key("approval", "nope") is None
 
@@ -186,7 +186,7 @@ def test_an_answer_after_the_deadline_without_a_scheduler_pass_is_expired_and_st
     store: Store,
 ) -> None:
     request(store, "r1")
-    assert store.answer("r1", "yes", "U7", T0 + WINDOW) == "expired"
+    assert store.answer("r1", "yes", "U7", T0 + WINDOW).outcome == "expired"
     state = store.approval("r1")
     assert state is not None and state.answer == "expired"
     (ev,) = answer_events(store)
@@ -196,12 +196,12 @@ def test_an_answer_after_the_deadline_without_a_scheduler_pass_is_expired_and_st
     passed = store.fire_due_timers(T0 + WINDOW + 60)
     assert passed.expired_approvals == 0
     assert len(answer_events(store)) == 1
-    assert store.answer("r1", "no", "U7", T0 + WINDOW + 61) == "expired"
+    assert store.answer("r1", "no", "U7", T0 + WINDOW + 61).outcome == "expired"
 
 
 def test_an_answer_one_second_before_the_deadline_stands(store: Store) -> None:
     request(store, "r1")
-    assert store.answer("r1", "yes", "U7", T0 + WINDOW - 1) == "yes"
+    assert store.answer("r1", "yes", "U7", T0 + WINDOW - 1).outcome == "yes"
     store.fire_due_timers(T0 + WINDOW)
     state = store.approval("r1")
     assert state is not None and state.answer == "yes"
@@ -231,7 +231,7 @@ def test_the_expiry_pass_writes_expired_into_the_inbox(store: Store) -> None:
 def test_a_yes_after_the_expiry_is_expired(store: Store) -> None:
     request(store, "r1")
     store.fire_due_timers(T0 + WINDOW + 5)
-    assert store.answer("r1", "yes", "U7", T0 + WINDOW + 10) == "expired"
+    assert store.answer("r1", "yes", "U7", T0 + WINDOW + 10).outcome == "expired"
     state = store.approval("r1")
     assert state is not None and (state.answer, state.answered_by) == ("expired", None)
     assert len(answer_events(store)) == 1
@@ -270,8 +270,8 @@ def test_a_re_requested_approval_queues_its_prompt_once(store: Store) -> None:
 def test_answers_of_different_requests_are_independent(store: Store) -> None:
     request(store, "r1")
     request(store, "r2")
-    assert store.answer("r1", "yes", "U7", T0 + 1) == "yes"
-    assert store.answer("r2", "no", "U7", T0 + 2) == "no"
+    assert store.answer("r1", "yes", "U7", T0 + 1).outcome == "yes"
+    assert store.answer("r2", "no", "U7", T0 + 2).outcome == "no"
     assert {e.source_id: e.payload["answer"] for e in answer_events(store)} == {
         "r1": "yes",
         "r2": "no",
@@ -315,7 +315,7 @@ def test_exactly_one_answer_event_per_request_whatever_the_order(
             if what == "tick":
                 store.fire_due_timers(now)
                 continue
-            outcome = store.answer(rid, value, user, now)
+            outcome = store.answer(rid, value, user, now).outcome
             if user == "U666":
                 assert outcome == "forbidden"
             else:
@@ -404,7 +404,7 @@ def test_no_more_than_the_open_cap_is_open_in_one_inbox(make_store: MakeStore) -
     assert len(open_ids) == 12
     ask_many(store, 3, 2, T0 + 10)  # the inbox is full: nothing is asked
     assert len(store.approvals(INBOX)) == 12
-    assert store.answer(open_ids[0], "no", "U7", T0 + 20) == "no"  # one place frees up
+    assert store.answer(open_ids[0], "no", "U7", T0 + 20).outcome == "no"  # one place frees up
     ask_many(store, 4, 3, T0 + 30)
     assert len([a for a in store.approvals(INBOX) if a.answer is None]) == 12
     prompts, notes = prompts_and_notes(store)

@@ -609,7 +609,7 @@ def test_yes_resumes_the_call_and_refunds_once_even_when_the_resumed_run_is_retr
 ) -> None:
     _, request_id = _ask_for_refund(world)
     fake = world.fake
-    assert world.store.answer(request_id, "yes", BOSS, T0 + 60) == "yes"
+    assert world.store.answer(request_id, "yes", BOSS, T0 + 60).outcome == "yes"
 
     # Another process picks the answer up; the model is overloaded on the way back.
     second = world.restart("worker-b")
@@ -652,7 +652,7 @@ def test_no_or_expiry_resumes_with_a_result_that_says_so_and_runs_nothing(
     fake = world.fake
     fake.script(api.text("The refund did not happen."))
     if outcome == "no":
-        assert world.store.answer(request_id, "no", BOSS, T0 + 30) == "no"
+        assert world.store.answer(request_id, "no", BOSS, T0 + 30).outcome == "no"
         world.tick(T0 + 30)
     else:
         world.tick(T0 + TTL - 1)
@@ -683,7 +683,7 @@ def test_an_approval_answered_once_the_tool_is_denied_runs_nothing(
         holder="worker-b",
         policies={"refund_order": "deny"},
     )
-    assert store.answer(request_id, "yes", BOSS, T0 + 30) == "yes"
+    assert store.answer(request_id, "yes", BOSS, T0 + 30).outcome == "yes"
     fake.script(api.text("Refunds are not allowed here; nothing was refunded."))
     denied.tick(T0 + 30)
     [result] = tool_results(fake.requests[1])

@@ -26,6 +26,7 @@ from wakeful.bot.loading import make_setup
 from wakeful.core import metrics
 from wakeful.core.clock import ManualClock
 from wakeful.core.store import Store
+from wakeful.devtools.audit import runs
 
 SONNET = "claude-sonnet-5"
 LONG = "Tell me about the order book, the refunds this week and what is still open. " * 8
@@ -184,9 +185,9 @@ def test_a_runs_usage_is_logged_with_its_cost_and_counted_in_the_metrics(
     w = world(store, fake, clock)
     chat(w, LONG, "One.", T0)
     chat(w, "again", "Two.", T0 + 30)
-    runs = store.runs(INBOX)
-    assert len(runs) == 2
-    for run, u in zip(runs, fake.usages, strict=True):
+    log = runs(store, INBOX)
+    assert len(log) == 2
+    for run, u in zip(log, fake.usages, strict=True):
         logged = run.usage[SONNET]
         assert (logged.input, logged.output, logged.cache_write, logged.cache_read) == (
             u.input_tokens,
@@ -202,7 +203,7 @@ def test_a_runs_usage_is_logged_with_its_cost_and_counted_in_the_metrics(
     assert after["output"] == sum(u.output_tokens for u in fake.usages)
     cost = metrics.REGISTRY.get_sample_value("wakeful_model_cost_dollars_total", {"model": SONNET})
     assert (cost or 0) - (cost_before or 0) == pytest.approx(
-        sum(r.usage[SONNET].cost or 0 for r in runs)
+        sum(r.usage[SONNET].cost or 0 for r in log)
     )
 
 
@@ -256,7 +257,7 @@ def test_a_retried_run_replays_its_answers_and_tool_results_and_makes_only_the_r
     [event] = store.events(INBOX)
     assert event.status == "pending" and "529" in (event.error or "")
     assert store.timers(INBOX) == []  # a failed run writes nothing
-    assert store.runs(INBOX)[-1].usage[SONNET].calls == 1  # but its billed call is logged
+    assert runs(store, INBOX)[-1].usage[SONNET].calls == 1  # but its billed call is logged
     fake.script(api.text("I will remind you at the hour."))
     w.tick(T0 + 30)
     assert len(fake.requests) == 3  # the first answer was replayed, not asked for again
@@ -266,7 +267,7 @@ def test_a_retried_run_replays_its_answers_and_tool_results_and_makes_only_the_r
     [timer] = store.timers(INBOX)
     assert timer.next_at == T0 + 3600  # the time the replayed call was made, not the retry's
     assert [r.text for r in w.replies()] == ["I will remind you at the hour."]
-    logged = store.runs(INBOX)[-1].usage[SONNET]
+    logged = runs(store, INBOX)[-1].usage[SONNET]
     assert (logged.calls, logged.replayed) == (1, 1)
 
 

@@ -23,6 +23,7 @@ from tests.conftest import need_pg
 from tests.support.procs import worker_cmd
 from wakeful.core.clock import ServerClock
 from wakeful.core.settings import Settings
+from wakeful.devtools.audit import count_events
 from wakeful.devtools.stores import fresh_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,11 +58,11 @@ def logged_runs(runs_log: Path) -> list[dict[str, Any]]:
 
 
 def skewed_fleet(
-    tmp_path: Path, clock: str, enough: Callable[[Path], bool]
+    tmp_path: Path, clock: str, enough: Callable[[Path], bool], drain: bool = True
 ) -> tuple[Path, int, int]:
     """Three workers with skewed host clocks against one PostgreSQL store under steady traffic
     until `enough(runs_log)` (at most TRAFFIC_SECONDS); returns the runs log, the events sent
-    and the events done."""
+    and the events done (`drain`: once the fleet has done them all, or 30 s passed)."""
     dsn = need_pg("clock skew (it only matters across hosts)")
     store = fresh_postgres(dsn, Settings(lease_ttl=4))
     schema = str(store.db.schema)  # type: ignore[attr-defined]
@@ -101,10 +102,10 @@ def skewed_fleet(
             time.sleep(0.2)
         stop.set()
         feeder.join()
-        deadline = time.monotonic() + 30
-        while store.count_events("done") < sent * INBOXES and time.monotonic() < deadline:
+        deadline = time.monotonic() + (30 if drain else 0)
+        while count_events(store, "done") < sent * INBOXES and time.monotonic() < deadline:
             time.sleep(0.2)
-        done = store.count_events("done")
+        done = count_events(store, "done")
     finally:
         stop.set()
         for p in procs:
@@ -133,7 +134,8 @@ def test_workers_with_skewed_clocks_never_run_one_inbox_at_once_on_the_server_cl
 def test_the_same_fleet_on_its_own_skewed_clocks_does_overlap(tmp_path: Path) -> None:
     # The control: without the server clock, the host 30 s ahead takes over live leases, and
     # the runs log shows it. If this ever finds nothing, the check above proves nothing.
-    runs_log, _, _ = skewed_fleet(tmp_path, "host", lambda log: bool(overlaps(log)))
+    # What it leaves undone does not matter here: the overlap is the finding.
+    runs_log, _, _ = skewed_fleet(tmp_path, "host", lambda log: bool(overlaps(log)), drain=False)
     runs = len(runs_log.read_text().splitlines())
     print(f"clock skew, host clocks: {runs} runs, {len(overlaps(runs_log))} overlaps")
     assert overlaps(runs_log), "skewed host clocks produced no overlapping runs"

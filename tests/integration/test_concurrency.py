@@ -17,6 +17,7 @@ from tests.support.procs import worker_cmd
 from wakeful.core.effects import Message, Timer
 from wakeful.core.store import Store
 from wakeful.core.store.sqlite import SQLiteConnector
+from wakeful.devtools.audit import count_events, overlapping_runs, runs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,7 +67,7 @@ def test_racing_schedulers_store_each_occurrence_once(store: Store) -> None:
         store.add_timer(f"T1:U{u}", Timer.every("tick", 60, T0, {"u": u}), T0)
     results = race(4, lambda i: store.fire_due_timers(T0 + 3600))
     assert sum(r.fired for r in results) == 20
-    assert store.count_events() == 20
+    assert count_events(store) == 20
     for u in range(20):
         (event,) = store.events(f"T1:U{u}")
         assert event.payload["skipped"] == 60  # 61 occurrences due, coalesced
@@ -107,30 +108,29 @@ def test_worker_processes_finish_every_event_with_no_overlapping_runs(
     try:
         deadline = time.monotonic() + 90
         total = inboxes * per_inbox
-        while store.count_events("done") < total and time.monotonic() < deadline:
+        while count_events(store, "done") < total and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         for p in procs:
             p.terminate()
         outputs = [p.communicate(timeout=30) for p in procs]
-    assert store.count_events("done") == inboxes * per_inbox, outputs[0][1][-2000:]
+    assert count_events(store, "done") == inboxes * per_inbox, outputs[0][1][-2000:]
     assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outputs]
     runs_by_inbox: dict[str, list[dict[str, Any]]] = {}
     for row in store.outbox():
         runs_by_inbox.setdefault(row.inbox, []).append(json.loads(row.text))
-    from wakeful.devtools.audit import overlapping_runs
 
-    log = store.runs()
+    log = runs(store)
     assert overlapping_runs(log) == []
     assert sorted(e for r in log for e in r.events) == list(range(1, inboxes * per_inbox + 1))
-    holders = {r["holder"] for runs in runs_by_inbox.values() for r in runs}
+    holders = {r["holder"] for spans in runs_by_inbox.values() for r in spans}
     assert len(holders) >= 2, "the processes did not share the work"
-    for inbox, runs in runs_by_inbox.items():
-        runs.sort(key=lambda r: r["start"])
+    for inbox, spans in runs_by_inbox.items():
+        spans.sort(key=lambda r: r["start"])
         seen: set[int] = set()
-        for earlier, later in itertools.pairwise(runs):
+        for earlier, later in itertools.pairwise(spans):
             assert later["start"] >= earlier["end"], f"{inbox}: overlapping finished runs"
-        for r in runs:
+        for r in spans:
             assert not seen & set(r["events"]), f"{inbox}: an event finished twice"
             seen |= set(r["events"])
         assert len(seen) == per_inbox

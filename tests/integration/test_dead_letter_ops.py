@@ -28,6 +28,7 @@ from wakeful.core.store.dead_letters import (
     split_error,
 )
 from wakeful.core.worker import Worker
+from wakeful.devtools.audit import runs
 
 A, B = "T1:U1", "T1:U2"
 HOUR = 3600
@@ -161,12 +162,11 @@ def test_each_attempt_keeps_its_error_and_the_run_log_its_outcome_run_id_and_ms(
     ]
     assert all(a.traceback and 'raise KeyError("the order book")' in a.traceback for a in attempts)
     assert [a.run_id for a in attempts] == agent.run_ids  # the log's run_id is the row's
-    runs = store.db.transaction(write=False)
-    with runs as tx:
+    with store.db.transaction(write=False) as tx:
         rows = tx.all("inbox_runs", {"inbox": A})
     assert [(r["outcome"], r["run_id"]) for r in rows] == [("failed", i) for i in agent.run_ids]
     assert [int(r["finished_ms"]) - int(r["started_ms"]) for r in rows] == [250, 250]
-    assert [(r.outcome, r.run_id) for r in store.runs(A)] == [("failed", i) for i in agent.run_ids]
+    assert [(r.outcome, r.run_id) for r in runs(store, A)] == [("failed", i) for i in agent.run_ids]
 
 
 def test_a_fenced_run_keeps_its_attempt_though_its_finish_rolled_back(
@@ -181,7 +181,7 @@ def test_a_fenced_run_keeps_its_attempt_though_its_finish_rolled_back(
     [attempt] = store.event_attempts(event_id)
     assert (attempt.attempt, attempt.outcome, attempt.error_type) == (1, "fenced", "LeaseLost")
     assert attempt.run_id and attempt.finished_ms >= attempt.started_ms
-    assert store.runs(A) == []  # the run log holds finished runs only
+    assert runs(store, A) == []  # the run log holds finished runs only
 
 
 def test_a_traceback_is_kept_bounded_with_its_end_and_a_marker() -> None:

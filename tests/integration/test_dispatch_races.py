@@ -2,10 +2,11 @@
 
 Two or three running dispatchers (each with a store connection, a SlackSender and a pace of its
 own, as separate processes have) share a 200-part batch on SQLite and PostgreSQL, against the
-emulator. The send timeout is short (2 s) and the batch takes about 10 s at the test's pace, so
+emulator. The send timeout is short (2 s) and the batch takes about 5 s at the test's pace, so
 a dispatcher that did not keep its claim alive would have it reclaimed while still sending; and
-every 50th post is answered 4 s late, so its sender truly stops past its deadline and another
-dispatcher really takes the batch over and has to look at what Slack already shows.
+every 80th post is answered 4 s late, so its sender truly stops past its deadline (twice a
+batch) and another dispatcher really takes the batch over and has to look at what Slack
+already shows.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ INBOX = "T1:U8"
 """The inbox test_outbox's Rig posts for."""
 CHANNEL = "D21"
 PARTS = 200
-PACE = 0.05
-"""Seconds between two posts to one channel: Slack's second, sped up twenty times."""
+PACE = 0.025
+"""Seconds between two posts to one channel: Slack's second, sped up forty times."""
 SEND_TIMEOUT = 2
-STALL_EVERY = 50
+STALL_EVERY = 80
 STALL = SEND_TIMEOUT + 2.0
 """How late every STALL_EVERY-th post is answered: its dispatcher's claim lapses meanwhile."""
 

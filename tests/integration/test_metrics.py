@@ -198,7 +198,7 @@ def test_approvals_and_timer_lateness_are_counted(store: Store) -> None:
     ]
     assert store.finish(claim, Effects(approvals=asks), T0, release=True)
     assert gauge(store, "wakeful_approvals_open") == 2
-    assert store.answer("R1", "yes", "U1", T0 + 1) == "yes"
+    assert store.answer("R1", "yes", "U1", T0 + 1).outcome == "yes"
     store.add_timer(INBOX, Timer.once("ping", T0 + 30), T0)
     store.fire_due_timers(T0 + 100)  # the ping is 70 s late; R2 expires 40 s late
     assert (requested.moved, yes.moved, expired.moved) == (2, 1, 1)

@@ -197,9 +197,9 @@ class Desk:
         a retried event runs alone, and a slow round leaves the next for the next tick)."""
         for _ in range(20):
             self.tick(at)
-            if not self.store.open_events(INBOX):
+            if not self.store.events(INBOX, "open"):
                 return
-        raise AssertionError(f"events still open: {self.store.open_events(INBOX)}")
+        raise AssertionError(f"events still open: {self.store.events(INBOX, 'open')}")
 
     def rows(self, kind: str | None = None) -> list[OutboxRow]:
         return [r for r in self.store.outbox(inbox=INBOX) if kind is None or r.kind == kind]
@@ -390,7 +390,7 @@ def test_yes_refunds_once_even_when_the_answer_run_is_retried(
         holder="worker-b",
         wrap=lambda agent: CrashAfterDelegatingOnce(agent, error),
     )
-    assert store.answer(approval.id, "yes", BOSS, T0 + 60) == "yes"
+    assert store.answer(approval.id, "yes", BOSS, T0 + 60).outcome == "yes"
     if crash == "run-fails":
         crashing.tick(T0 + 60)
     else:
@@ -446,7 +446,7 @@ def test_no_or_expiry_refunds_nothing_and_says_so(desk: Desk, outcome: str, text
     [approval] = desk.store.approvals(INBOX)
     prompt_ts = desk.store.approval(approval.id).prompt_ts  # type: ignore[union-attr]
     if outcome == "no":
-        assert desk.store.answer(approval.id, "no", BOSS, T0 + 30) == "no"
+        assert desk.store.answer(approval.id, "no", BOSS, T0 + 30).outcome == "no"
         desk.tick(T0 + 30)
     else:
         desk.tick(approval.deadline - 1)
@@ -818,7 +818,7 @@ def test_a_tool_the_agent_does_not_offer_is_neither_asked_for_nor_run(store: Sto
     [approval] = store.approvals(INBOX)
     # The agent no longer offers the tool (a new version) when the yes arrives: nothing runs.
     later = World(store, Asker(None), clock=world.clock)
-    assert store.answer(approval.id, "yes", BOSS, T0 + 5) == "yes"
+    assert store.answer(approval.id, "yes", BOSS, T0 + 5).outcome == "yes"
     later.tick(T0 + 5)
     assert spy.calls == []
     assert store.recorded_steps(inbox=INBOX) == []
@@ -850,7 +850,7 @@ def test_asking_runs_nothing_and_a_yes_runs_the_tool_once_per_request(store: Sto
     ]
     agent.fail_once = True
     for approval in (first, second):
-        assert store.answer(approval.id, "yes", BOSS, T0 + 5) == "yes"
+        assert store.answer(approval.id, "yes", BOSS, T0 + 5).outcome == "yes"
     world.tick(T0 + 5)  # both tools run; the run fails after
     for at in (T0 + 200, T0 + 400):  # the retries (each answer alone) get their results back
         world.tick(at)

@@ -168,7 +168,7 @@ def ask_and_approve(desk: Desk, order: str, at: int) -> str:
     desk.say(f"refund order {order}")
     desk.tick(at)
     [approval] = [a for a in desk.store.approvals(INBOX) if a.args["order_id"] == order]
-    assert desk.store.answer(approval.id, "yes", BOSS, at + 1) == "yes"
+    assert desk.store.answer(approval.id, "yes", BOSS, at + 1).outcome == "yes"
     desk.tick(at + 1)
     assert f"Refunded order {order}." in desk.texts()
     return approval.id
@@ -217,7 +217,7 @@ def test_two_approvals_for_one_order_refund_it_once(store: Store) -> None:
     approvals = store.open_approvals("refund_order")
     assert len(approvals) == 2
     for n, approval in enumerate(approvals):
-        assert store.answer(approval.id, "yes", BOSS, T0 + 10 + n) == "yes"
+        assert store.answer(approval.id, "yes", BOSS, T0 + 10 + n).outcome == "yes"
     worker = Desk(store)
     worker.tick(T0 + 20)
     # Each approved request's tool ran once (a step under its request id); one of them refunded.

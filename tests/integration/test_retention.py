@@ -18,6 +18,7 @@ from wakeful.core.settings import DAY, REDELIVERY_WINDOW, Settings
 from wakeful.core.store import Store
 from wakeful.core.store.retention import PRUNE_BATCH
 from wakeful.core.store.sqlite import _QUERIES, SQLiteConnector
+from wakeful.devtools.audit import count_events, runs
 
 RETENTION = 30 * DAY
 
@@ -33,7 +34,7 @@ def handle(store: Store, inbox: str, key: str, at: int, **effects: object) -> No
 def answered_approval(store: Store, inbox: str, rid: str, at: int) -> None:
     req = ApprovalRequest(rid, "refund_order", {"order_id": rid}, "U1", at + 600)
     handle(store, inbox, f"ask-{rid}", at, approvals=[req])
-    assert store.answer(rid, "yes", "U1", at + 1) == "yes"
+    assert store.answer(rid, "yes", "U1", at + 1).outcome == "yes"
     claim = store.acquire_and_claim(inbox, "W", at + 2)  # the answer event runs and is done
     assert claim is not None and [e.source for e in claim.events] == ["approval"]
     assert store.finish(claim, Effects(), at + 2, release=True)
@@ -83,7 +84,7 @@ def test_aged_history_is_pruned_and_everything_open_dead_or_parked_stays(
     assert open_state is not None and open_state.answer is None
     assert [r.text for r in store.outbox(status="failed")] == ["never delivered"]
     assert sorted(c.key for c in store.recorded_steps()) == ["call-new", "refund-old"]
-    assert [r.inbox for r in store.runs()] == ["T1:U2"]
+    assert [r.inbox for r in runs(store)] == ["T1:U2"]
     assert store.prune(old + RETENTION + 5).total == 0
 
 
@@ -124,14 +125,14 @@ def test_pruning_goes_a_batch_per_transaction_and_the_scheduler_drains_a_backlog
 
     scheduler = Scheduler(store=store, clock=ManualClock(later), monotonic=monotonic)
     assert scheduler.tick(later) >= PRUNE_BATCH  # one batch per table per pass (and the runs)
-    assert store.count_events("done") == n - PRUNE_BATCH
+    assert count_events(store, "done") == n - PRUNE_BATCH
     # More is left; the pass took 10 ms, so the next waits 90 ms (pruning keeps to 10%).
     assert scheduler.tick(later) == 0
     assert 0.05 < scheduler.idle_wait() <= 0.09
     mono[0] += 0.1
     assert scheduler.tick(later) == 20  # the rest
     assert scheduler.tick(later) == 0 and scheduler.idle_wait() == 1.0  # drained: poll
-    assert store.count_events("done") == 0
+    assert count_events(store, "done") == 0
     assert store.prune(later).total == 0
 
 

@@ -138,7 +138,7 @@ def test_an_approved_tool_runs_once_before_the_agent_sees_its_answer(make_store:
     prompts = [r for r in store.outbox(inbox=INBOX) if r.ref == approval.id]
     assert len(prompts) == 1 and "refund 1005" in prompts[0].text, "a prompt is always shown"
     assert agent.done == []
-    assert store.answer(approval.id, "yes", "U0BOSS", clock() + 1) == "yes"
+    assert store.answer(approval.id, "yes", "U0BOSS", clock() + 1).outcome == "yes"
     loop.tick(clock() + 1)
     assert agent.done == [({"order": "1005"}, approval.id)]
     [answer] = agent.answers

@@ -90,7 +90,7 @@ class World:
         self.say(f"refund order {order}")
         self.tick()
         [approval] = [a for a in self.store.open_approvals() if a.args["order_id"] == order]
-        assert self.store.answer(approval.id, "yes", BOSS, self.clock.now) == "yes"
+        assert self.store.answer(approval.id, "yes", BOSS, self.clock.now).outcome == "yes"
         return approval.id
 
     def replies(self, needle: str = "") -> list[str]:
@@ -191,7 +191,7 @@ def test_what_stripe_refuses_gets_a_clear_reply_and_no_second_attempt(
         world.clock.now += 60
         world.tick()
     assert world.refund_posts() == posts, "no second attempt"
-    assert world.store.open_events(INBOX) == []
+    assert world.store.events(INBOX, "open") == []
 
 
 def test_a_rate_limit_is_retried_under_the_same_key(world: World) -> None:
@@ -199,7 +199,7 @@ def test_a_rate_limit_is_retried_under_the_same_key(world: World) -> None:
     world.fake.fail_next(429, "invalid_request_error", "Request rate limit exceeded.", "rate_limit")
     request_id = world.ask_and_approve("3001")
     world.tick()
-    assert world.replies("Refunded") == [] and world.store.open_events(INBOX)
+    assert world.replies("Refunded") == [] and world.store.events(INBOX, "open")
     world.clock.now += world.store.settings.backoff_base + 1  # a failed run's backoff
     world.tick()
     [refund] = world.fake.refunds.values()
@@ -309,7 +309,7 @@ def test_a_refund_that_must_wait_does_not_hold_back_the_rest_of_its_batch(world:
     world.tick()
     assert world.replies("Status:"), "the message was answered at once"
     assert world.replies("Refunded") == []
-    [waiting] = world.store.open_events(INBOX)
+    [waiting] = world.store.events(INBOX, "open")
     assert waiting.source == "approval" and waiting.error and "RefundUnavailable" in waiting.error
     world.clock.now += world.store.settings.backoff_base + 1
     world.tick()

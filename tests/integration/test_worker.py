@@ -20,6 +20,7 @@ from wakeful.core.store import Store
 from wakeful.core.store.base import Connector, NewEvent
 from wakeful.core.store.sql import Row, Tx
 from wakeful.core.worker import Worker
+from wakeful.devtools.audit import count_events
 
 
 class EchoAgent:
@@ -47,7 +48,7 @@ def test_worker_runs_each_ready_inbox_once_per_batch(store: Store) -> None:
     worker = Worker(store=store, clock=ManualClock(T0), agent=agent)
     assert worker.tick(T0) == 3
     assert agent.batches == [["m0", "m1"]] * 3
-    assert store.count_events("done") == 6
+    assert count_events(store, "done") == 6
     assert [r.text for r in store.outbox(inbox="T1:U0")] == ["handled 2"]
     assert store.session("T1:U0") == {"seen": 2}
     assert worker.tick(T0) == 0  # nothing left
@@ -156,7 +157,7 @@ def test_a_run_the_store_refuses_fails_alone_and_its_group_is_answered(store: St
     assert (ev.status, ev.attempts) == ("dead", store.settings.max_attempts)
     assert ev.error is not None and "store error" in ev.error and "check" in ev.error.lower()
     assert store.outbox(inbox=poison) == []
-    assert store.count_events("dead") == 1
+    assert count_events(store, "dead") == 1
 
 
 # -- fair turns between inboxes ---------------------------------------------------------------

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from wakeful.core.store import Store
-from wakeful.devtools.audit import overlapping_runs
+from wakeful.devtools.audit import count_events, overlapping_runs, runs
 from wakeful.devtools.emulator import EventSender, SlackEmulator
 from wakeful.devtools.fake_stripe import FakeStripe
 from wakeful.devtools.webhooks import WebhookSender, github_payload, stripe_event
@@ -407,7 +407,7 @@ def run_chaos(
     # -- settle: no more kills; wait until everything has drained --------------------------------
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        pending = store.count_events("pending") + store.count_events("running")
+        pending = count_events(store, "pending") + count_events(store, "running")
         open_rows = len(store.outbox("pending")) + len(store.outbox("sending"))
         timers_left = store.next_timer_at()
         if pending == 0 and open_rows == 0 and timers_left is None and stripe.quiet:
@@ -431,7 +431,7 @@ def run_chaos(
     # -- the checks ---------------------------------------------------------------------------
     stored = {}
     for status in ("pending", "running", "done", "dead"):
-        figures_count = store.count_events(status)
+        figures_count = count_events(store, status)
         if status == "done":
             figures.done = figures_count
         elif status == "dead":
@@ -468,7 +468,7 @@ def run_chaos(
     for row in store.outbox():
         if row.status != "sent" or (row.kind == "post" and row.dispatch_id not in posted):
             figures.undelivered_rows += 1
-    figures.overlapping_runs = len(overlapping_runs(store.runs()))
+    figures.overlapping_runs = len(overlapping_runs(runs(store)))
     answers = collections.Counter(
         e.source_id
         for inbox in {f"TC:U{u}" for u in range(plan.inboxes)}

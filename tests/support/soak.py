@@ -26,6 +26,7 @@ from typing import Any
 
 from wakeful.core.store import open_store
 from wakeful.core.store.sqlite import WAL_SIZE_LIMIT
+from wakeful.devtools.audit import count_events
 from wakeful.devtools.emulator import Call, EventSender, SlackEmulator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -210,7 +211,7 @@ def run_soak(soak: Soak, workdir: Path, report: Path | None = None) -> Soak:
                 threads=nthreads,
                 wal_mb=round(wal.stat().st_size / MB if wal.exists() else 0.0, 2),
                 db_mb=round(db.stat().st_size / MB, 1),
-                backlog=store.count_events("pending") + store.count_events("running"),
+                backlog=count_events(store, "pending") + count_events(store, "running"),
                 unsent=len(unsent),
                 oldest_unsent=int(time.time()) - min((r.created_at for r in unsent), default=now),
                 sent=sent,

@@ -13,6 +13,7 @@ from wakeful.bot.runtime import http_server, serve_in_thread
 from wakeful.core.clock import ManualClock
 from wakeful.core.rules.outbox import Part
 from wakeful.core.store import Store
+from wakeful.devtools.audit import count_events
 from wakeful.devtools.webhooks import WebhookSender
 
 GITHUB_SECRET = "gh-integration-secret"
@@ -58,7 +59,7 @@ class Served:
 
     def snapshot(self) -> tuple[int, int]:
         """(events, outbox rows): what a refused delivery must leave unchanged."""
-        return self.store.count_events(), len(self.store.outbox())
+        return count_events(self.store), len(self.store.outbox())
 
     def close(self) -> None:
         self.stop()

@@ -29,6 +29,7 @@ from tests.acceptance.test_slack_app import (
 )
 from tests.support.doc_samples import PAGES, ROOT, Sample, check, normalise, samples
 from wakeful.bot.scopes import required_scopes
+from wakeful.devtools.audit import count_events
 from wakeful.devtools.emulator import SlackEmulator
 
 SAMPLES = samples()
@@ -61,8 +62,8 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Wakeful,
 def settled(app: Wakeful) -> bool:
     """Every reply sent or parked, every event done: what the samples show is at rest."""
     rows = app.store.outbox()
-    return all(o.status in ("sent", "failed") for o in rows) and not app.store.count_events(
-        "pending"
+    return all(o.status in ("sent", "failed") for o in rows) and not count_events(
+        app.store, "pending"
     )
 
 
