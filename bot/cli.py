@@ -149,21 +149,23 @@ def _serve_with(args: argparse.Namespace, config: Config) -> None:
         else:
             server = http
             port = server.effective_port
-            logs.say(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}")
-            if config.distribution:
-                logs.say(
-                    f"wakeful: distribution mode: install at http://{config.host}:{port}"
-                    "/slack/install"
-                )
-            _print_webhooks(config, port)
-            exporter = _metrics_port(config, store)
 
             def stop() -> None:
                 runtime.stop.set()
                 raise KeyboardInterrupt
 
+            # The handlers first: a SIGTERM the moment "listening on" is out (a supervisor's,
+            # a test's) is a clean stop, not the default action's exit code.
             install_signal_handlers(stop)
             try:
+                logs.say(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}")
+                if config.distribution:
+                    logs.say(
+                        f"wakeful: distribution mode: install at http://{config.host}:{port}"
+                        "/slack/install"
+                    )
+                _print_webhooks(config, port)
+                exporter = _metrics_port(config, store)
                 server.run()
             except KeyboardInterrupt:
                 pass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,6 +13,13 @@ import wakeful.bot.kinds  # noqa: F401 (the Slack edge's outbox kinds, as every 
 from tests.support.store_templates import PgSchemas, SqliteTemplate
 from wakeful.core.settings import Settings
 from wakeful.core.store import Store
+
+# The suite starts hundreds of Python processes (serve, loops, gateways, each killed and
+# restarted): compiling wakeful's modules anew costs each about 0.3 s of CPU, and each test
+# worker rewrites every test module. Bytecode is kept for this run and its children even where
+# the environment says otherwise (PYTHONDONTWRITEBYTECODE=1).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 T0 = 1_700_000_000
 PG_DSN = os.environ.get("WAKEFUL_TEST_PG_DSN", "")
@@ -83,6 +91,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(2, min(MAX_WORKERS, WORKERS_PER_CORE * (os.cpu_count() or 1)))
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))
 

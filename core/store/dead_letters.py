@@ -1,8 +1,9 @@
 """Dead-letter operations: discard and requeue dead events in bulk, by filter, audited; and
 each attempt's error, kept apart from the event's latest one.
 
-A bulk operation goes a batch at a time, each batch one short transaction (one UPDATE over
-the status index that returns what it changed, plus the audit row's count), so a requeue of
+A bulk operation goes a batch at a time, each batch one short transaction (the filter's next
+ids over the status index, one UPDATE of those ids that returns what it changed, the audit
+row's count), so a requeue of
 100,000 events never holds the write lock for longer than one batch: ingest waits at most that.
 A discarded event leaves the dead count (the `WakefulDeadEvents > 0` alert clears) but stays
 in the store, status `discarded`, until a person requeues it.
@@ -190,15 +191,20 @@ class DeadLetterOps(StoreBase):
             )
         assert row is not None
         op_id = int(row["id"])
-        statement = "discard_batch" if action == "discard" else "requeue_batch"
+        statement = "discard_ids" if action == "discard" else "requeue_ids"
+        params = {**which.params(), "after": 0, "limit": batch}
         touched: list[Touched] = []
         while True:
+            # A batch: the filter's next events (matching_events, the filter's one copy), then
+            # those of them still in the status changed by id, in one short transaction.
             with self._tx() as tx:
-                rows = tx.all(statement, {**which.params(), "limit": batch, "now": now})
+                found = [int(r["id"]) for r in tx.all("matching_events", params)]
+                ids = {"status": params["status"], "ids": json.dumps(found), "now": now}
+                rows = tx.all(statement, ids) if found else []
                 if rows:
                     tx.run("count_operation", {"id": op_id, "n": len(rows)})
             touched += sorted((Touched(int(r["id"]), str(r["inbox"])) for r in rows), key=_by_id)
-            if len(rows) < batch:
+            if len(found) < batch:
                 break
         return Operation(op_id, action, touched)
 

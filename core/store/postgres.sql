@@ -177,38 +177,21 @@ WHERE status = %(status)s
   AND id > %(after)s
 ORDER BY id LIMIT %(limit)s;
 
--- name: discard_batch
--- Discard one batch of matching events: kept, but no longer dead.
+-- name: discard_ids
+-- Discard the listed events (a JSON array of ids) still in :status: kept, no longer dead.
 UPDATE events SET status = 'discarded', updated_at = %(now)s
-WHERE status = %(status)s AND id IN (
-    SELECT id FROM events
-    WHERE status = %(status)s
-      AND (%(inbox)s::text IS NULL OR inbox = %(inbox)s::text)
-      AND (%(error)s::text IS NULL OR strpos(error, %(error)s::text) > 0)
-      AND (%(since)s::bigint IS NULL OR updated_at >= %(since)s::bigint)
-      AND (%(until)s::bigint IS NULL OR updated_at < %(until)s::bigint)
-      AND (%(ids)s::jsonb IS NULL
-           OR id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint))
-    ORDER BY id LIMIT %(limit)s FOR UPDATE
-)
+WHERE status = %(status)s
+  AND id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint)
 RETURNING id, inbox;
 
--- name: requeue_batch
--- Requeue one batch of matching events: pending now, attempts reset; idle workers woken.
+-- name: requeue_ids
+-- Requeue the listed events (a JSON array of ids) still in :status: pending now, attempts
+-- reset; idle workers woken.
 WITH requeued AS (
     UPDATE events SET status = 'pending', attempts = 0, not_before = %(now)s, error = NULL,
         gen = 0, updated_at = %(now)s
-    WHERE status = %(status)s AND id IN (
-        SELECT id FROM events
-        WHERE status = %(status)s
-      AND (%(inbox)s::text IS NULL OR inbox = %(inbox)s::text)
-      AND (%(error)s::text IS NULL OR strpos(error, %(error)s::text) > 0)
-      AND (%(since)s::bigint IS NULL OR updated_at >= %(since)s::bigint)
-      AND (%(until)s::bigint IS NULL OR updated_at < %(until)s::bigint)
-      AND (%(ids)s::jsonb IS NULL
-           OR id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint))
-        ORDER BY id LIMIT %(limit)s FOR UPDATE
-    )
+    WHERE status = %(status)s
+      AND id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint)
     RETURNING id, inbox
 )
 SELECT id, inbox, pg_notify('wakeful_work', inbox) AS woke FROM requeued;

@@ -203,17 +203,21 @@ class SQLiteConnector(Connector):
         """Switch the file to WAL. On a fresh file that another process or thread is
         switching at the same moment, SQLite answers "locked" at once, without its busy
         handler: look again until the busy timeout is over."""
+        self._while_busy(lambda: conn.execute("PRAGMA journal_mode = WAL"), 0.005)
+
+    def _while_busy(self, statement: Callable[[], _T], pause: float) -> _T:
+        """Run `statement`, again every `pause` seconds while SQLite answers busy, up to the
+        busy timeout (then its error stands)."""
         deadline = time.monotonic() + self._busy_timeout_ms / 1000
         while True:
             try:
-                conn.execute("PRAGMA journal_mode = WAL")
-                return
+                return statement()
             except sqlite3.OperationalError as exc:
                 if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
                     raise
                 if time.monotonic() >= deadline:
                     raise
-            time.sleep(0.005)
+            time.sleep(pause)
 
     @contextmanager
     def _gated(self, write: bool, urgent: bool) -> Iterator[None]:
@@ -238,18 +242,7 @@ class SQLiteConnector(Connector):
 
         An urgent writer finding another process's lock looks again every 0.2 ms, up to the
         busy timeout, instead of SQLite's 1, 2, 5, 10, 15, 20 ms sleeps between looks."""
-        if not urgent:
-            return statement()
-        deadline = time.monotonic() + self._busy_timeout_ms / 1000
-        while True:
-            try:
-                return statement()
-            except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
-                    raise
-                if time.monotonic() >= deadline:
-                    raise
-            time.sleep(0.0002)
+        return self._while_busy(statement, 0.0002) if urgent else statement()
 
     @contextmanager
     def _open(self, write: bool, urgent: bool) -> Iterator[sqlite3.Connection]:

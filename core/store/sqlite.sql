@@ -169,35 +169,17 @@ WHERE status = :status
   AND id > :after
 ORDER BY id LIMIT :limit;
 
--- name: discard_batch
--- Discard one batch of matching events: kept, but no longer dead.
+-- name: discard_ids
+-- Discard the listed events (a JSON array of ids) still in :status: kept, no longer dead.
 UPDATE events SET status = 'discarded', updated_at = :now
-WHERE status = :status AND id IN (
-    SELECT id FROM events
-    WHERE status = :status
-      AND (:inbox IS NULL OR inbox = :inbox)
-      AND (:error IS NULL OR instr(error, :error) > 0)
-      AND (:since IS NULL OR updated_at >= :since)
-      AND (:until IS NULL OR updated_at < :until)
-      AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
-    ORDER BY id LIMIT :limit
-)
+WHERE status = :status AND id IN (SELECT value FROM json_each(:ids))
 RETURNING id, inbox;
 
--- name: requeue_batch
--- Requeue one batch of matching events: pending now, attempts reset.
+-- name: requeue_ids
+-- Requeue the listed events (a JSON array of ids) still in :status: pending now, attempts reset.
 UPDATE events SET status = 'pending', attempts = 0, not_before = :now, error = NULL, gen = 0,
     updated_at = :now
-WHERE status = :status AND id IN (
-    SELECT id FROM events
-    WHERE status = :status
-      AND (:inbox IS NULL OR inbox = :inbox)
-      AND (:error IS NULL OR instr(error, :error) > 0)
-      AND (:since IS NULL OR updated_at >= :since)
-      AND (:until IS NULL OR updated_at < :until)
-      AND (:ids IS NULL OR id IN (SELECT value FROM json_each(:ids)))
-    ORDER BY id LIMIT :limit
-)
+WHERE status = :status AND id IN (SELECT value FROM json_each(:ids))
 RETURNING id, inbox;
 
 -- name: store_size

@@ -90,7 +90,15 @@ def _fleet(role: str, n: int, env: dict[str, str]) -> list[subprocess.Popen[byte
         "--poll",
         "0.05",
     ]
-    return [subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.PIPE) for _ in range(n)]
+    procs = [
+        subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(n)
+    ]
+    for p in procs:  # each says it is running once its loop has started (a loaded machine: late)
+        assert p.stdout is not None
+        line = p.stdout.readline().decode()
+        assert "running" in line, line + (p.stderr.read().decode() if p.stderr else "")
+    return procs
 
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -108,7 +116,10 @@ def test_several_scheduler_processes_store_each_occurrence_once(make_store: Make
     for u in range(inboxes):
         store.add_timer(f"T1:U{u}", Timer.every("tick", 1, now, {"u": u}, "catch_up"), now)
     procs = _fleet("scheduler", 3, _cli_env(*_where(store)))
-    time.sleep(4)
+    deadline = time.monotonic() + 60
+    while min(len(store.events(f"T1:U{u}")) for u in range(inboxes)) < 3:
+        assert time.monotonic() < deadline, "the schedulers stored too few occurrences"
+        time.sleep(0.2)
     _stop(procs)
     end = int(time.time())
     keys = collections.Counter()
