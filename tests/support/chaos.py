@@ -198,11 +198,17 @@ Faults = Callable[[Fleet, random.Random, Figures, threading.Event], None]
 """A fault plan: runs in the controller thread until the event is set, counting in figures."""
 
 
-def sigkills(fleet: Fleet, rng: random.Random, figures: Figures, stop: threading.Event) -> None:
-    """SIGKILL a random process every 0.2 to 1 s and start it again."""
+def sigkills(
+    fleet: Fleet,
+    rng: random.Random,
+    figures: Figures,
+    stop: threading.Event,
+    every: tuple[float, float] = (0.2, 1.0),
+) -> None:
+    """SIGKILL a random process every `every` (0.2 to 1 s) and start it again."""
     names = list(fleet.commands)
     while not stop.is_set():
-        if stop.wait(rng.uniform(0.2, 1.0)):
+        if stop.wait(rng.uniform(*every)):
             return
         name = rng.choice(names)
         fleet.kill(name)
