@@ -3,8 +3,8 @@ each attempt's error, kept apart from the event's latest one.
 
 A bulk operation goes a batch at a time, each batch one short transaction (the filter's next
 ids over the status index, one UPDATE of those ids that returns what it changed, the audit
-row's count), so a requeue of
-100,000 events never holds the write lock for longer than one batch: ingest waits at most that.
+row's count), so a requeue of 100,000 events never holds the write lock for longer than one
+batch: ingest waits at most that.
 A discarded event leaves the dead count (the `WakefulDeadEvents > 0` alert clears) but stays
 in the store, status `discarded`, until a person requeues it.
 """

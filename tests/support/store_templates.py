@@ -179,8 +179,9 @@ class PgSchemas:
             self._shapes.pop(schema, None)
             with suppress(ValueError):
                 self._free.remove(schema)
-        with suppress(psycopg.Error), psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            with suppress(psycopg.Error):
+                drop = sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+                self._conn().execute(drop)
 
 
 def _shape(conn: Any, schema: str) -> str:
