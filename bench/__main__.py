@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
 
         figures += run_http(args.quick)
     if not args.skip_http and "front" in parts:
-        from .http import run_front
+        from .front import run_front
 
         figures += run_front(args.quick)
     if not args.skip_http and "e2e" in parts:

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -326,12 +325,6 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
     return figures
 
 
-FRONT_GOAL = 1.3
-"""Issue 26: the front alone acks at p99, and spends CPU per request, within 1.3x the bare
-Bolt app's, measured in the same run."""
-FRONT_ROUNDS = 15
-
-
 def load_interleaved(urls: list[str], rate: float, seconds: float) -> dict[str, Any]:
     """`rate` requests a second to each of `urls` for `seconds`, from one load process whose
     schedules alternate between them: the servers share the same moments of the machine."""
@@ -349,132 +342,3 @@ def load_interleaved(urls: list[str], rate: float, seconds: float) -> dict[str, 
         raise RuntimeError(out.stderr[-2000:])
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])["by_url"]
     return result
-
-
-def commit_cpu(folder: Path, count: int = 1000) -> float:
-    """CPU (user + system, the fsync's included) of one durable SQLite ingest in `folder`, in
-    ms: what the front spends per request that the bare app, storing nothing, does not."""
-    from wakeful.core.events import Message
-    from wakeful.core.store import open_store
-
-    store = open_store(str(folder / "commit.db"))
-    try:
-        wires = [
-            Message(
-                text=f"load {i}", user=f"U{i:04d}", team="TLOAD", channel=f"DU{i:04d}", ts="1.0"
-            ).to_wire()
-            for i in range(count)
-        ]
-        before = os.times()
-        for i, wire in enumerate(wires):
-            store.ingest(f"TLOAD:U{i:04d}", "slack", f"Ev{i}", wire, 1)
-        after = os.times()
-    finally:
-        store.close()
-    spent = (after.user - before.user) + (after.system - before.system)
-    return spent / count * 1000
-
-
-def run_front(
-    quick: bool, say: Callable[[str], None] = print, rounds: int = FRONT_ROUNDS
-) -> list[Figure]:
-    """The front alone (`serve --no-loops`, nothing draining) against the bare Bolt app, both
-    running at once and loaded interleaved (200/s each, their requests alternating), in many
-    short rounds: per round the ack's p99 and each HTTP process's CPU per request, and their
-    ratios front / bare; the figures are the medians of the rounds' ratios. A p99 of
-    separate runs on a shared machine swings with whatever else ran then; two servers
-    measured in the same moments share that, and the ratio of a round cancels it."""
-    seconds = 2.0 if quick else 4.0
-    rounds = 3 if quick else rounds
-    tmp = Path(tempfile.mkdtemp(prefix="wakeful-bench-front-"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    emu, api = _start(
-        [sys.executable, "-m", "wakeful.devtools.emulator", "--port", "0", "--token", "xoxb-bench"],
-        env,
-    )
-    wenv = {
-        **env,
-        "SLACK_BOT_TOKEN": "xoxb-bench",
-        "SLACK_SIGNING_SECRET": SECRET,
-        "SLACK_API_URL": api,
-        "WAKEFUL_DB": str(tmp / "front.db"),
-        "WAKEFUL_HOST": "127.0.0.1",
-        "WAKEFUL_PORT": "0",
-        "WAKEFUL_LOG_LEVEL": "WARNING",
-    }
-    procs: dict[str, subprocess.Popen[str]] = {}
-    urls: dict[str, str] = {}
-    rows: list[dict[str, float]] = []
-    try:
-        for name, cmd, e in (
-            ("bare", [sys.executable, "-m", "bench.bare_app", "--secret", SECRET], env),
-            ("front", [sys.executable, "-m", "wakeful.bot.cli", "serve", "--no-loops"], wenv),
-        ):
-            procs[name], urls[name] = _start(cmd, e)
-        load_interleaved([urls["bare"], urls["front"]], 100, 1.0)  # warm up
-        for i in range(rounds):
-            order = ["bare", "front"] if i % 2 == 0 else ["front", "bare"]
-            before = {k: cpu_seconds(p.pid) for k, p in procs.items()}
-            got = load_interleaved([urls[k] for k in order], 200, seconds)
-            row: dict[str, float] = {}
-            for k, p in procs.items():
-                r = got[urls[k]]
-                if set(r["statuses"]) != {"200"}:
-                    raise RuntimeError(f"{k} answered {r['statuses']} in round {i + 1}")
-                row[f"{k}_p99"] = r["p99_ms"]
-                row[f"{k}_p50"] = r["p50_ms"]
-                row[f"{k}_cpu"] = (cpu_seconds(p.pid) - before[k]) / max(1, r["requests"]) * 1e3
-            row["p99"] = row["front_p99"] / max(row["bare_p99"], 0.001)
-            row["p50"] = row["front_p50"] / max(row["bare_p50"], 0.001)
-            row["cpu"] = row["front_cpu"] / max(row["bare_cpu"], 0.001)
-            rows.append(row)
-            say(
-                f"  round {i + 1}: p99 front {row['front_p99']:.2f} / bare "
-                f"{row['bare_p99']:.2f} ms ({row['p99']:.2f}x), CPU/request front "
-                f"{row['front_cpu']:.3f} / bare {row['bare_cpu']:.3f} ms ({row['cpu']:.2f}x)"
-            )
-    finally:
-        for p in procs.values():
-            _stop(p)
-        _stop(emu)
-    commit = commit_cpu(tmp, 300 if quick else 2000)
-    say(f"  a durable SQLite ingest alone: {commit:.3f} ms CPU (user + system)")
-
-    def med(key: str) -> float:
-        return statistics.median(r[key] for r in rows)
-
-    def spread(key: str) -> str:
-        values = sorted(r[key] for r in rows)
-        return f"{values[0]:.2f}-{values[-1]:.2f}x over {len(values)} rounds"
-
-    goal = f"<= {FRONT_GOAL}x"
-    figures = [
-        Figure(
-            "HTTP ack p99 at 200/s, the front alone against the bare Bolt app, interleaved "
-            "(median of the rounds' ratios)",
-            med("front_p99"),
-            "ms",
-            med("p99"),
-            "bare app p99",
-            goal,
-            med("p99") <= FRONT_GOAL,
-            f"bare p99 {med('bare_p99'):.2f} ms (medians); ratio {spread('p99')}; p50 "
-            f"{med('front_p50'):.2f} against {med('bare_p50'):.2f} ms, {med('p50'):.2f}x",
-        ),
-        Figure(
-            "HTTP CPU per request at 200/s, the front alone against the bare Bolt app, "
-            "interleaved (median of the rounds' ratios)",
-            med("front_cpu"),
-            "ms",
-            med("cpu"),
-            "bare app",
-            goal,
-            med("cpu") <= FRONT_GOAL,
-            f"bare {med('bare_cpu'):.3f} ms (medians); ratio {spread('cpu')}; a durable SQLite "
-            f"ingest alone costs {commit:.3f} ms of CPU here (its fsync included), what the "
-            "bare app, storing nothing, never spends",
-        ),
-    ]
-    for f in figures:
-        say("  " + f.row())
-    return figures

@@ -7,8 +7,9 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from wakeful.core.store import Store
+from wakeful.core.store import Store, open_store
 from wakeful.core.store.group_commit import GroupCommit
 from wakeful.devtools.audit import count_events
 
@@ -235,3 +236,23 @@ def test_a_batch_of_new_keys_maps_each_caller_to_its_own_row(store: Store) -> No
         assert event is not None
         assert (event.inbox, event.source, event.source_id) == (inbox, source, key)
         assert event.payload == json.loads(body)
+
+
+def test_every_sqlite_ingest_commits_on_one_connection_whichever_thread_leads(
+    tmp_path: Path,
+) -> None:
+    """Each HTTP thread's own connection re-read the pages another thread's ingest had just
+    written (its page cache was stale): seven file reads a delivery. The ingests share one."""
+    store = open_store(tmp_path / "one.db")
+    try:
+        opened = len(store.db._all)  # type: ignore[attr-defined]
+        for w in range(8):
+            t = threading.Thread(
+                target=lambda w=w: store.ingest(f"T1:U{w}", "slack", f"E{w}", {"w": w}, 1)
+            )
+            t.start()
+            t.join(10)
+        assert count_events(store) == 8
+        assert len(store.db._all) == opened + 1  # type: ignore[attr-defined]
+    finally:
+        store.close()

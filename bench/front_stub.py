@@ -1,0 +1,35 @@
+"""The front with its ingest taken out: `serve --no-loops`'s WSGI callable (one HMAC, one parse,
+Bolt's dispatch, the listener) on the same waitress server, its store answering every delivery
+as new without writing it. Measured beside the real front, it shows what the front costs apart
+from its durable commit (bench/front.py); nothing else runs it."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import sys
+import tempfile
+from pathlib import Path
+
+from wakeful.bot.front import SlackFront
+from wakeful.bot.runtime import http_server
+from wakeful.core.store import open_store
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--secret", required=True)
+    args = p.parse_args(argv)
+    store = open_store(Path(tempfile.mkdtemp(prefix="wakeful-bench-stub-")) / "stub.db")
+    ids = itertools.count(1)
+    store.db.store_event = lambda event: next(ids)  # type: ignore[method-assign]
+    server = http_server(SlackFront(store, args.secret, "UBOT", "BBOT"), "127.0.0.1", 0)
+    print(f"listening on http://127.0.0.1:{server.effective_port}/slack/events", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
