@@ -281,9 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("scenarios", help="replay the eight reference failure scenarios")
     p.add_argument("--db", help="postgresql://... to run on PostgreSQL (default: temp SQLite)")
     p.set_defaults(func=_scenarios)
-    dead_letters.register(sub, common, _env)
-    ops.register(sub, common, _env)
-    gateway_cli.register(sub, common, _env)
+    # These commands' functions take (args, env): `with_env` instead of `func` (see main).
+    dead_letters.register(sub, common)
+    ops.register(sub, common)
+    gateway_cli.register(sub, common)
     return parser
 
 
@@ -329,7 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for warning in unknown_settings(_env(args), gateway_names(os.environ)):
             log.warning(warning)
     try:
-        code: int = args.func(args)
+        with_env = getattr(args, "with_env", None)
+        code: int = with_env(args, _env(args)) if with_env is not None else args.func(args)
     except ConfigError as exc:
         logs.say(f"wakeful: {logs.one_line(str(exc))}", sys.stderr, "error")
         return 2

@@ -127,7 +127,7 @@ class Config:
     listed in the app's manifest; empty: the one Slack has for the app."""
     webhook_team: str = ""
     """WAKEFUL_WEBHOOK_TEAM: in distribution mode, the workspace webhook reports post in."""
-    refresh_before: int = 1800
+    token_refresh_before: int = 1800
     """WAKEFUL_TOKEN_REFRESH_BEFORE: seconds before its expiry a rotating token is refreshed."""
     workspace_labels: int = 20
     """WAKEFUL_WORKSPACE_LABELS: up to this many installations, per-workspace metrics carry
@@ -219,8 +219,8 @@ class Config:
             failure_text=env.get("WAKEFUL_FAILURE_TEXT", "").strip() or None,
             assistant=switch(env, "WAKEFUL_ASSISTANT", True),
             workspace_labels=_int(env, "WAKEFUL_WORKSPACE_LABELS", cls.workspace_labels, 0),
-            refresh_before=_whole_duration(
-                env, "WAKEFUL_TOKEN_REFRESH_BEFORE", cls.refresh_before, 1, 43_200
+            token_refresh_before=_whole_duration(
+                env, "WAKEFUL_TOKEN_REFRESH_BEFORE", cls.token_refresh_before, 1, 43_200
             ),
             **oauth,
             settings=Settings(**tunables),

@@ -96,7 +96,6 @@ def add_filters(p: argparse.ArgumentParser) -> None:
 def register(
     sub: Any,
     common: Callable[[argparse.ArgumentParser], None],
-    env: Callable[[argparse.Namespace], dict[str, str]],
 ) -> None:
     """`dead-letters` and `requeue` on the command line."""
     p = sub.add_parser(
@@ -113,13 +112,13 @@ def register(
     )
     add_filters(p)
     p.add_argument("--limit", type=int, default=100, help="most events listed (default 100)")
-    p.set_defaults(func=lambda a: dead_letters(a, env(a)))
+    p.set_defaults(with_env=dead_letters)
     p = sub.add_parser("requeue", help="give dead events (or a failed outbox row) another go")
     common(p)
     p.add_argument("kind", choices=("event", "outbox"))
     p.add_argument("target", type=int, nargs="?", metavar="id")
     add_filters(p)
-    p.set_defaults(func=lambda a: requeue(a, env(a)))
+    p.set_defaults(with_env=requeue)
 
 
 def _open(env: dict[str, str]) -> Store:

@@ -60,8 +60,8 @@ class Distribution:
             config.client_secret,
             config.api_url,
             clock=clock,
-            default_team=config.webhook_team,
-            refresh_before=config.refresh_before,
+            webhook_team=config.webhook_team,
+            token_refresh_before=config.token_refresh_before,
         )
         return cls(config, store, installations, workspaces, clock)
 

@@ -76,29 +76,25 @@ def _who() -> str:
 def register(
     sub: argparse._SubParsersAction,  # type: ignore[type-arg]
     common: Callable[[argparse.ArgumentParser], None],
-    env_of: Callable[[argparse.Namespace], dict[str, str]],
 ) -> None:
     """Add `wakeful gateway ...` to the `wakeful` parser."""
-
-    def call(body: Callable[[argparse.Namespace, dict[str, str]], int]) -> Callable[..., int]:
-        return lambda args: body(args, env_of(args))
 
     p = sub.add_parser("gateway", help="the credential gateway: run it, revoke or restore")
     common(p)
     p.add_argument("--config", help="the gateway's TOML file (WAKEFUL_GATEWAY_CONFIG)")
     p.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     p.add_argument("--parent", type=int, help=argparse.SUPPRESS)
-    p.set_defaults(func=call(_run))
+    p.set_defaults(with_env=_run)
     commands = p.add_subparsers(dest="gateway_command", metavar="ACTION")
     q = commands.add_parser("revoke", help="cut a destination off at every gateway, in 1 s")
     common(q)
     q.add_argument("name")
     q.add_argument("--reason", help="why (kept with the revocation)")
-    q.set_defaults(func=call(_revoke))
+    q.set_defaults(with_env=_revoke)
     q = commands.add_parser("restore", help="let a revoked destination through again")
     common(q)
     q.add_argument("name")
-    q.set_defaults(func=call(_restore))
+    q.set_defaults(with_env=_restore)
     q = commands.add_parser("status", help="list the revoked destinations")
     common(q)
-    q.set_defaults(func=call(_status))
+    q.set_defaults(with_env=_status)

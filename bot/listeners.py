@@ -411,7 +411,7 @@ class Listeners:
         state = self.store.approval(request_id) if request_id else None
         if state is None or InboxId(state.inbox).channel is not None:
             return False
-        return not (isinstance(team, str) and team and state.inbox.startswith(f"{team}:"))
+        return not (isinstance(team, str) and team and InboxId(state.inbox).team == team)
 
     def _click_note(
         self, request_id: str, outcome: str

@@ -157,23 +157,19 @@ def _limit(raw: str) -> int:
 def register(
     sub: argparse._SubParsersAction,  # type: ignore[type-arg]
     common: Callable[[argparse.ArgumentParser], None],
-    env_of: Callable[[argparse.Namespace], dict[str, str]],
 ) -> None:
     """Add the operator's commands to the `wakeful` parser."""
-
-    def call(body: Callable[[argparse.Namespace, dict[str, str]], int]) -> Callable[..., int]:
-        return lambda args: body(args, env_of(args))
 
     p = sub.add_parser("inspect", help="inboxes with backlog, dead events, outbox, approvals")
     common(p)
     p.add_argument("inbox", nargs="?", help="one inbox (e.g. T1:U1): its latest rows of each kind")
     p.add_argument("--json", action="store_true", help="JSON for scripts instead of tables")
     p.add_argument("--limit", type=_limit, default=20, help="rows per list (default 20)")
-    p.set_defaults(func=call(inspect))
+    p.set_defaults(with_env=inspect)
     p = sub.add_parser("backup", help="an online, consistent copy of the SQLite store")
     common(p)
     p.add_argument("path", help="the new file to write (never overwritten)")
-    p.set_defaults(func=call(backup))
+    p.set_defaults(with_env=backup)
     p = sub.add_parser("restore", help="replace the SQLite store with a backup (stopped only)")
     common(p)
     p.add_argument("path", help="the backup to restore")
@@ -182,9 +178,9 @@ def register(
         action="store_true",
         help="only record that the store was restored by other means (pg_restore of PATH)",
     )
-    p.set_defaults(func=call(restore))
+    p.set_defaults(with_env=restore)
     p = sub.add_parser("doctor", help="check the store, Slack, secrets and clocks")
     common(p)
     p.add_argument("--integrity", action="store_true", help="also PRAGMA integrity_check")
     p.add_argument("--manifest", help="the Slack manifest to compare scopes with")
-    p.set_defaults(func=call(doctor))
+    p.set_defaults(with_env=doctor)

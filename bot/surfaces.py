@@ -120,9 +120,13 @@ class GreetingHook:
         if self.store is None:
             return True
         key = f"greeted:{run.inbox}"
-        found, by = self.store.step_result(key)
-        if not found:  # the mark holds the event that greeted: its own retry greets again
-            by = self.store.record_step(key, run.inbox, GREETED, None, e.key, run.now)
+        mark = self.store.recorded_step(key)
+        # The mark holds the event that greeted: its own retry greets again.
+        by = (
+            mark.result
+            if mark is not None
+            else self.store.record_step(key, run.inbox, GREETED, None, e.key, run.now)
+        )
         return bool(by == e.key)
 
 

@@ -7,7 +7,7 @@ parked with that reason, never sent with another workspace's token. Answers are 
 `ttl` seconds, so neither the dispatcher nor the front reads the store for every call, and
 dropped at once when this process saves or ends an installation.
 
-With token rotation on, a token due to expire within `refresh_before` is refreshed before it
+With token rotation on, a token due to expire within `token_refresh_before` is refreshed before it
 is used, by one process at a time across hosts: the refresher holds the store's lease
 `refresh:<workspace>` while it calls oauth.v2.access (a refresh token is single-use: two hosts
 refreshing at once would break the installation), and writes the new tokens over the version
@@ -77,9 +77,9 @@ class Workspaces:
         clock: Callable[[], int] = lambda: int(time.time()),
         monotonic: Callable[[], float] = time.monotonic,
         ttl: float = TTL,
-        refresh_before: int = REFRESH_BEFORE,
+        token_refresh_before: int = REFRESH_BEFORE,
         refresh_wait: float = REFRESH_WAIT,
-        default_team: str = "",
+        webhook_team: str = "",
         holder: str = "",
     ) -> None:
         self.store = store
@@ -91,9 +91,9 @@ class Workspaces:
         self.clock = clock
         self.monotonic = monotonic
         self.ttl = ttl
-        self.refresh_before = refresh_before
+        self.token_refresh_before = token_refresh_before
         self.refresh_wait = refresh_wait
-        self.default_team = default_team
+        self.webhook_team = webhook_team
         """The workspace of rows whose inbox names none (webhook reports to a channel)."""
         self.holder = holder or f"refresher-{uuid.uuid4().hex[:8]}"
         self._lock = threading.Lock()
@@ -148,7 +148,7 @@ class Workspaces:
         """The bot token of the installation `team` belongs to, fresh. PermanentSendError
         (the row is parked with it) when it has none; TransientSendError while another
         process refreshes a token that has expired already."""
-        team = team or self.default_team
+        team = team or self.webhook_team
         if not team:
             raise PermanentSendError(
                 "no workspace to send with: this row's inbox names no team (set "
@@ -162,7 +162,7 @@ class Workspaces:
                 f"workspace {bound.row.workspace}'s installation has no bot token"
             )
         expires = bound.row.expires_at
-        if expires is not None and expires - self.clock() < self.refresh_before:
+        if expires is not None and expires - self.clock() < self.token_refresh_before:
             bound = self._refreshed(team, bound)
         return bound.token
 
@@ -189,7 +189,7 @@ class Workspaces:
     # -- rotation ------------------------------------------------------------------------------
 
     def _refreshed(self, team: str, bound: Bound) -> Bound:
-        """`bound` with a token good for longer than `refresh_before`: refreshed by this
+        """`bound` with a token good for longer than `token_refresh_before`: refreshed by this
         process under the workspace's refresh lease, or by another (read back)."""
         workspace = bound.row.workspace
         lease = REFRESH_LEASE + workspace
@@ -202,7 +202,10 @@ class Workspaces:
                 raise PermanentSendError(self._gone(team))
             if row.version != bound.row.version:
                 bound = self._keep(team, row)  # another process refreshed (or re-installed)
-            if bound.row.expires_at is None or bound.row.expires_at - now >= self.refresh_before:
+            if (
+                bound.row.expires_at is None
+                or bound.row.expires_at - now >= self.token_refresh_before
+            ):
                 return bound
             gen = self.store.acquire(lease, self.holder, now)
             if gen is not None:
@@ -225,7 +228,7 @@ class Workspaces:
         oauth.v2.access with the refresh token, and the new tokens written over that version."""
         row = self.store.installation(lease.removeprefix(REFRESH_LEASE))
         assert row is not None
-        if row.expires_at is None or row.expires_at - self.clock() >= self.refresh_before:
+        if row.expires_at is None or row.expires_at - self.clock() >= self.token_refresh_before:
             return self._keep(team, row)
         installation = from_row(row, self.cipher)
         try:

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 
 from wakeful.core.gateway.client import Gateway
 from wakeful.core.query import Query
-from wakeful.core.run import Run, Steps, Tool
-from wakeful.core.runner import Agent, RunHook
+from wakeful.core.run import Steps
 from wakeful.core.settings import DEFAULTS
 
 
@@ -70,4 +69,4 @@ class Setup:
     this process never holds (`gateway.url("stripe")` for an SDK, `gateway.request(...)`)."""
 
 
-__all__ = ["Agent", "AgentSettings", "Run", "RunHook", "Setup", "Steps", "Tool", "Zone"]
+__all__ = ["AgentSettings", "Setup", "Zone"]

@@ -28,6 +28,14 @@ class InboxId(str):
             raise ValueError("a conversation's inbox needs its channel id")
         return cls(f"{CONVERSATION_PREFIX}:{channel}")
 
+    @staticmethod
+    def team_prefix(team: str) -> str:
+        """What every person's inbox of `team` starts with (the store matches a workspace's
+        inboxes by it)."""
+        if not team:
+            raise ValueError("a team's inboxes need the team")
+        return f"{team}:"
+
     @property
     def channel(self) -> str | None:
         """The conversation of a `channel:<id>` inbox, else None."""
@@ -43,10 +51,6 @@ class InboxId(str):
     def user(self) -> str | None:
         """The person of a person's inbox (a Slack user id), else None."""
         return self._person()[1]
-
-    @property
-    def is_person(self) -> bool:
-        return self.user is not None
 
     def _person(self) -> tuple[str | None, str | None]:
         team, sep, user = self.partition(":")

@@ -32,6 +32,11 @@ class Wakeup:
         self._monotonic = monotonic
         self._first: float | None = None
 
+    def time_with(self, monotonic: Callable[[], float]) -> None:
+        """Time kicks on the timeline of the loop that reads them (a worker on a test's clock),
+        so the duration it is handed and its own readings come from one clock."""
+        self._monotonic = monotonic
+
     def kick(self) -> None:
         if self._first is None:
             self._first = self._monotonic()
@@ -39,8 +44,7 @@ class Wakeup:
 
     def since_first_kick(self) -> float | None:
         """Seconds since the first kick since the last call, or None: how long ago the news
-        it carries arrived, however long the loop took to look. A duration, so the loop places
-        it on its own timeline without reading this one's clock."""
+        it carries arrived, however long the loop took to look, on the clock of `time_with`."""
         first, self._first = self._first, None
         return None if first is None else max(0.0, self._monotonic() - first)
 

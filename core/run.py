@@ -35,6 +35,7 @@ from wakeful.core.usage import ModelUsage
 
 if TYPE_CHECKING:
     from wakeful.core.query import Query
+    from wakeful.core.records import StepRecord
 
 T = TypeVar("T")
 
@@ -42,8 +43,8 @@ T = TypeVar("T")
 class StepLedger(Protocol):
     """Where step results are kept (the store): looked up before a call, recorded after."""
 
-    def step_result(self, key: str) -> tuple[bool, Any]:
-        """(found, the recorded result)."""
+    def recorded_step(self, key: str) -> StepRecord | None:
+        """The step recorded under `key`, if any."""
         ...
 
     def record_step(
@@ -121,9 +122,9 @@ class Steps:
     def once(self, key: str, fn: Callable[[str], T], *, name: str) -> T:
         """`fn(key)` unless a result is recorded under `key`; the result that stands (the
         first recorded: two racing callers both get it). At least once, like `Run.step`."""
-        found, value = self._ledger.step_result(key)
-        if found:
-            return value  # type: ignore[no-any-return]
+        recorded = self._ledger.recorded_step(key)
+        if recorded is not None:
+            return recorded.result  # type: ignore[no-any-return]
         result = fn(key)
         check_json(result, f"the result of step {name!r}")
         stood = self._ledger.record_step(key, None, name, None, result, self._clock())
@@ -338,9 +339,9 @@ class Run:
         WAKEFUL_RETENTION. A step that records a side effect (a refund) is kept for good."""
         origin = cause or self._only_event(name)
         key = step_key(self.inbox, origin, name)
-        found, value = self._services.ledger.step_result(key)
-        if found:
-            return value  # type: ignore[no-any-return]
+        recorded = self._services.ledger.recorded_step(key)
+        if recorded is not None:
+            return recorded.result  # type: ignore[no-any-return]
         result = fn(key)
         check_json(result, f"the result of step {name!r}")
         ledger = self._services.ledger

@@ -200,8 +200,10 @@ class Runner:
         if tool is None:
             return replace(event, error=f"the agent has no tool {event.tool!r}; nothing ran")
         ledger = self.services.ledger
-        found, result = ledger.step_result(event.request_id)
-        if not found:
+        recorded = ledger.recorded_step(event.request_id)
+        if recorded is not None:
+            result = recorded.result
+        else:
             value = tool.fn(event.args, event.request_id)
             fx.check_json(value, f"the result of tool {event.tool!r}")
             result = ledger.record_step(event.request_id, inbox, event.tool, event.args, value, now)

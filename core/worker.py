@@ -68,6 +68,7 @@ class Worker(Loop):
     def __post_init__(self) -> None:
         mono: Callable[[], float] = getattr(self.clock, "monotonic", time.monotonic)
         self._mono = mono if self.monotonic is None else self.monotonic
+        self.wakeup.time_with(self._mono)  # a batch window starts at a kick, on this timeline
         wall: Callable[[], int] = getattr(self.clock, "wall_ms", _wall_ms)
         self._wall_ms = wall if self.wall_ms is None else self.wall_ms
         if self.runner is None:

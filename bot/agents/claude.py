@@ -301,7 +301,7 @@ class ClaudeAgent(Agent, ClaudeTools):
         if ctx.channel is None and home.get("channel"):
             ctx.channel, ctx.thread_ts = home["channel"], home.get("thread_ts")
         if not ctx.user:
-            ctx.user = ctx.run.inbox.user or ctx.run.inbox.rpartition(":")[2]
+            ctx.user = ctx.run.inbox.user or ""  # a conversation's inbox has no person
         ctx.urgent = urgent
 
     def _user_turn(self, ctx: RunContext) -> list[Block]:

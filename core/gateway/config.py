@@ -152,11 +152,6 @@ def secret_variables(path: str | Path) -> list[str]:
     return found
 
 
-def listen_address(path: str | Path) -> str:
-    """Where the configured gateway listens (without reading its secrets)."""
-    return _text(_read(path), "listen", "127.0.0.1:7878")
-
-
 def _read(path: str | Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:

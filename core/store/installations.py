@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.codec import require
 from wakeful.core.store.sql import Row, Tx
@@ -214,7 +215,8 @@ def _set_aside(tx: Tx, workspace: str, teams: Sequence[str], reason: str, now: i
     parked = cancelled = held = 0
     error = f"not sent: {reason}"[:2000]
     for team in teams:
-        prefix = {"prefix": f"{team}:", "n": len(team) + 1}
+        head = InboxId.team_prefix(team)
+        prefix = {"prefix": head, "n": len(head)}
         parked += tx.run("park_workspace_outbox", {**prefix, "error": error})
         cancelled += tx.run("cancel_workspace_timers", prefix)
         for r in tx.all("workspace_inboxes", prefix):

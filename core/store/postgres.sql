@@ -32,25 +32,6 @@ WITH stored AS (
 )
 SELECT id, source, source_id, pg_notify('wakeful_work', inbox) AS woke FROM stored;
 
--- name: ready_inboxes
--- Inboxes with claimable work and no live lease, oldest work first, the workspaces taking
--- turns (the oldest inbox of each, then the next of each: one workspace's flood does not
--- push another's inboxes past the limit); `top` is the newest event id stored (the same on
--- every row).
-SELECT inbox, first, top FROM (
-    SELECT e.inbox, MIN(e.id) AS first, (SELECT MAX(id) FROM events) AS top,
-           ROW_NUMBER() OVER (
-               PARTITION BY substr(e.inbox, 1, strpos(e.inbox, ':')) ORDER BY MIN(e.id)
-           ) AS turn
-    FROM events e
-    WHERE e.status IN ('pending', 'running')
-      AND (e.status = 'running' OR e.not_before <= %(now)s)
-      AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.inbox = e.inbox AND l.expires_at > %(now)s)
-    GROUP BY e.inbox
-) ready
-ORDER BY turn, first
-LIMIT %(limit)s;
-
 -- name: get_lease_for_update
 -- The lease row, locked for the write that follows.
 SELECT * FROM leases WHERE inbox = %(inbox)s FOR UPDATE;
@@ -69,25 +50,6 @@ FOR UPDATE SKIP LOCKED;
 -- name: get_approval_for_update
 -- An approval, locked for the answer that follows.
 SELECT * FROM approvals WHERE id = %(id)s FOR UPDATE;
-
--- name: open_destinations
--- Destinations with pending or sending rows, oldest first, the workspaces (of their rows'
--- inboxes) taking turns, but none with a batch still in flight (its deadline not passed):
--- those have nothing to claim yet.
-SELECT channel, thread_ts, first FROM (
-    SELECT channel, thread_ts, first,
-           ROW_NUMBER() OVER (PARTITION BY workspace ORDER BY first) AS turn
-    FROM (
-        SELECT channel, thread_ts, MIN(id) AS first,
-               substr(MIN(inbox), 1, strpos(MIN(inbox), ':')) AS workspace
-        FROM outbox
-        WHERE status IN ('pending', 'sending')
-        GROUP BY channel, thread_ts
-        HAVING MAX(CASE WHEN status = 'sending' AND in_flight_until > %(now)s THEN 1 ELSE 0 END) = 0
-    ) open_now
-) turns
-ORDER BY turn, first
-LIMIT %(limit)s;
 
 -- name: listen_work
 -- Wake on every event any host stores (insert_events notifies this channel).

@@ -541,12 +541,6 @@ WHERE status IN ('pending', 'running', 'done', 'dead') AND inbox = :inbox
 GROUP BY source
 ORDER BY source;
 
--- name: remember_thread
--- A thread the bot starts taking part in; nothing if it already does (post_once counts on it).
-INSERT INTO threads (channel, thread_ts, why, created_at, last_at)
-VALUES (:channel, :thread_ts, :why, :now, :now)
-ON CONFLICT (channel, thread_ts) DO NOTHING;
-
 -- name: touch_thread
 -- The bot posted in or was mentioned in a thread: its replies reach the agent, and the thread
 -- counts as active from now for the retention (renewed at most hourly: a busy thread's posts
@@ -560,12 +554,12 @@ WHERE threads.last_at < excluded.last_at - 3600;
 -- Whether the bot takes part in a thread (by its primary key).
 SELECT why FROM threads WHERE channel = :channel AND thread_ts = :thread_ts;
 
--- name: open_home
+-- name: note_home_opened
 -- A person opened their Home tab: keep it fresh from now on.
 INSERT INTO app_homes (inbox, opened_at) VALUES (:inbox, :now)
 ON CONFLICT (inbox) DO UPDATE SET opened_at = excluded.opened_at;
 
--- name: home_opened
+-- name: has_opened_home
 -- Whether a person ever opened their Home tab (by primary key).
 SELECT opened_at FROM app_homes WHERE inbox = :inbox;
 
@@ -737,3 +731,41 @@ UPDATE operations SET touched = touched + :n WHERE id = :id;
 -- name: recent_operations
 -- The latest operator actions on dead events, newest first.
 SELECT * FROM operations ORDER BY id DESC LIMIT :limit;
+
+-- name: ready_inboxes
+-- Inboxes with claimable work and no live lease, oldest work first, the workspaces taking
+-- turns (the oldest inbox of each, then the next of each: one workspace's flood does not
+-- push another's inboxes past the limit); `top` is the newest event id stored (the same on
+-- every row). A workspace is the `<team>:` its inbox keys start with (InboxId.team_prefix).
+SELECT inbox, first, top FROM (
+    SELECT e.inbox, MIN(e.id) AS first, (SELECT MAX(id) FROM events) AS top,
+           ROW_NUMBER() OVER (
+               PARTITION BY substr(e.inbox, 1, instr(e.inbox, ':')) ORDER BY MIN(e.id)
+           ) AS turn
+    FROM events e
+    WHERE e.status IN ('pending', 'running')
+      AND (e.status = 'running' OR e.not_before <= :now)
+      AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.inbox = e.inbox AND l.expires_at > :now)
+    GROUP BY e.inbox
+) ready
+ORDER BY turn, first
+LIMIT :limit;
+
+-- name: open_destinations
+-- Destinations with pending or sending rows, oldest first, the workspaces (of their rows'
+-- inboxes) taking turns, but none with a batch still in flight (its deadline not passed):
+-- those have nothing to claim yet.
+SELECT channel, thread_ts, first FROM (
+    SELECT channel, thread_ts, first,
+           ROW_NUMBER() OVER (PARTITION BY workspace ORDER BY first) AS turn
+    FROM (
+        SELECT channel, thread_ts, MIN(id) AS first,
+               substr(MIN(inbox), 1, instr(MIN(inbox), ':')) AS workspace
+        FROM outbox
+        WHERE status IN ('pending', 'sending')
+        GROUP BY channel, thread_ts
+        HAVING MAX(CASE WHEN status = 'sending' AND in_flight_until > :now THEN 1 ELSE 0 END) = 0
+    ) open_now
+) turns
+ORDER BY turn, first
+LIMIT :limit;

@@ -59,16 +59,23 @@ def load_statements(filename: str) -> dict[str, Statement]:
     return found
 
 
+_INSTR = re.compile(r"\binstr\(", re.IGNORECASE)
+"""SQLite's `instr(text, part)`, which PostgreSQL spells `strpos(text, part)`: the one function
+the shared statements use that the dialects name differently (to read an inbox key's team)."""
+
+
 def for_dialect(sql: str, dialect: str) -> str:
     """A shared statement as `dialect` runs it: on PostgreSQL each `:x` becomes psycopg's
-    `%(x)s` and a literal `%` becomes `%%` (string literals and comments keep their colons)."""
+    `%(x)s`, a literal `%` becomes `%%` and `instr(` becomes `strpos(` (string literals and
+    comments keep their text)."""
     if dialect == "sqlite":
         return sql
     if dialect != "postgres":
         raise ValueError(f"unknown SQL dialect {dialect!r}: expected one of {DIALECTS}")
     pieces = _LITERALS.split(sql)
     for i in range(0, len(pieces), 2):  # the parts outside literals and comments
-        pieces[i] = _NAMED.sub(r"%(\1)s", pieces[i].replace("%", "%%"))
+        outside = _INSTR.sub("strpos(", pieces[i].replace("%", "%%"))
+        pieces[i] = _NAMED.sub(r"%(\1)s", outside)
     for i in range(1, len(pieces), 2):
         pieces[i] = pieces[i].replace("%", "%%")
     return "".join(pieces)

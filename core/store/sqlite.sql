@@ -26,25 +26,6 @@ VALUES (:inbox, :source, :source_id, :payload, :now, :now)
 ON CONFLICT (source, source_id) DO NOTHING
 RETURNING id, source, source_id;
 
--- name: ready_inboxes
--- Inboxes with claimable work and no live lease, oldest work first, the workspaces taking
--- turns (the oldest inbox of each, then the next of each: one workspace's flood does not
--- push another's inboxes past the limit); `top` is the newest event id stored (the same on
--- every row).
-SELECT inbox, first, top FROM (
-    SELECT e.inbox, MIN(e.id) AS first, (SELECT MAX(id) FROM events) AS top,
-           ROW_NUMBER() OVER (
-               PARTITION BY substr(e.inbox, 1, instr(e.inbox, ':')) ORDER BY MIN(e.id)
-           ) AS turn
-    FROM events e
-    WHERE e.status IN ('pending', 'running')
-      AND (e.status = 'running' OR e.not_before <= :now)
-      AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.inbox = e.inbox AND l.expires_at > :now)
-    GROUP BY e.inbox
-) ready
-ORDER BY turn, first
-LIMIT :limit;
-
 -- name: get_lease_for_update
 -- The lease row, locked for the write that follows.
 SELECT * FROM leases WHERE inbox = :inbox;
@@ -60,25 +41,6 @@ SELECT * FROM timers WHERE next_at <= :now ORDER BY next_at, id LIMIT :limit;
 -- name: get_approval_for_update
 -- An approval, locked for the answer that follows.
 SELECT * FROM approvals WHERE id = :id;
-
--- name: open_destinations
--- Destinations with pending or sending rows, oldest first, the workspaces (of their rows'
--- inboxes) taking turns, but none with a batch still in flight (its deadline not passed):
--- those have nothing to claim yet.
-SELECT channel, thread_ts, first FROM (
-    SELECT channel, thread_ts, first,
-           ROW_NUMBER() OVER (PARTITION BY workspace ORDER BY first) AS turn
-    FROM (
-        SELECT channel, thread_ts, MIN(id) AS first,
-               substr(MIN(inbox), 1, instr(MIN(inbox), ':')) AS workspace
-        FROM outbox
-        WHERE status IN ('pending', 'sending')
-        GROUP BY channel, thread_ts
-        HAVING MAX(CASE WHEN status = 'sending' AND in_flight_until > :now THEN 1 ELSE 0 END) = 0
-    ) open_now
-) turns
-ORDER BY turn, first
-LIMIT :limit;
 
 -- name: listen_work
 -- Wake on every event another process stores: SQLite cannot, so workers elsewhere poll.

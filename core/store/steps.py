@@ -57,11 +57,6 @@ class Steps(StoreBase):
         assert row is not None
         return json.loads(row["result"])
 
-    def step_result(self, key: str) -> tuple[bool, Any]:
-        """(whether a result is recorded under `key`, that result)."""
-        found = self.recorded_step(key)
-        return (False, None) if found is None else (True, found.result)
-
     def recorded_step(self, key: str) -> StepRecord | None:
         if not is_storable(key):
             return None  # no such key can have been recorded

@@ -44,9 +44,9 @@ class Threads(StoreBase):
         """A person opened their App Home tab: their view is refreshed after each run."""
         require(inbox=inbox)
         with self._tx() as tx:
-            tx.run("open_home", {"inbox": inbox, "now": now})
+            tx.run("note_home_opened", {"inbox": inbox, "now": now})
 
     def has_opened_home(self, inbox: str) -> bool:
         """Whether this person ever opened their Home tab (one read by key)."""
         with self._tx(write=False) as tx:
-            return tx.one("home_opened", {"inbox": inbox}) is not None
+            return tx.one("has_opened_home", {"inbox": inbox}) is not None

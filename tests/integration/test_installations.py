@@ -298,7 +298,7 @@ _REFRESHER = textwrap.dedent(
     url, key, client_id, secret, api, go = sys.argv[1:7]
     store = open_store(url)
     ws = Workspaces(store, StoreInstallations(store, TokenCipher(key)), client_id, secret, api,
-                    refresh_before=60, ttl=0)
+                    token_refresh_before=60, ttl=0)
     open(os.path.join(os.path.dirname(go), "ready-%d" % os.getpid()), "w").close()
     while not os.path.exists(go):
         time.sleep(0.001)

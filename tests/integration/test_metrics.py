@@ -20,11 +20,11 @@ from tests.integration.test_sqlite_write_lock import write_locked
 from tests.support.approvals import ApprovalRequest
 from wakeful.bot.sender import SlackSender, make_client
 from wakeful.core import logs, metrics
-from wakeful.core.agent import Run
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Effects, Message, Timer
 from wakeful.core.errors import StoreUnavailable
+from wakeful.core.run import Run
 from wakeful.core.store import Store, open_store
 from wakeful.core.store.sqlite import SQLiteConnector
 from wakeful.core.worker import Worker

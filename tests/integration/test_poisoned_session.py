@@ -11,11 +11,11 @@ from typing import Any
 from tests.conftest import T0
 from tests.support.agents import refund_desk
 from wakeful.bot.agents.common import SESSION_RESET
-from wakeful.core.agent import Run
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import SessionUnusable
 from wakeful.core.events import Message as Said
+from wakeful.core.run import Run
 from wakeful.core.store import Store
 from wakeful.core.store.sqlite import SQLiteConnector
 from wakeful.core.worker import Worker

@@ -109,6 +109,20 @@ def test_a_batch_window_counts_from_the_kick_not_from_the_tick_that_saw_it(
     assert worker.idle_wait() < 0.25
 
 
+def test_a_batch_window_runs_on_the_worker_s_clock_from_the_kick(store: Store) -> None:
+    # A worker driven by a test's clock times the kick on that clock too: the window is over
+    # once the clock has moved past it, however little real time went by.
+    clock, work = ManualClock(T0), Wakeup()
+    worker = Worker(
+        store=store, agent=refund_desk(store), wakeup=work, clock=clock, batch_window=5.0
+    )
+    store.ingest("T1:U1", "slack", "E1", {"text": "hi"}, T0)
+    work.kick()
+    clock.now += 6  # the worker looks 6 s of its clock after the kick
+    assert worker.tick(clock()) == 1
+    store.close()
+
+
 def test_an_inbox_past_the_ready_lists_cut_keeps_the_window_of_its_kick(store: Store) -> None:
     # Under load more inboxes are ready than one look lists (50 per inbox the worker runs at
     # a time). One past the cut was already stored at that look: when a later look first sees

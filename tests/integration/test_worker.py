@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0
-from wakeful.core.agent import Run
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects, Message
 from wakeful.core.loops import Wakeup
+from wakeful.core.run import Run
 from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store
 from wakeful.core.store.base import Connector, NewEvent

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from tests.conftest import PG_DSN, T0, need_pg
 from tests.support.tcp_proxy import TcpProxy
-from wakeful.core.agent import Run
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import StoreUnavailable
+from wakeful.core.run import Run
 from wakeful.core.settings import Settings
 from wakeful.core.store import Store, open_store
 from wakeful.core.worker import Worker

@@ -19,9 +19,10 @@ import sys
 import threading
 import time
 
-from wakeful.core.agent import Agent, Run
 from wakeful.core.clock import Clock, ServerClock
 from wakeful.core.effects import Effects, Message
+from wakeful.core.run import Run
+from wakeful.core.runner import Agent
 from wakeful.core.settings import Settings
 from wakeful.core.store import Store, open_store
 from wakeful.core.worker import Worker

@@ -23,7 +23,7 @@ READ = {
     "WAKEFUL_RETENTION": lambda c: c.settings.retention,
     "WAKEFUL_STARTUP_WAIT": lambda c: c.startup_wait,
     "WAKEFUL_BATCH_WINDOW": lambda c: c.batch_window,
-    "WAKEFUL_TOKEN_REFRESH_BEFORE": lambda c: c.refresh_before,
+    "WAKEFUL_TOKEN_REFRESH_BEFORE": lambda c: c.token_refresh_before,
 }
 
 

@@ -179,6 +179,23 @@ def test_every_statement_the_engine_names_exists() -> None:
         assert named <= set(load_queries(dialect)), sorted(named - set(load_queries(dialect)))
 
 
+def test_every_statement_is_run_by_some_code() -> None:
+    """A statement no code names is dead, and its description can drift unseen (one said
+    "post_once counts on it" after post_once was gone)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    source = "\n".join(
+        p.read_text()
+        for folder in ("core", "bot", "devtools")
+        for p in (root / folder).rglob("*.py")
+    )
+    quoted = set(re.findall(r'"([a-z_0-9]+)"', source))
+    for dialect in DIALECTS:
+        unused = sorted(set(load_queries(dialect)) - quoted)
+        assert not unused, f"{dialect}: no code runs {unused}"
+
+
 @pytest.mark.parametrize("filename", FILES)
 def test_every_statement_says_what_it_is_for(filename: str) -> None:
     undescribed = [s.name for s in load_statements(filename).values() if len(s.description) < 10]
