@@ -259,14 +259,6 @@ class Worker(Loop):
         if wakeup.wait(self.idle_wait()):
             stop.wait(min(self.batch_window / 10, self.idle_wait()))
 
-    def run_inbox(self, inbox: str) -> int:
-        """Run one inbox until it has nothing claimable; return how many runs finished."""
-        runs = self._run_claims(self.store.claim_inboxes([inbox], self.holder, self.clock()))
-        while self._followers:
-            followers, self._followers = self._followers, []
-            runs += self._run_claims(followers)
-        return runs
-
     def _run_claims(self, claims: list[Claim]) -> int:
         """Run each claim's agent; commit finished runs together (each fenced on its own) once
         `flush_after` has passed or nothing is left. Returns how many runs finished.

@@ -179,7 +179,7 @@ def test_an_agent_dead_letter_is_counted_apart_from_exhaustion(store: Store) -> 
             return Effects(dead={e.id: "cannot do this" for e in run.events})
 
     w = Worker(store=store, agent=Gives(), holder="W", clock=lambda: T0)
-    assert w.run_inbox(INBOX) == 1
+    assert w.tick(T0) == 1
     assert (by_agent.moved, dead_runs.moved) == (1, 1)
 
 
@@ -394,7 +394,7 @@ def test_every_line_a_run_logs_carries_its_inbox_events_generation_and_run_id(
     store.ingest(INBOX, "slack", "Ev1", {"text": "a"}, T0)
     store.ingest(INBOX, "slack", "Ev2", {"text": "b"}, T0)
     w = Worker(store=store, agent=Looks(), holder="W", clock=lambda: T0)
-    assert w.run_inbox(INBOX) == 1
+    assert w.tick(T0) == 1
     (context,) = seen
     ids = [e.id for e in store.events(INBOX)]
     assert {k: context[k] for k in ("inbox", "events", "gen", "holder")} == {
