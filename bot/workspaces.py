@@ -32,7 +32,12 @@ from slack_bolt.authorization.authorize import Authorize
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from wakeful.bot.installations import StoreInstallations, TokenCipher, from_row
+from wakeful.bot.installations import (
+    StoreInstallations,
+    TokenCipher,
+    UnreadableTokens,
+    from_row,
+)
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.store import Store
 from wakeful.core.store.installations import InstallationRow
@@ -61,6 +66,8 @@ class Bound:
     bot_user_id: str | None
     bot_id: str | None
     read_at: float
+    unreadable: str = ""
+    """Why its tokens could not be opened (WAKEFUL_TOKEN_KEY lost the key that sealed them)."""
 
 
 class Workspaces:
@@ -99,6 +106,8 @@ class Workspaces:
         self._lock = threading.Lock()
         self._bound: dict[str, Bound] = {}
         self._teams_noted: set[tuple[str, str]] = set()
+        self._said: set[tuple[str, int]] = set()
+        """Installations (and versions) whose unreadable tokens were said in the log."""
         self.refreshes = 0
         """oauth.v2.access refresh calls this process made (for tests and the doctor)."""
 
@@ -130,17 +139,37 @@ class Workspaces:
         return self._keep(team, row)
 
     def _keep(self, team: str, row: InstallationRow) -> Bound:
-        installation = from_row(row, self.cipher)
-        bound = Bound(
-            row,
-            installation.bot_token or "",
-            installation.bot_user_id,
-            installation.bot_id,
-            self.monotonic(),
-        )
+        try:
+            installation = from_row(row, self.cipher)
+            bound = Bound(
+                row,
+                installation.bot_token or "",
+                installation.bot_user_id,
+                installation.bot_id,
+                self.monotonic(),
+            )
+        except UnreadableTokens as exc:
+            bound = self._unreadable(row, exc)
         with self._lock:
             self._bound[team] = bound
         return bound
+
+    def _unreadable(self, row: InstallationRow, exc: UnreadableTokens) -> Bound:
+        """An installation whose tokens this process cannot open: who the bot is there is not
+        secret (its ids are in the profile), so its events are still stored; its sends wait
+        (a retry, not a park) until the key that sealed the tokens is back. Said once per
+        installation and version, not once per call."""
+        if (row.workspace, row.version) not in self._said:
+            self._said.add((row.workspace, row.version))
+            log.error(
+                "%s: its posts wait until WAKEFUL_TOKEN_KEY opens them again (add the key that "
+                "sealed them after a comma, then restart)",
+                exc,
+            )
+        profile: dict[str, Any] = json.loads(row.profile)
+        return Bound(
+            row, "", profile.get("bot_user_id"), profile.get("bot_id"), self.monotonic(), str(exc)
+        )
 
     # -- tokens for Web API calls -------------------------------------------------------------
 
@@ -157,6 +186,8 @@ class Workspaces:
         bound = self._bind(team)
         if bound is None:
             raise PermanentSendError(self._gone(team))
+        if bound.unreadable:
+            raise TransientSendError(f"{bound.unreadable}: waiting for the key", retry_after=60)
         if not bound.token:
             raise PermanentSendError(
                 f"workspace {bound.row.workspace}'s installation has no bot token"

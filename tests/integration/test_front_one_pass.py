@@ -223,3 +223,43 @@ def test_every_store_failure_on_a_slack_request_is_the_webhooks_503(
     front = SlackFront(store, SECRET, "UBOT", "BBOT")
     assert answer(front, message("Ev9")) == ("503 Service Unavailable", RETRY[1])
     assert RETRY == (503, "store unavailable; please retry")
+
+
+def test_distribution_mode_authorizes_from_a_cache_of_the_store_never_with_auth_test(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each workspace's installation is read once per cache period, whatever the rate of its
+    events, and no event costs an auth.test; a process whose WAKEFUL_TOKEN_KEY cannot open the
+    tokens still stores the events (who the bot is, is not secret)."""
+    from slack_sdk import WebClient
+    from slack_sdk.oauth.installation_store import Installation
+
+    def build(key: str) -> tuple[SlackFront, Distribution]:
+        env = {"SLACK_CLIENT_ID": "1.2", "SLACK_CLIENT_SECRET": "s", "WAKEFUL_TOKEN_KEY": key}
+        dist = Distribution.build(Config.from_env(env), store, clock=lambda: T0)
+        return SlackFront(
+            store, SECRET, authorizer=dist.authorize(), installations=dist.installations
+        ), dist
+
+    front, dist = build(Fernet.generate_key().decode())
+    dist.installations.save(
+        Installation(
+            app_id="A1",
+            team_id="T1",
+            bot_token="xoxb-t1",
+            bot_id="BBOT",
+            bot_user_id="UBOT",
+            user_id="U1",
+        )
+    )
+    auth_tests = counting(monkeypatch, WebClient, "auth_test")
+    reads = counting(monkeypatch, Store, "installation_for_team")
+    for i in range(20):
+        assert call(front, message(f"Ev{i}")).startswith("200")
+    assert count_events(store) == 20
+    assert len(reads) == 1  # then the cache answers (Workspaces.ttl)
+    assert auth_tests == []
+    other, _ = build(Fernet.generate_key().decode())  # restarted with another key
+    assert call(other, message("EvK")).startswith("200")
+    assert count_events(store) == 21
+    assert auth_tests == []

@@ -145,6 +145,38 @@ def test_each_row_goes_with_its_workspaces_token_and_a_gone_one_is_parked(
     assert "workspace TC has no installation of the app" in (parked.error or "")
 
 
+def test_tokens_sealed_with_another_key_hold_the_rows_and_still_let_events_in(
+    store: Store, emu: SlackEmulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # WAKEFUL_TOKEN_KEY replaced without keeping the old key: nothing can be sent until the
+    # operator puts it back, but nothing is lost either. The rows wait (a retry, not a park
+    # that needs a requeue), the log says why once, and the front still knows who the bot is
+    # (its ids are not secret), so events keep being stored.
+    install(emu, store, "TA")
+    other = StoreInstallations(store, TokenCipher(Fernet.generate_key().decode()))
+    ws = Workspaces(store, other, emu.client_id, emu.client_secret, emu.api_url)
+    sender = SlackSender(make_client("", emu.api_url), sleep=lambda _s: None, tokens=ws.token)
+    store.post("TA:UA1", [Message("DA1", "to A")], T0)
+    store.post("TA:UA2", [Message("DA2", "to A again")], T0)
+    with caplog.at_level("ERROR", logger="wakeful.workspaces"):
+        Dispatcher(store=store, clock=lambda: T0, sender=sender).tick(T0)
+    assert emu.calls("chat.postMessage") == []
+    waiting = store.outbox()
+    assert [row.status for row in waiting] == ["sending", "sending"]  # deferred, not parked
+    assert all("WAKEFUL_TOKEN_KEY" in (row.error or "") for row in waiting)
+    said = [r.getMessage() for r in caplog.records if "WAKEFUL_TOKEN_KEY" in r.getMessage()]
+    assert len(said) == 1, said
+    who = ws.who("TA")
+    assert who == (emu._workspaces["TA"].bot_user_id, emu._workspaces["TA"].bot_id)
+    # The key is back (a restart with it): the rows go out, each once.
+    ws = workspaces(emu, store)
+    sender = SlackSender(make_client("", emu.api_url), sleep=lambda _s: None, tokens=ws.token)
+    later = T0 + 120
+    Dispatcher(store=store, clock=lambda: later, sender=sender).tick(later)
+    assert sorted(c.params["channel"] for c in emu.calls("chat.postMessage")) == ["DA1", "DA2"]
+    assert [row.status for row in store.outbox()] == ["sent", "sent"]
+
+
 @pytest.mark.parametrize("order", [("revoked", "uninstalled"), ("uninstalled", "revoked")])
 def test_revoked_and_uninstalled_in_either_order_set_the_workspace_aside(
     store: Store, emu: SlackEmulator, order: tuple[str, str]
@@ -350,6 +382,48 @@ def test_the_doctor_checks_every_installations_token_and_scopes(
     text, code = report(list(checks.values()))
     assert code == 1
     assert not any(t in text for t in emu.tokens_of("TA") + emu.tokens_of("TB"))
+
+
+def test_the_doctor_takes_a_rotating_token_past_its_hours_for_what_it_is(
+    emu: SlackEmulator, tmp_path: Path
+) -> None:
+    """A quiet workspace's rotating token expires (it is refreshed when a send needs it): the
+    doctor says so instead of failing on auth.test's token_expired; with no refresh token kept,
+    nothing will refresh it, and that fails."""
+    from wakeful.bot.doctor import run_checks
+
+    db = str(tmp_path / "doctor.db")
+    store = open_store(db)
+    try:
+        for team, refresh in (("TA", "xoxe-1-refresh"), ("TB", None)):
+            emu.add_workspace(team)
+            StoreInstallations(store, TokenCipher(KEY)).save(
+                Installation(
+                    app_id="AEMULATOR",
+                    team_id=team,
+                    bot_token=f"xoxe.xoxb-1-{team}",
+                    bot_user_id="UBOT",
+                    bot_refresh_token=refresh,
+                    bot_token_expires_at=int(time.time()) - 60,
+                    user_id="U1",
+                )
+            )
+    finally:
+        store.close()
+    env = {
+        "SLACK_CLIENT_ID": emu.client_id,
+        "SLACK_CLIENT_SECRET": emu.client_secret,
+        "SLACK_SIGNING_SECRET": "s",
+        "SLACK_API_URL": emu.api_url,
+        "WAKEFUL_TOKEN_KEY": KEY,
+        "WAKEFUL_DB": db,
+    }
+    checks = {c.name: c for c in run_checks(env)}
+    assert checks["workspace TA"].ok is True
+    assert "the next send refreshes it" in checks["workspace TA"].detail
+    assert checks["workspace TB"].ok is False
+    assert "no refresh token" in checks["workspace TB"].detail
+    assert emu.calls("auth.test") == []
 
 
 def test_a_time_zone_is_read_with_the_token_of_the_runs_workspace(
