@@ -85,6 +85,8 @@ class Dispatcher(Loop):
         self._paused: dict[str, int] = {}
         """Until when sends are paused, by workspace (the sender's `workspace_of`; one key,
         "", when it serves one workspace)."""
+        self._paused_for: dict[str, str] = {}
+        """Why: the error that paused it (a rate limit, a token that cannot be opened)."""
         self._pause_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Condition()
@@ -263,7 +265,7 @@ class Dispatcher(Loop):
         key = self._workspace(part)
         paused = self._paused.get(key, 0)
         if self.clock() < paused:
-            self._defer(flight, paused, "paused: rate limited")
+            self._defer(flight, paused, f"paused: {self._paused_for.get(key, 'rate limited')}")
             return False
         if not self._renew(flight):
             log.info(
@@ -284,6 +286,7 @@ class Dispatcher(Loop):
             if exc.retry_after:
                 with self._pause_lock:
                     self._paused[key] = max(self._paused.get(key, 0), until)
+                    self._paused_for[key] = str(exc)
                 metrics.PAUSES.inc()
                 metrics.PAUSED_SECONDS.inc(exc.retry_after)
             self._defer(flight, until, str(exc))
