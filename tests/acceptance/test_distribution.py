@@ -6,7 +6,8 @@ through /slack/install (Bolt's page, its state cookie, the emulator's authorize 
 oauth.v2.access), people converse in both, every reply goes out with its own workspace's
 token, a click from one workspace cannot answer the other's approval, tokens are refreshed,
 one workspace uninstalls (its timer cancelled, its inbox set aside, nothing more sent there)
-while the other carries on, and a re-install resumes it. An Enterprise Grid org installs the
+while the other carries on, and a re-install resumes it; no token it was ever given shows in
+the DEBUG log, /metrics, `inspect` or `dead-letters`. An Enterprise Grid org installs the
 app org-wide: people in two of its workspaces are answered with the org's one token, and a
 click from another org's workspace cannot answer. On both stores.
 """
@@ -17,6 +18,7 @@ import html
 import http.client
 import json
 import re
+import subprocess
 import time
 import urllib.parse
 import uuid
@@ -60,8 +62,12 @@ def get(
 
 
 class App:
-    def __init__(self, proc: Proc, port: int, emu: SlackEmulator, store: Store) -> None:
+    def __init__(
+        self, proc: Proc, port: int, emu: SlackEmulator, store: Store, env: dict[str, str]
+    ) -> None:
         self.proc, self.port, self.emu, self.store = proc, port, emu, store
+        self.env = env
+        """The process's environment: a command run beside it (`wakeful inspect`) reads it."""
         self.url = f"http://127.0.0.1:{port}/slack/events"
 
     def install(self, team: str) -> tuple[int, str]:
@@ -144,6 +150,7 @@ def running(tmp: Path, db: str) -> Iterator[App]:
         WAKEFUL_BATCH_WINDOW="0.2",
         WAKEFUL_OUTBOX_GAP="0",
         WAKEFUL_APPROVERS="UA9,UB9,WE9,WF9",
+        WAKEFUL_LOG_LEVEL="DEBUG",  # every line a token could slip into
     )
     proc = Proc(wakeful_cmd("serve"), env, tmp, tmp / f"dist-{uuid.uuid4().hex[:6]}.log")
     store: Store | None = None
@@ -155,7 +162,7 @@ def running(tmp: Path, db: str) -> Iterator[App]:
         port = int(match.group(1))
         emu.redirect_uri = f"http://127.0.0.1:{port}/slack/oauth_redirect"
         store = open_store(db)
-        yield App(proc, port, emu, store)
+        yield App(proc, port, emu, store, env)
     finally:
         if store is not None:
             store.close()
@@ -252,6 +259,26 @@ def test_two_workspaces_install_converse_rotate_uninstall_and_reinstall(app: App
     b.message("UB1", "status")
     app.wait_reply("DB1", "Status:", count=2)  # the status before the uninstall, and this one
     assert app.posts_by_team("DB1") == {"TB"}
+
+    # No token or refresh token, of either workspace, old or new, in what an operator sees: the
+    # process's log (at DEBUG), /metrics, `wakeful inspect` and `wakeful dead-letters`.
+    issued = [
+        t for team in ("TA", "TB") for k in ("bot", "refresh") for t in emu.tokens_of(team, k)
+    ]
+    assert len(issued) >= 6  # two installs of B, A's refresh, each with its refresh token
+    status, _, metrics_text = get(app.port, "/metrics")
+    assert status == 200
+    shown = [app.proc.log.read_text(errors="replace"), metrics_text]
+    for args in (("inspect",), ("inspect", "--json"), ("inspect", "TB:UB1"), ("dead-letters",)):
+        ran = subprocess.run(
+            wakeful_cmd(*args), env=app.env, capture_output=True, text=True, timeout=60
+        )
+        assert ran.returncode == 0, ran.stderr
+        shown += [ran.stdout, ran.stderr]
+    assert "wakeful_" in metrics_text and "TB:UB1" in shown[-4]
+    leaked = [t for t in issued if any(t in text for text in shown)]
+    assert leaked == [], leaked
+    assert not any(TOKEN_SHAPE.search(text) for text in shown)
 
 
 def test_an_org_wide_install_answers_its_workspaces_with_the_orgs_token(app: App) -> None:
