@@ -249,6 +249,10 @@ class OAuthApi:
         return grant.workspace
 
     def _auth_revoke(self, params: JsonDict, token: str) -> JsonDict:
+        """The calling token revoked; `test=1` only says what would happen (Slack's testing
+        mode: the token stays good, and the answer says it was not revoked)."""
+        if str(params.get("test", "")).lower() in ("1", "true"):
+            return {"revoked": False}
         grant = self._oauth.grants.get(token)
         if grant is not None:
             grant.revoked = True

@@ -136,6 +136,17 @@ def test_wrong_or_missing_token_is_invalid_auth(emu: SlackEmulator, token: str |
     assert emu.messages("C1") == []
 
 
+def test_auth_revoke_ends_the_token_and_its_test_mode_does_not(client: WebClient) -> None:
+    """auth.revoke as Slack documents it: `test=1` only says the token would go (revoked:
+    false, still good); without it the token is revoked and Slack answers token_revoked."""
+    assert client.auth_revoke(test=True)["revoked"] is False
+    assert client.auth_test()["ok"] is True
+    assert client.auth_revoke()["revoked"] is True
+    with pytest.raises(SlackApiError) as exc:
+        client.auth_test()
+    assert error_of(exc) == "token_revoked"
+
+
 def test_unknown_method(client: WebClient) -> None:
     with pytest.raises(SlackApiError) as exc:
         client.api_call("chat.frobnicate")
