@@ -33,7 +33,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--secret", required=True)
     p.add_argument("--port", type=int, default=0)
     args = p.parse_args(argv)
-    server = http_server(build(args.secret), "127.0.0.1", args.port)
+    return serve(build(args.secret), args.port)
+
+
+def serve(app: Any, port: int = 0) -> int:
+    """`app` on wakeful's waitress server, as `wakeful serve` runs its front; says where."""
+    server = http_server(app, "127.0.0.1", port)
     print(f"listening on http://127.0.0.1:{server.effective_port}/slack/events", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.run()

@@ -5,7 +5,6 @@ ack, in its thread pool), served like wakeful (waitress) against the same Slack 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from typing import Any
 
@@ -14,7 +13,7 @@ from slack_bolt.adapter.wsgi import SlackRequestHandler
 from slack_bolt.authorization import AuthorizeResult
 from slack_sdk import WebClient
 
-from wakeful.bot.runtime import http_server
+from .bare_app import serve
 
 
 def build(secret: str, token: str, api_url: str) -> Any:
@@ -44,11 +43,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--api-url", required=True)
     p.add_argument("--port", type=int, default=0)
     args = p.parse_args(argv)
-    server = http_server(build(args.secret, args.token, args.api_url), "127.0.0.1", args.port)
-    print(f"listening on http://127.0.0.1:{server.effective_port}/slack/events", flush=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run()
-    return 0
+    return serve(build(args.secret, args.token, args.api_url), args.port)
 
 
 if __name__ == "__main__":

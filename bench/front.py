@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .common import Figure, cpu_seconds
-from .http import ROOT, SECRET, _start, _stop, load_interleaved
+from .http import ROOT, SECRET, _start, _stop, load_interleaved, serve_env
 
 FRONT_GOAL = 1.3
 """Issue 26: the front alone acks at p99, and spends CPU per request, within 1.3x the bare
@@ -61,16 +61,7 @@ def _servers(
     tmp: Path, api: str, env: dict[str, str]
 ) -> dict[str, tuple[list[str], dict[str, str]]]:
     """name -> (command, environment) of each server measured, the bare app first."""
-    wenv = {
-        **env,
-        "SLACK_BOT_TOKEN": "xoxb-bench",
-        "SLACK_SIGNING_SECRET": SECRET,
-        "SLACK_API_URL": api,
-        "WAKEFUL_DB": str(tmp / "front.db"),
-        "WAKEFUL_HOST": "127.0.0.1",
-        "WAKEFUL_PORT": "0",
-        "WAKEFUL_LOG_LEVEL": "WARNING",
-    }
+    wenv = serve_env(env, api, str(tmp / "front.db"))
     serve = [sys.executable, "-m", "wakeful.bot.cli", "serve", "--no-loops"]
     servers: dict[str, tuple[list[str], dict[str, str]]] = {
         "bare": ([sys.executable, "-m", "bench.bare_app", "--secret", SECRET], env),

@@ -6,15 +6,15 @@ from its durable commit (bench/front.py); nothing else runs it."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import sys
 import tempfile
 from pathlib import Path
 
 from wakeful.bot.front import SlackFront
-from wakeful.bot.runtime import http_server
 from wakeful.core.store import open_store
+
+from .bare_app import serve
 
 
 def main(argv: list[str]) -> int:
@@ -24,11 +24,7 @@ def main(argv: list[str]) -> int:
     store = open_store(Path(tempfile.mkdtemp(prefix="wakeful-bench-stub-")) / "stub.db")
     ids = itertools.count(1)
     store.db.store_event = lambda event: next(ids)  # type: ignore[method-assign]
-    server = http_server(SlackFront(store, args.secret, "UBOT", "BBOT"), "127.0.0.1", 0)
-    print(f"listening on http://127.0.0.1:{server.effective_port}/slack/events", flush=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run()
-    return 0
+    return serve(SlackFront(store, args.secret, "UBOT", "BBOT"))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,21 @@ def _start(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], 
     return proc, line[line.index("http://") :].strip()
 
 
+def serve_env(env: dict[str, str], api: str, db: str) -> dict[str, str]:
+    """`wakeful serve`'s environment: one workspace at the emulator `api`, its store at `db`,
+    an ephemeral port, warnings only."""
+    return {
+        **env,
+        "SLACK_BOT_TOKEN": "xoxb-bench",
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_API_URL": api,
+        "WAKEFUL_DB": db,
+        "WAKEFUL_HOST": "127.0.0.1",
+        "WAKEFUL_PORT": "0",
+        "WAKEFUL_LOG_LEVEL": "WARNING",
+    }
+
+
 def _start_loops(env: dict[str, str]) -> list[subprocess.Popen[str]]:
     """`wakeful worker`, `scheduler` and `dispatcher`, each its own process on `env`'s store."""
     procs = []
@@ -160,16 +175,7 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
     )
     figures: list[Figure] = []
     try:
-        wenv = {
-            **env,
-            "SLACK_BOT_TOKEN": "xoxb-bench",
-            "SLACK_SIGNING_SECRET": SECRET,
-            "SLACK_API_URL": api,
-            "WAKEFUL_DB": str(tmp / "bench.db"),
-            "WAKEFUL_HOST": "127.0.0.1",
-            "WAKEFUL_PORT": "0",
-            "WAKEFUL_LOG_LEVEL": "WARNING",
-        }
+        wenv = serve_env(env, api, str(tmp / "bench.db"))
         results: dict[str, dict[str, Any]] = {}
         best: dict[str, float] = {}
         replies: dict[str, int] = {}

@@ -353,6 +353,18 @@ _REFRESHER = textwrap.dedent(
 )
 
 
+def doctor_env(emu: SlackEmulator, db: str) -> dict[str, str]:
+    """What `wakeful doctor` reads in distribution mode against the emulator."""
+    return {
+        "SLACK_CLIENT_ID": emu.client_id,
+        "SLACK_CLIENT_SECRET": emu.client_secret,
+        "SLACK_SIGNING_SECRET": "s",
+        "SLACK_API_URL": emu.api_url,
+        "WAKEFUL_TOKEN_KEY": KEY,
+        "WAKEFUL_DB": db,
+    }
+
+
 def test_the_doctor_checks_every_installations_token_and_scopes(
     emu: SlackEmulator, tmp_path: Path
 ) -> None:
@@ -366,15 +378,7 @@ def test_the_doctor_checks_every_installations_token_and_scopes(
     finally:
         store.close()
     emu.uninstall("TB")  # Slack no longer takes TB's token; the store does not know yet
-    env = {
-        "SLACK_CLIENT_ID": emu.client_id,
-        "SLACK_CLIENT_SECRET": emu.client_secret,
-        "SLACK_SIGNING_SECRET": "s",
-        "SLACK_API_URL": emu.api_url,
-        "WAKEFUL_TOKEN_KEY": KEY,
-        "WAKEFUL_DB": db,
-    }
-    checks = {c.name: c for c in run_checks(env)}
+    checks = {c.name: c for c in run_checks(doctor_env(emu, db))}
     assert checks["installations"].detail.startswith("2 active of 2")
     assert checks["workspace TA"].ok is True and "all 9" in checks["workspace TA"].detail
     assert checks["workspace TB"].ok is False
@@ -410,15 +414,7 @@ def test_the_doctor_takes_a_rotating_token_past_its_hours_for_what_it_is(
             )
     finally:
         store.close()
-    env = {
-        "SLACK_CLIENT_ID": emu.client_id,
-        "SLACK_CLIENT_SECRET": emu.client_secret,
-        "SLACK_SIGNING_SECRET": "s",
-        "SLACK_API_URL": emu.api_url,
-        "WAKEFUL_TOKEN_KEY": KEY,
-        "WAKEFUL_DB": db,
-    }
-    checks = {c.name: c for c in run_checks(env)}
+    checks = {c.name: c for c in run_checks(doctor_env(emu, db))}
     assert checks["workspace TA"].ok is True
     assert "the next send refreshes it" in checks["workspace TA"].detail
     assert checks["workspace TB"].ok is False
