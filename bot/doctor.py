@@ -205,7 +205,15 @@ def _installation_checks(config: Config, manifest: str | None) -> list[Check]:
         try:
             installation = from_row(row, cipher)
             if row.expires_at is not None and row.expires_at <= now:
-                checks.append(_expired(name, row.expires_at, installation.bot_refresh_token))
+                # Its scopes as granted at install or last refresh (the profile keeps them).
+                granted = ",".join(installation.bot_scopes or [])
+                scopes = _scopes(granted, manifest)
+                expired = _expired(name, row.expires_at, installation.bot_refresh_token)
+                checks.append(
+                    Check(
+                        name, bool(expired.ok and scopes.ok), f"{expired.detail}; {scopes.detail}"
+                    )
+                )
                 continue
             response = client.auth_test(token=installation.bot_token or "")
         except SlackApiError as exc:

@@ -159,8 +159,10 @@ class Workspaces:
         secret (its ids are in the profile), so its events are still stored; its sends wait
         (a retry, not a park) until the key that sealed the tokens is back. Said once per
         installation and version, not once per call."""
-        if (row.workspace, row.version) not in self._said:
+        with self._lock:
+            first = (row.workspace, row.version) not in self._said
             self._said.add((row.workspace, row.version))
+        if first:
             log.error(
                 "%s: its posts wait until WAKEFUL_TOKEN_KEY opens them again (add the key that "
                 "sealed them after a comma, then restart)",
@@ -186,15 +188,16 @@ class Workspaces:
         bound = self._bind(team)
         if bound is None:
             raise PermanentSendError(self._gone(team))
+        expires = bound.row.expires_at
+        due = expires is not None and expires - self.clock() < self.token_refresh_before
+        if due and not bound.unreadable:
+            bound = self._refreshed(team, bound)  # may read a version sealed with another key
         if bound.unreadable:
             raise TransientSendError(f"{bound.unreadable}: waiting for the key", retry_after=60)
         if not bound.token:
             raise PermanentSendError(
                 f"workspace {bound.row.workspace}'s installation has no bot token"
             )
-        expires = bound.row.expires_at
-        if expires is not None and expires - self.clock() < self.token_refresh_before:
-            bound = self._refreshed(team, bound)
         return bound.token
 
     def _gone(self, team: str) -> str:
@@ -234,7 +237,8 @@ class Workspaces:
             if row.version != bound.row.version:
                 bound = self._keep(team, row)  # another process refreshed (or re-installed)
             if (
-                bound.row.expires_at is None
+                bound.unreadable
+                or bound.row.expires_at is None
                 or bound.row.expires_at - now >= self.token_refresh_before
             ):
                 return bound
@@ -261,7 +265,10 @@ class Workspaces:
         assert row is not None
         if row.expires_at is None or row.expires_at - self.clock() >= self.token_refresh_before:
             return self._keep(team, row)
-        installation = from_row(row, self.cipher)
+        try:
+            installation = from_row(row, self.cipher)
+        except UnreadableTokens:
+            return self._keep(team, row)  # unreadable here: its sends wait for the key
         try:
             answer = self.api.oauth_v2_access(
                 client_id=self.client_id,

@@ -285,8 +285,8 @@ class Dispatcher(Loop):
             until = self.clock() + max(1, exc.retry_after) + (1 if exc.retry_after else 0)
             if exc.retry_after:
                 with self._pause_lock:
-                    self._paused[key] = max(self._paused.get(key, 0), until)
-                    self._paused_for[key] = str(exc)
+                    if until >= self._paused.get(key, 0):  # the pause that ends last says why
+                        self._paused[key], self._paused_for[key] = until, str(exc)
                 metrics.PAUSES.inc()
                 metrics.PAUSED_SECONDS.inc(exc.retry_after)
             self._defer(flight, until, str(exc))

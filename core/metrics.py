@@ -128,12 +128,13 @@ SLACK_ERRORS = Counter(
 )
 PAUSES = Counter(
     "wakeful_dispatch_pauses_total",
-    "Rate-limit (429) answers that paused every send until their Retry-After.",
+    "Answers that paused a workspace's sends until a retry time: Slack's 429 (its "
+    "Retry-After), its 5xx and network failures, tokens this process cannot open.",
     registry=REGISTRY,
 )
 PAUSED_SECONDS = Counter(
     "wakeful_dispatch_paused_seconds_total",
-    "Seconds of send pauses asked for by Slack's Retry-After.",
+    "Seconds of those pauses (a 429's Retry-After, or the retry time of the failure).",
     registry=REGISTRY,
 )
 APPROVALS = Counter(

@@ -198,10 +198,13 @@ class SQLiteConnector(Connector):
 
     def _idle_connection(self) -> sqlite3.Connection | None:
         """A connection of this process outside any transaction (this thread's first): what
-        still reads the store's file after it was removed or replaced at its path."""
+        still reads the store's file after it was removed or replaced at its path. Never the
+        ingests' one: an autocommit insert on it is in no transaction, yet it is in use (the
+        ingest checks with it itself, holding the write gate)."""
         mine = [getattr(self._local, name, None) for name in ("conn", "urgent")]
+        ingests = getattr(self._ingests, "urgent", None)
         with self._lock:
-            others = list(self._all)
+            others = [c for c in self._all if c is not ingests]
         return next((c for c in (*mine, *others) if c is not None and not c.in_transaction), None)
 
     def _wal(self, conn: sqlite3.Connection) -> None:
@@ -293,19 +296,24 @@ class SQLiteConnector(Connector):
         """`insert_events` as one autocommit statement: SQLite commits a lone statement by
         itself, so a batch takes one step with the GIL released, not four (BEGIN, INSERT,
         its rows, COMMIT) that each wait to get it back from the callers. All or nothing."""
-        self._watch.check(self._idle_connection)
         with self._gated(write=True, urgent=True):
             # One connection for every batch, whichever HTTP thread leads it (the write gate
             # lets one in at a time): its page cache stays warm from one delivery to the next,
             # where each thread's own connection re-read the pages another had just written
             # (seven reads a delivery, and their CPU, measured with sixteen threads).
             conn = self._connect(urgent=True, slots=self._ingests)
+
+            # Should the file be gone, the copy may read it through `conn`: ours alone here.
+            def source() -> sqlite3.Connection:
+                return self._idle_connection() or conn
+
+            self._watch.check(source)
             try:
                 ids = self._locking(True, lambda: insert_events(_SqliteTx(conn), events))
             except sqlite3.Error as exc:
                 _rollback(conn)
                 raise self._failed(exc, conn) from exc
-        self._watch.check(self._idle_connection)  # committed where it will be read?
+            self._watch.check(source)  # committed where it will be read?
         return ids
 
     def _failed(self, exc: sqlite3.Error, conn: sqlite3.Connection) -> StoreError:

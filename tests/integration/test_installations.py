@@ -28,6 +28,7 @@ from wakeful.bot.sender import SlackSender, make_client
 from wakeful.bot.workspaces import Workspaces
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Message, Timer
+from wakeful.core.errors import TransientSendError
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.emulator import SlackEmulator
 from wakeful.devtools.emulator.common import Call
@@ -164,6 +165,10 @@ def test_tokens_sealed_with_another_key_hold_the_rows_and_still_let_events_in(
     waiting = store.outbox()
     assert [row.status for row in waiting] == ["sending", "sending"]  # deferred, not parked
     assert all("WAKEFUL_TOKEN_KEY" in (row.error or "") for row in waiting)
+    for _ in range(3):  # read again each time: still said once
+        ws.forget()
+        with pytest.raises(TransientSendError, match="WAKEFUL_TOKEN_KEY"):
+            ws.token("TA")
     said = [r.getMessage() for r in caplog.records if "WAKEFUL_TOKEN_KEY" in r.getMessage()]
     assert len(said) == 1, said
     who = ws.who("TA")
@@ -175,6 +180,26 @@ def test_tokens_sealed_with_another_key_hold_the_rows_and_still_let_events_in(
     Dispatcher(store=store, clock=lambda: later, sender=sender).tick(later)
     assert sorted(c.params["channel"] for c in emu.calls("chat.postMessage")) == ["DA1", "DA2"]
     assert [row.status for row in store.outbox()] == ["sent", "sent"]
+
+
+def test_a_token_another_host_refreshed_under_another_key_waits_and_is_never_sent_empty(
+    store: Store, emu: SlackEmulator
+) -> None:
+    # This process read TA's token and finds it due; meanwhile a host whose WAKEFUL_TOKEN_KEY
+    # this one lacks refreshed it. The new version cannot be opened here: the send waits.
+    install(emu, store, "TA")
+    ws = workspaces(emu, store, token_refresh_before=3700)  # the emulator's tokens live 3600 s
+    assert ws.who("TA")[0] is not None  # read and cached, still the first version
+    row = store.installation("TA")
+    assert row is not None
+    sealed = TokenCipher(Fernet.generate_key().decode()).seal(
+        {"bot_token": "xoxe.xoxb-1-TA-elsewhere", "bot_refresh_token": "xoxe-1-TA-elsewhere"}
+    )
+    later = int(time.time()) + 7200  # good for longer than token_refresh_before
+    assert store.refresh_secrets("TA", row.version, sealed, row.profile, later, T0) is not None
+    with pytest.raises(TransientSendError, match="WAKEFUL_TOKEN_KEY"):
+        ws.token("TA")
+    assert emu.calls("oauth.v2.access")[1:] == []  # the install's exchange only: no refresh
 
 
 @pytest.mark.parametrize("order", [("revoked", "uninstalled"), ("uninstalled", "revoked")])
@@ -392,14 +417,22 @@ def test_the_doctor_takes_a_rotating_token_past_its_hours_for_what_it_is(
     emu: SlackEmulator, tmp_path: Path
 ) -> None:
     """A quiet workspace's rotating token expires (it is refreshed when a send needs it): the
-    doctor says so instead of failing on auth.test's token_expired; with no refresh token kept,
-    nothing will refresh it, and that fails."""
+    doctor says so instead of failing on auth.test's token_expired, and still compares the
+    scopes last granted with the manifest's; with no refresh token kept, nothing will refresh
+    it, and that fails."""
     from wakeful.bot.doctor import run_checks
+    from wakeful.bot.scopes import required_scopes
 
+    every = required_scopes(None)
+    assert every
     db = str(tmp_path / "doctor.db")
     store = open_store(db)
     try:
-        for team, refresh in (("TA", "xoxe-1-refresh"), ("TB", None)):
+        for team, refresh, scopes in (
+            ("TA", "xoxe-1-refresh-a", every),
+            ("TB", None, every),
+            ("TC", "xoxe-1-refresh-c", ["chat:write"]),
+        ):
             emu.add_workspace(team)
             StoreInstallations(store, TokenCipher(KEY)).save(
                 Installation(
@@ -407,6 +440,7 @@ def test_the_doctor_takes_a_rotating_token_past_its_hours_for_what_it_is(
                     team_id=team,
                     bot_token=f"xoxe.xoxb-1-{team}",
                     bot_user_id="UBOT",
+                    bot_scopes=list(scopes),
                     bot_refresh_token=refresh,
                     bot_token_expires_at=int(time.time()) - 60,
                     user_id="U1",
@@ -419,6 +453,7 @@ def test_the_doctor_takes_a_rotating_token_past_its_hours_for_what_it_is(
     assert "the next send refreshes it" in checks["workspace TA"].detail
     assert checks["workspace TB"].ok is False
     assert "no refresh token" in checks["workspace TB"].detail
+    assert checks["workspace TC"].ok is False and "missing " in checks["workspace TC"].detail
     assert emu.calls("auth.test") == []
 
 

@@ -118,7 +118,8 @@ def test_an_urgent_write_waits_out_another_process_lock(
         other.close()
     assert len(pauses) >= 10, f"{len(pauses)} looks: the ingest did not wait for the lock itself"
     assert set(pauses) == {0.0002}
-    assert store.db._connect(urgent=True).execute("PRAGMA busy_timeout").fetchone()[0] == 0
+    ingests = store.db._ingests.urgent  # type: ignore[attr-defined]  # the one that ingested
+    assert ingests.execute("PRAGMA busy_timeout").fetchone()[0] == 0
     assert count_events(store) == 1
     store.close()
 
