@@ -208,12 +208,8 @@ def _installation_checks(config: Config, manifest: str | None) -> list[Check]:
                 # Its scopes as granted at install or last refresh (the profile keeps them).
                 granted = ",".join(installation.bot_scopes or [])
                 scopes = _scopes(granted, manifest)
-                expired = _expired(name, row.expires_at, installation.bot_refresh_token)
-                checks.append(
-                    Check(
-                        name, bool(expired.ok and scopes.ok), f"{expired.detail}; {scopes.detail}"
-                    )
-                )
+                ok, detail = _expired(row.expires_at, installation.bot_refresh_token)
+                checks.append(Check(name, ok and bool(scopes.ok), f"{detail}; {scopes.detail}"))
                 continue
             response = client.auth_test(token=installation.bot_token or "")
         except SlackApiError as exc:
@@ -233,14 +229,14 @@ def _installation_checks(config: Config, manifest: str | None) -> list[Check]:
     return checks
 
 
-def _expired(name: str, expired_at: int, refresh_token: str | None) -> Check:
+def _expired(expired_at: int, refresh_token: str | None) -> tuple[bool, str]:
     """A rotating token past its 12 hours: normal for a workspace quiet since (a token is
     refreshed when a send needs it), as long as its refresh token is kept. Not refreshed here:
     a refresh token is single-use, and the doctor changes nothing."""
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expired_at))
     if not refresh_token:
-        return Check(name, False, f"token expired {when} and no refresh token is kept: reinstall")
-    return Check(name, True, f"token expired {when}; the next send refreshes it (rotation)")
+        return False, f"token expired {when} and no refresh token is kept: reinstall"
+    return True, f"token expired {when}; the next send refreshes it (rotation)"
 
 
 def _header(headers: Mapping[str, Any], name: str) -> str | None:

@@ -82,11 +82,10 @@ class Dispatcher(Loop):
     holds none."""
 
     def __post_init__(self) -> None:
-        self._paused: dict[str, int] = {}
-        """Until when sends are paused, by workspace (the sender's `workspace_of`; one key,
-        "", when it serves one workspace)."""
-        self._paused_for: dict[str, str] = {}
-        """Why: the error that paused it (a rate limit, a token that cannot be opened)."""
+        self._paused: dict[str, tuple[int, str]] = {}
+        """Until when sends are paused, and why (the error that paused them: a rate limit, a
+        token that cannot be opened), by workspace (the sender's `workspace_of`; one key, "",
+        when it serves one workspace)."""
         self._pause_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Condition()
@@ -211,7 +210,7 @@ class Dispatcher(Loop):
         Called alone (tests that drive the clock by hand, one-shot drains) it is a whole pass,
         waited for: it claims what is due, sends it and returns the parts sent; every send it
         started ends before it returns, even when one of them fails."""
-        if now < self._paused.get("", 0):
+        if now < self._paused.get("", (0, ""))[0]:
             return 0
         if self._running:
             return self._launch(now)
@@ -263,9 +262,9 @@ class Dispatcher(Loop):
     def _send(self, flight: _Flight, part: Part) -> bool:
         """Send one part and record the outcome; False when the batch must stop here."""
         key = self._workspace(part)
-        paused = self._paused.get(key, 0)
+        paused, why = self._paused.get(key, (0, ""))
         if self.clock() < paused:
-            self._defer(flight, paused, f"paused: {self._paused_for.get(key, 'rate limited')}")
+            self._defer(flight, paused, f"paused: {why}")
             return False
         if not self._renew(flight):
             log.info(
@@ -285,8 +284,8 @@ class Dispatcher(Loop):
             until = self.clock() + max(1, exc.retry_after) + (1 if exc.retry_after else 0)
             if exc.retry_after:
                 with self._pause_lock:
-                    if until >= self._paused.get(key, 0):  # the pause that ends last says why
-                        self._paused[key], self._paused_for[key] = until, str(exc)
+                    if until >= self._paused.get(key, (0, ""))[0]:  # the last to end says why
+                        self._paused[key] = (until, str(exc))
                 metrics.PAUSES.inc()
                 metrics.PAUSED_SECONDS.inc(exc.retry_after)
             self._defer(flight, until, str(exc))

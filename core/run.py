@@ -122,13 +122,27 @@ class Steps:
     def once(self, key: str, fn: Callable[[str], T], *, name: str) -> T:
         """`fn(key)` unless a result is recorded under `key`; the result that stands (the
         first recorded: two racing callers both get it). At least once, like `Run.step`."""
-        recorded = self._ledger.recorded_step(key)
-        if recorded is not None:
-            return recorded.result  # type: ignore[no-any-return]
-        result = fn(key)
-        check_json(result, f"the result of step {name!r}")
-        stood = self._ledger.record_step(key, None, name, None, result, self._clock())
-        return stood  # type: ignore[no-any-return]
+        return durable_step(self._ledger, key, fn, name, None, self._clock())
+
+
+def durable_step(
+    ledger: StepLedger,
+    key: str,
+    fn: Callable[[str], T],
+    name: str,
+    inbox: str | None,
+    now: int,
+    replay: bool = False,
+) -> T:
+    """The recorded result under `key`, else `fn(key)` recorded: the one that stands (the
+    first recorded, when two callers race). `Run.step` and `Steps.once` both go through it."""
+    recorded = ledger.recorded_step(key)
+    if recorded is not None:
+        return recorded.result  # type: ignore[no-any-return]
+    result = fn(key)
+    check_json(result, f"the result of step {name!r}")
+    stood = ledger.record_step(key, inbox, name, None, result, now, replay=replay)
+    return stood  # type: ignore[no-any-return]
 
 
 def step_key(inbox: str, cause: Event, name: str) -> str:
@@ -339,14 +353,7 @@ class Run:
         WAKEFUL_RETENTION. A step that records a side effect (a refund) is kept for good."""
         origin = cause or self._only_event(name)
         key = step_key(self.inbox, origin, name)
-        recorded = self._services.ledger.recorded_step(key)
-        if recorded is not None:
-            return recorded.result  # type: ignore[no-any-return]
-        result = fn(key)
-        check_json(result, f"the result of step {name!r}")
-        ledger = self._services.ledger
-        stood = ledger.record_step(key, self.inbox, name, None, result, self.now, replay=replay)
-        return stood  # type: ignore[no-any-return]
+        return durable_step(self._services.ledger, key, fn, name, self.inbox, self.now, replay)
 
     def record_usage(self, usage: ModelUsage) -> None:
         """One model call's tokens and estimated cost (or `ModelUsage.replay(model)` for an
