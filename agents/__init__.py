@@ -35,6 +35,7 @@ from wakeful.core.query import Query
 from wakeful.core.records import ApprovalState, DeadLetters, StepRecord, TimerState
 from wakeful.core.records import Event as StoredEvent
 from wakeful.core.run import Run, Steps, Tool, step_key
+from wakeful.core.tool_failures import ToolFailed, ToolUnavailable
 from wakeful.core.usage import ModelUsage
 
 __all__ = [
@@ -71,6 +72,8 @@ __all__ = [
     "TimerState",
     "TimerTick",
     "Tool",
+    "ToolFailed",
+    "ToolUnavailable",
     "Unknown",
     "WakefulError",
     "WebhookDelivery",

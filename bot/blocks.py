@@ -61,23 +61,31 @@ def approval_prompt(request_id: str, summary: str, requester: str, deadline: int
     ]
 
 
-def outcome_line(answer: str, user: str | None, at: int | None) -> str:
-    """One line saying which answer stands, by whom and when."""
+def outcome_line(answer: str, user: str | None, at: int | None, note: str | None = None) -> str:
+    """One line saying which answer stands, by whom and when; `note` what became of an
+    approved call (`not done yet: <why>`, `not done: <why>`)."""
     if answer == "yes":
-        return f"Approved by <@{user}> at {utc(at or 0)}."
+        said = f"Approved by <@{user}> at {utc(at or 0)}"
+        return f"{said}; {note.rstrip('. ')}." if note else f"{said}."
     if answer == "no":
         return f"Denied by <@{user}> at {utc(at or 0)}."
     return "Expired with no answer; nothing was done."
 
 
-def approval_outcome(summary: str, answer: str, user: str | None, at: int | None) -> list[Block]:
+def approval_outcome(
+    summary: str, answer: str, user: str | None, at: int | None, note: str | None = None
+) -> list[Block]:
     """The prompt rewritten once answered: no buttons left to tap."""
     icon = {"yes": ":white_check_mark:", "no": ":no_entry_sign:"}.get(answer, ":hourglass:")
+    if answer == "yes" and note:
+        icon = ":hourglass_flowing_sand:" if "not done yet" in note else ":warning:"
     return [
         _section(f"*Approval:* {summary}"),
         {
             "type": "context",
-            "elements": [{"type": "mrkdwn", "text": f"{icon} {outcome_line(answer, user, at)}"}],
+            "elements": [
+                {"type": "mrkdwn", "text": f"{icon} {outcome_line(answer, user, at, note)}"}
+            ],
         },
     ]
 

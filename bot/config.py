@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlparse
 
 from wakeful.core.errors import InvalidInput
-from wakeful.core.settings import DEFAULTS, REDELIVERY_WINDOW, Settings, parse_duration
+from wakeful.core.settings import (
+    DEFAULTS,
+    OPS_CHANNEL,
+    REDELIVERY_WINDOW,
+    Settings,
+    parse_duration,
+)
 
 AGENTS = ("refund-desk", "claude")
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -61,16 +67,19 @@ ENGINE_SETTINGS: dict[str, tuple[str, int]] = {
     "WAKEFUL_SEND_TIMEOUT": ("send_timeout", 1),
     "WAKEFUL_BACKOFF_BASE": ("backoff_base", 1),
     "WAKEFUL_BACKOFF_CAP": ("backoff_cap", 1),
+    "WAKEFUL_TOOL_RETRY_FOR": ("tool_retry_for", 1),
 }
 """Environment variable -> (engine Settings field, lowest value). Defaults come from Settings."""
 DURATIONS = frozenset(
     {
         "WAKEFUL_OUTBOX_GAP",
         "WAKEFUL_LEASE_TTL",
+        "WAKEFUL_HEARTBEAT",
         "WAKEFUL_APPROVAL_TTL",
         "WAKEFUL_SEND_TIMEOUT",
         "WAKEFUL_BACKOFF_BASE",
         "WAKEFUL_BACKOFF_CAP",
+        "WAKEFUL_TOOL_RETRY_FOR",
         "WAKEFUL_RETENTION",
         "WAKEFUL_STARTUP_WAIT",
         "WAKEFUL_BATCH_WINDOW",
@@ -187,6 +196,7 @@ class Config:
             for var, (name, low) in ENGINE_SETTINGS.items()
         }
         tunables["retention"] = _whole_duration(env, "WAKEFUL_RETENTION", DEFAULTS.retention, 1)
+        tunables["heartbeat"] = _whole_duration(env, "WAKEFUL_HEARTBEAT", DEFAULTS.heartbeat, 1, 60)
         if tunables["retention"] < REDELIVERY_WINDOW:
             raise ConfigError(
                 f"WAKEFUL_RETENTION must be at least 4d ({REDELIVERY_WINDOW} s): a handled "
@@ -223,7 +233,7 @@ class Config:
                 env, "WAKEFUL_TOKEN_REFRESH_BEFORE", cls.token_refresh_before, 1, 43_200
             ),
             **oauth,
-            settings=Settings(**tunables),
+            settings=Settings(**tunables, ops_channel=_ops_channel(env, oauth)),
         )
 
 
@@ -264,6 +274,29 @@ def _distribution(env: Mapping[str, str], bot_token: str, app_token: str) -> dic
         "redirect_uri": redirect,
         "webhook_team": team,
     }
+
+
+def _ops_channel(env: Mapping[str, str], oauth: Mapping[str, str]) -> str:
+    """WAKEFUL_OPS_CHANNEL as the engine keeps it: `C…`, or `T…:C…` with its workspace. In
+    distribution mode a channel id alone is one of WAKEFUL_WEBHOOK_TEAM's workspace (start-up
+    stops when that is unset: no installation's token is known to reach it)."""
+    raw = env.get("WAKEFUL_OPS_CHANNEL", "").strip()
+    if not raw:
+        return ""
+    if not OPS_CHANNEL.fullmatch(raw):
+        raise ConfigError(
+            "WAKEFUL_OPS_CHANNEL must be a channel id like C012AB3CD (not a #name), or "
+            f"T012AB3CD:C012AB3CD with its workspace's team id first, got {raw!r}"
+        )
+    if ":" in raw or not oauth:
+        return raw
+    team = oauth.get("webhook_team", "")
+    if not team:
+        raise ConfigError(
+            "WAKEFUL_OPS_CHANNEL names no workspace, and distribution mode posts with the "
+            "token of one: write it T012AB3CD:C012AB3CD, or set WAKEFUL_WEBHOOK_TEAM"
+        )
+    return f"{team}:{raw}"
 
 
 _SWITCH = {"1": True, "true": True, "on": True, "yes": True}

@@ -167,21 +167,30 @@ def _print_outbox_and_sessions(store: Store, limit: int) -> None:
     print(f"failed outbox rows: {len(dead.outbox)}")
     for r in dead.outbox:
         print(
-            f"  outbox {r.id}  channel {r.channel}  attempts {r.attempts}  "
-            f"error: {r.error}  text: {r.text[:60]!r}"
+            logs.redact(
+                f"  outbox {r.id}  channel {r.channel}  attempts {r.attempts}  "
+                f"error: {logs.one_line(str(r.error))}  text: {r.text[:60]!r}"
+            )
         )
     aside = store.set_aside_sessions(limit=limit)
     print(f"sessions set aside: {len(aside)}")
     for s in aside:
-        print(f"  session {s.id}  inbox {s.inbox}  at {s.set_aside_at}  reason: {s.reason}")
+        print(
+            logs.redact(
+                f"  session {s.id}  inbox {s.inbox}  at {_iso(s.set_aside_at)}  "
+                f"reason: {logs.one_line(s.reason)}"
+            )
+        )
 
 
 def describe(event: Event, attempts: list[Attempt], now: int) -> list[str]:
     """A dead event as an operator reads it: what it is, its payload (redacted), each
     attempt's error, and the end of the last traceback."""
     lines = [
-        f"  event {event.id}  inbox {event.inbox}  {event.source}:{event.source_id}  "
-        f"attempts {event.attempts}  error: {event.error}",
+        logs.redact(
+            f"  event {event.id}  inbox {event.inbox}  {event.source}:{event.source_id}  "
+            f"attempts {event.attempts}  error: {logs.one_line(str(event.error))}"
+        ),
         f"    payload: {payload_text(event.payload)}",
     ]
     shown = [dataclasses.asdict(a) for a in attempts]
@@ -202,7 +211,7 @@ def describe_attempts(attempts: Sequence[Mapping[str, Any]], indent: str) -> lis
         error = f"{kind}: {message}" if kind else (message or "-")
         lines.append(
             f"{indent}attempt {a['attempt']}  {a['outcome']}  run {a['run_id'] or '-'}  "
-            f"{took}ms  {logs.redact(error)}"
+            f"{took}ms  {logs.redact(logs.one_line(error))}"
         )
     trace = next((a["traceback"] for a in reversed(attempts) if a.get("traceback")), None)
     if trace:
@@ -232,9 +241,12 @@ def operate(action: str, args: argparse.Namespace, env: dict[str, str]) -> int:
             rows = store.matching(which)
             print(f"would {verb} {len(rows)} {kind} event(s) (dry run: nothing changed)")
             for r in rows:
+                error = logs.one_line(str(r["error"]))
                 print(
-                    f"  event {r['id']}  inbox {r['inbox']}  {r['source']}:{r['source_id']}  "
-                    f"attempts {r['attempts']}  error: {logs.redact(str(r['error']))}"
+                    logs.redact(
+                        f"  event {r['id']}  inbox {r['inbox']}  {r['source']}:{r['source_id']}  "
+                        f"attempts {r['attempts']}  error: {error}"
+                    )
                 )
             return 0
         op = store.operate(verb, which, actor(), now)  # type: ignore[arg-type]

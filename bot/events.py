@@ -26,6 +26,10 @@ class HomeOpened(Event):
     user: str
     team: str
 
+    @property
+    def people(self) -> tuple[str, ...]:
+        return (self.user,)
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +51,14 @@ class AssistantThreadStarted(Event):
     @property
     def urgent(self) -> bool:
         return True
+
+    @property
+    def people(self) -> tuple[str, ...]:
+        return (self.user,)
+
+    @property
+    def awaited(self) -> bool:
+        return True  # the greeting answers it
 
 
 @register
@@ -70,6 +82,10 @@ class MessagesTabOpened(Event):
     def urgent(self) -> bool:
         return True
 
+    @property
+    def people(self) -> tuple[str, ...]:
+        return (self.user,)
+
 
 @register
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +104,10 @@ class Feedback(Event):
     @property
     def reply_to(self) -> Conversation:
         return Conversation(self.channel, self.thread_ts or self.message_ts)
+
+    @property
+    def people(self) -> tuple[str, ...]:
+        return (self.user,)
 
 
 SURFACE_EVENTS: tuple[type[Event], ...] = (

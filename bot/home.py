@@ -16,9 +16,11 @@ from typing import Any
 
 from wakeful.bot import blocks
 from wakeful.bot.blocks import Block
+from wakeful.bot.events import HomeOpened
 from wakeful.bot.payloads import REQUEUE
 from wakeful.bot.slack_text import inert
 from wakeful.core.effects import Effects, Message
+from wakeful.core.events import Event
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.query import Query
 from wakeful.core.records import ApprovalState, DeadLetters
@@ -226,6 +228,17 @@ class HomeHook:
                 priority="urgent",
             )
         )
+
+
+def failed_home(event: Event, text: str) -> list[Message]:
+    """What a person whose Home tab event ran out of attempts sees: the tab redrawn with the
+    notice (it names no conversation to answer in)."""
+    if not isinstance(event, HomeOpened):
+        return []
+    drawn = [header("Home"), section(text), section("Open the tab again later to refresh it.")]
+    return [
+        Message(event.user, "Home", blocks=drawn, kind="home", user=event.user, priority="urgent")
+    ]
 
 
 def _pending(a: ApprovalState) -> Pending:

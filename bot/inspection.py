@@ -17,6 +17,7 @@ from typing import Any
 from wakeful.core import logs, usage
 from wakeful.core.errors import InvalidInput
 from wakeful.core.store import Store
+from wakeful.core.store.installations import ASIDE_PREFIX
 from wakeful.core.store.overview import InboxView, Overview
 from wakeful.core.store.probe import Probe, probe
 from wakeful.core.usage import ModelUsage
@@ -37,26 +38,25 @@ def check_readable(db: str) -> Probe:
 
 
 def render_json(view: Overview | InboxView, store: Store, db: str) -> str:
+    """The view as JSON: every string in it redacted (payloads, errors, tracebacks, texts),
+    times as epoch seconds, each run's model usage as an object."""
     data = dataclasses.asdict(view)
     for run in data.get("runs") or []:
         run["usage"] = json.loads(run["usage"]) if run.get("usage") else None
-    for dead in data.get("dead") or []:
-        dead["payload"] = _redacted_json(dead["payload"])
-        dead["traceback"] = None if dead["traceback"] is None else logs.redact(dead["traceback"])
-        for a in dead["attempts"]:
-            for key in ("message", "traceback"):
-                a[key] = None if a[key] is None else logs.redact(str(a[key]))
+    data = _redacted(data)
     data["store"] = {"db": db, "backend": store.db.dialect, "schema": store.schema_version()}
     return json.dumps(data, indent=2, sort_keys=False)
 
 
-def _redacted_json(value: Any) -> Any:
-    """A payload with its secrets masked, still JSON (as a string if masking broke it)."""
-    text = logs.redact(json.dumps(value, ensure_ascii=False))
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+def _redacted(value: Any) -> Any:
+    """`value` with every string in it passed through the log lines' redaction."""
+    if isinstance(value, str):
+        return logs.redact(value)
+    if isinstance(value, dict):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value
 
 
 def render_overview(view: Overview, header: str) -> str:
@@ -65,13 +65,16 @@ def render_overview(view: Overview, header: str) -> str:
     held_age = ""
     if t.outbox["held"] + t.outbox["sending"]:
         held_age = f" (oldest {ago(now - t.oldest_outbox_age, now)})"
+    calls = view.approved_calls
     lines = [
         header,
         f"events: {t.events['pending']} pending{oldest}, {t.events['running']} running, "
         f"{t.events['dead']} dead",
         f"outbox: {t.outbox['held']} held, {t.outbox['sending']} sending, "
         f"{t.outbox['parked']} parked{held_age}",
-        f"approvals open: {t.approvals_open}; timers due now: {t.timers_due}",
+        f"approvals open: {t.approvals_open}; approved calls waiting: {calls.get('waiting', 0)}, "
+        f"given up: {calls.get('given_up', 0)}, failed: {calls.get('failed', 0)}; "
+        f"timers due now: {t.timers_due}",
     ]
     sections = [
         (
@@ -80,13 +83,28 @@ def render_overview(view: Overview, header: str) -> str:
             [[r["inbox"], r["pending"], r["running"], ago(r["oldest"], now)] for r in view.backlog],
         ),
         (
-            "dead events",
+            "dead events by inbox",
             ["inbox", "dead", "latest event"],
             [[r["inbox"], r["n"], r["last_id"]] for r in view.dead],
         ),
         (
+            "latest dead events (wakeful dead-letters --id ID)",
+            ["id", "inbox", "key", "attempts", "died", "error"],
+            [
+                [
+                    r["id"],
+                    r["inbox"],
+                    f"{r['source']}:{r['source_id']}",
+                    r["attempts"],
+                    ago(r["died_at"], now),
+                    r["error"],
+                ]
+                for r in view.dead_events
+            ],
+        ),
+        (
             "held outbox (by conversation)",
-            ["channel", "thread", "inbox", "held", "sending", "oldest"],
+            ["channel", "thread", "inbox", "held", "sending", "oldest", "next try", "why"],
             [
                 [
                     r["channel"],
@@ -95,6 +113,8 @@ def render_overview(view: Overview, header: str) -> str:
                     r["held"],
                     r["sending"],
                     ago(r["oldest"], now),
+                    ago(r["retry_at"], now),
+                    r["error"],
                 ]
                 for r in view.held_outbox
             ],
@@ -123,6 +143,38 @@ def render_overview(view: Overview, header: str) -> str:
             ],
         ),
         (
+            "approved calls waiting (retried under the same key)",
+            ["id", "inbox", "tool", "failing since", "tries", "next try", "reason"],
+            [
+                [
+                    r["id"],
+                    r["inbox"],
+                    r["tool"],
+                    ago(r["tool_first_failed_at"], now),
+                    r["tool_tries"],
+                    ago(r["tool_retry_at"], now),
+                    r["tool_error"],
+                ]
+                for r in view.approved_calls_waiting
+            ],
+        ),
+        (
+            "approved calls given up or failed (latest)",
+            ["id", "inbox", "tool", "state", "approved", "tries", "reason"],
+            [
+                [
+                    r["id"],
+                    r["inbox"],
+                    r["tool"],
+                    call_state(r["tool_state"]),
+                    ago(r["answered_at"], now),
+                    r["tool_tries"],
+                    r["tool_error"],
+                ]
+                for r in view.approved_calls_failed
+            ],
+        ),
+        (
             "next timers",
             ["timer", "inbox", "kind", "due"],
             [[r["id"], r["inbox"], r["kind"], ago(r["next_at"], now)] for r in view.next_timers],
@@ -130,7 +182,13 @@ def render_overview(view: Overview, header: str) -> str:
     ]
     for title, headers, rows in sections:
         lines += ["", title, table(headers, rows)]
-    return "\n".join(lines)
+    return logs.redact("\n".join(lines))
+
+
+def call_state(state: Any) -> str:
+    """An approved call's state as shown: `given up` for `given_up`; `-` for none (not
+    approved, or not called yet)."""
+    return "-" if state is None else str(state).replace("_", " ")
 
 
 def render_inbox(view: InboxView, header: str) -> str:
@@ -140,6 +198,9 @@ def render_inbox(view: InboxView, header: str) -> str:
     lease = view.lease
     if lease is None:
         held = "none yet"
+    elif str(lease["holder"]).startswith(ASIDE_PREFIX):
+        workspace = str(lease["holder"]).removeprefix(ASIDE_PREFIX)
+        held = f"set aside (workspace {workspace}'s installation ended; it runs once reinstalled)"
     elif int(lease["expires_at"]) > now:
         held = f"gen {lease['gen']} held by {lease['holder']} until {ago(lease['expires_at'], now)}"
     else:
@@ -214,7 +275,7 @@ def render_inbox(view: InboxView, header: str) -> str:
         "",
         "approvals (latest)",
         table(
-            ["id", "tool", "requester", "asked", "deadline", "answer"],
+            ["id", "tool", "requester", "asked", "deadline", "answer", "call"],
             [
                 [
                     a["id"],
@@ -223,12 +284,36 @@ def render_inbox(view: InboxView, header: str) -> str:
                     ago(a["created_at"], now),
                     ago(a["deadline"], now),
                     _answer(a, now),
+                    call_state(a.get("tool_state")),
                 ]
                 for a in view.approvals
             ],
         ),
+        *_calls(view.approvals, now),
     ]
-    return "\n".join(lines)
+    return logs.redact("\n".join(lines))
+
+
+def _calls(approvals: Sequence[dict[str, Any]], now: int) -> list[str]:
+    """A line for each approved call not done: waiting (since when, tries, next try, the
+    latest reason), given up or failed (the reason the person was told)."""
+    out: list[str] = []
+    for a in approvals:
+        state, reason = a.get("tool_state"), logs.one_line(str(a.get("tool_error") or "-"))
+        tries = f"{a.get('tool_tries') or 0} tries"
+        since = ago(a.get("tool_first_failed_at"), now)
+        if state == "waiting":
+            what = (
+                f"waiting: failing since {since}, {tries}, next try {ago(a['tool_retry_at'], now)}"
+            )
+        elif state == "given_up":
+            what = f"given up after {tries} (failing since {since})"
+        elif state == "failed":
+            what = "failed for good"
+        else:
+            continue
+        out.append(f"  approved call {a['id']}: {what}: {reason}")
+    return ["", "approved calls not done", *out] if out else []
 
 
 def _usage_of(run: dict[str, Any]) -> dict[str, ModelUsage]:

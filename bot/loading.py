@@ -15,6 +15,7 @@ from typing import Any
 from slack_sdk import WebClient
 
 from wakeful.bot.config import SECRET_VARIABLES, Config, ConfigError
+from wakeful.bot.home import failed_home
 from wakeful.core.agent import AgentSettings, Setup, Zone
 from wakeful.core.clock import Clock, wall_clock
 from wakeful.core.errors import InvalidInput
@@ -199,6 +200,7 @@ def build_runner(
         approval_ttl=config.settings.approval_ttl,
         view=SlackApprovals(),
         tools=tools,
+        approval=store.approval,
     )
     hooks: list[RunHook] = surface_hooks(store, config, agent, wake_dispatcher)
     if tokens is not None:
@@ -208,6 +210,7 @@ def build_runner(
         runner_agent,
         services,
         tuple(hooks),
-        config.settings.max_attempts,
+        config.settings,
         failure_text=config.failure_text,
+        edge_notice=failed_home,
     )

@@ -22,6 +22,7 @@ from wakeful.bot.web_client import KeepAliveWebClient
 from wakeful.core.clock import Clock, ServerClock, wall_clock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.errors import StoreUnavailable
+from wakeful.core.heartbeat import Heartbeat
 from wakeful.core.loops import Bell, Wakeup
 from wakeful.core.runner import Runner
 from wakeful.core.scheduler import Scheduler
@@ -87,16 +88,29 @@ class Runtime:
     on leases, backoffs and due times; on SQLite the host's, the only one there is."""
     distribution: Distribution | None = None
     """Distribution mode (bot/distribution.py): every call with its workspace's token."""
+    heartbeat: Heartbeat | None = field(default=None, init=False)
+    """Records this process alive and ends dead processes' leases (set by `start`)."""
 
     def __post_init__(self) -> None:
         if self.clock is wall_clock and self.store.db.dialect == "postgres":
             self.clock = ServerClock(self.store)
 
     def start(self) -> None:
+        """Build the loops, record this process alive (ending the leases of dead ones, before
+        any loop takes work or the caller answers /healthz), then start every loop."""
         loops = self.build_loops()
+        self.heartbeat = Heartbeat(
+            store=self.store,
+            clock=self.clock,
+            poll=self.store.settings.heartbeat,
+            wakeup=self.bell.subscribe(),
+            role=",".join(self.roles) or "front",
+            wake_worker=self.wake_worker,
+        )
+        self.heartbeat.start(self.clock())
         if loops:
             self.store.listen(self.wake_worker.kick)  # PostgreSQL: a store on any host wakes us
-        for loop in loops:
+        for loop in [*loops, self.heartbeat]:
             thread = threading.Thread(
                 target=loop.run,
                 args=(self.stop,),
@@ -165,6 +179,8 @@ class Runtime:
         self.bell.kick()
         for thread in self.threads:
             thread.join(timeout)
+        if self.heartbeat is not None:
+            self.heartbeat.stop(self.clock())
         if isinstance(self.client, KeepAliveWebClient):
             self.client.close()
 

@@ -20,6 +20,7 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
     "chat.postEphemeral": ("chat:write",),
     "conversations.history": _HISTORY,
     "conversations.replies": _HISTORY,
+    "conversations.info": ("channels:read", "groups:read", "im:read", "mpim:read"),
     "users.info": ("users:read",),
     "views.publish": (),
     "assistant.threads.setStatus": ("chat:write", "assistant:write"),

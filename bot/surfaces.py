@@ -51,18 +51,22 @@ class SlackApprovals:
             priority="urgent",
         )
 
-    def outcome(self, answer: ApprovalAnswer) -> Message | None:
+    def outcome(self, answer: ApprovalAnswer, note: str | None = None) -> Message | None:
         if not answer.channel:
             return None
         summary = inert(answer.summary or legacy_summary(answer.tool, answer.args))
-        line = blocks.outcome_line(answer.answer, answer.by, answer.answered_at)
+        if note is None and answer.answer == "yes" and answer.error is not None:
+            note = f"not done: {answer.error}"
+        note = None if note is None else inert(note)
+        line = blocks.outcome_line(answer.answer, answer.by, answer.answered_at, note)
+        shown = blocks.approval_outcome(summary, answer.answer, answer.by, answer.answered_at, note)
         return Message(
             answer.channel,
             f"{summary}: {line}",
             thread_ts=answer.thread_ts,
             kind="update",
             ref=answer.request_id,
-            blocks=blocks.approval_outcome(summary, answer.answer, answer.by, answer.answered_at),
+            blocks=shown,
         )
 
 

@@ -20,8 +20,10 @@ from typing import Protocol
 from wakeful.core import metrics
 from wakeful.core.effects import Message
 from wakeful.core.errors import PermanentSendError, StoreUnavailable, TransientSendError
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Loop
 from wakeful.core.rules.outbox import Batch, Part
+from wakeful.core.store import ops
 
 log = logging.getLogger("wakeful")
 
@@ -281,22 +283,31 @@ class Dispatcher(Loop):
             _count_part(part, "retry", started)
             # The clock counts whole seconds (floored): one more second guarantees at least
             # Retry-After has passed in real time.
-            until = self.clock() + max(1, exc.retry_after) + (1 if exc.retry_after else 0)
+            now = self.clock()
+            until = now + max(1, exc.retry_after) + (1 if exc.retry_after else 0)
+            said = None
             if exc.retry_after:
                 with self._pause_lock:
-                    if until >= self._paused.get(key, (0, ""))[0]:  # the last to end says why
+                    ends = self._paused.get(key, (0, ""))[0]
+                    if until >= ends:  # the last to end says why
                         self._paused[key] = (until, str(exc))
                 metrics.PAUSES.inc()
                 metrics.PAUSED_SECONDS.inc(exc.retry_after)
-            self._defer(flight, until, str(exc))
+                if ends <= now and not InboxId(part.inbox).is_ops:
+                    # A new pause, told to the operators once (not per deferred row; not when
+                    # their own report met it: no loop).
+                    said = ops.paused(key, exc.retry_after, str(exc))
+            self._defer(flight, until, str(exc), paused=said)
             return False
         except PermanentSendError as exc:
             _count_part(part, "failed", started)
             log.warning(
-                "outbox rows %s parked: Slack refused them for good (%s); "
+                "outbox rows %s parked: Slack refused them for good (%s); %s"
                 "`wakeful dead-letters`, then `wakeful requeue outbox ID`",
                 list(part.row_ids),
                 exc,
+                # The one word of a refused ops report: never reported to the channel again.
+                "an ops report, not reported again; " if InboxId(part.inbox).is_ops else "",
             )
             # The person is told once per batch: its other parts go to the same place, refused
             # alike.
@@ -324,9 +335,9 @@ class Dispatcher(Loop):
         flight.held = until
         return True
 
-    def _defer(self, flight: _Flight, until: int, error: str) -> None:
+    def _defer(self, flight: _Flight, until: int, error: str, paused: str | None = None) -> None:
         self.store.defer_batch(
-            flight.batch.dispatch_id, until, error, self.clock(), held=flight.held
+            flight.batch.dispatch_id, until, error, self.clock(), held=flight.held, paused=paused
         )
 
     def _record(self, part: Part, ts: str | None) -> None:

@@ -192,6 +192,21 @@ class RunTiming:
     finished_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class ToolWait:
+    """An approved call a transient failure holds: its event goes back to pending until
+    `retry_at`, the attempt its claim counted given back (a wait is the destination's, not the
+    event's), and its approval records the wait (core/approved.py)."""
+
+    event_id: int
+    request_id: str
+    reason: str
+    first_failed_at: int
+    tries: int
+    retry_at: int
+    told: int
+
+
 @dataclass(slots=True)
 class Effects:
     """Everything a run wants done; written atomically by `finish` or not at all."""
@@ -217,6 +232,14 @@ class Effects:
     attempts."""
     timing: RunTiming | None = None
     """The run's id and times (the worker's, see RunTiming); None: the finish's own `now`."""
+    tool_waits: list[ToolWait] = field(default_factory=list)
+    """Approved calls held by a transient failure (their events are not the agent's yet)."""
+    tool_outcomes: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    """Request id -> (`done` | `failed` | `given_up`, the error): each approved call's fate,
+    recorded on its approval with the finish."""
+    ops: list[str] = field(default_factory=list)
+    """Lines for the operators' channel (WAKEFUL_OPS_CHANNEL): a tool given up or failed for
+    good, a destination unreachable for long. Written with the finish; none when unset."""
 
     def set_session(self, state: Any) -> None:
         check_json(state, "session state")

@@ -59,6 +59,18 @@ class Event:
         """Whether a person is waiting on an answer to this event (replies skip the gap)."""
         return False
 
+    @property
+    def people(self) -> tuple[str, ...]:
+        """The people who caused this event, first the one it is about: each is told when it
+        cannot be handled (a dead event's notice)."""
+        return ()
+
+    @property
+    def awaited(self) -> bool:
+        """Whether a person who caused it waits for a first word back (a reply, a notice, a
+        rewritten prompt): the time until then is `wakeful_unanswered_seconds`."""
+        return False
+
     def to_wire(self) -> dict[str, Any]:
         """The stored JSON of this event's content (not its id, source or key)."""
         out: dict[str, Any] = {"v": WIRE_VERSION, "event": self.TYPE}
@@ -104,6 +116,14 @@ class Message(Event):
     def urgent(self) -> bool:
         return True
 
+    @property
+    def people(self) -> tuple[str, ...]:
+        return (self.user,)
+
+    @property
+    def awaited(self) -> bool:
+        return True
+
     def to_wire(self) -> dict[str, Any]:
         out = super().to_wire()
         out["kind"] = "mention" if self.mention else "message"  # the shape rows had before v2
@@ -131,6 +151,14 @@ class Command(Event):
 
     @property
     def urgent(self) -> bool:
+        return True
+
+    @property
+    def people(self) -> tuple[str, ...]:
+        return (self.user,)
+
+    @property
+    def awaited(self) -> bool:
         return True
 
 
@@ -165,6 +193,16 @@ class ApprovalAnswer(Event):
     @property
     def urgent(self) -> bool:
         return True
+
+    @property
+    def people(self) -> tuple[str, ...]:
+        """The requester, then whoever answered if another person."""
+        found = [p for p in (self.requester, self.by) if p]
+        return tuple(dict.fromkeys(found))
+
+    @property
+    def awaited(self) -> bool:
+        return self.by is not None  # a click; an expiry has no one waiting on it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -346,6 +384,15 @@ def _check_types(cls: type[Event], values: dict[str, Any]) -> None:
             raise ValueError(f"{cls.TYPE}.{name} must be text")
     if cls is ApprovalAnswer and values.get("answer") not in ("yes", "no", "expired"):
         raise ValueError("an approval answer is yes, no or expired")
+
+
+def awaited(source: str, payload: Any) -> bool:
+    """Whether a stored payload is an event a person waits on (see `Event.awaited`)."""
+    if source in ("timer",) or not isinstance(payload, Mapping):
+        return False
+    if payload.get("event") == WebhookDelivery.TYPE or payload.get("kind") == "webhook":
+        return False
+    return decode(payload, source=source).awaited
 
 
 def timer_payload(data: Any, to: Conversation | None) -> Any:

@@ -1,18 +1,21 @@
 """Whose inbox: the one place an inbox key is built and read.
 
 A person's inbox is `<team>:<user>` (one per person per workspace); the inbox of a Slack
-conversation that webhook reports go to is `channel:<id>`, so the two can never meet. An
-`InboxId` is a `str` (every store operation takes the key as text) that knows its parts.
+conversation that webhook reports go to is `channel:<id>`, so the two can never meet. The
+operators' reports (WAKEFUL_OPS_CHANNEL) are outbox rows of the reserved inbox `ops`, or
+`ops:<team>` when they name their workspace: no event is ever stored under it. An `InboxId` is
+a `str` (every store operation takes the key as text) that knows its parts.
 """
 
 from __future__ import annotations
 
 CONVERSATION_PREFIX = "channel"
+OPS_PREFIX = "ops"
 
 
 class InboxId(str):
     """An inbox key that knows its parts. Any text is a key (engine tests use `i1`); only
-    the two shapes above have a team and user, or a channel."""
+    the shapes above have a team and user, a channel, or are the operators'."""
 
     __slots__ = ()
 
@@ -27,6 +30,12 @@ class InboxId(str):
         if not channel:
             raise ValueError("a conversation's inbox needs its channel id")
         return cls(f"{CONVERSATION_PREFIX}:{channel}")
+
+    @classmethod
+    def ops(cls, team: str | None = None) -> InboxId:
+        """The inbox of the operators' reports: `ops`, or `ops:<team>` in the workspace
+        `team` (distribution mode, where the sender picks the token by the team)."""
+        return cls(f"{OPS_PREFIX}:{team}" if team else OPS_PREFIX)
 
     @staticmethod
     def team_prefix(team: str) -> str:
@@ -43,8 +52,17 @@ class InboxId(str):
         return tail if sep and head == CONVERSATION_PREFIX and tail else None
 
     @property
+    def is_ops(self) -> bool:
+        """The operators' reports (`ops`, `ops:<team>`): a refusal of one is never reported
+        to the operators again, and never told to a person."""
+        return self.partition(":")[0] == OPS_PREFIX
+
+    @property
     def team(self) -> str | None:
-        """The workspace of a person's inbox, else None."""
+        """The workspace of a person's inbox or of the operators' `ops:<team>`, else None."""
+        head, sep, tail = self.partition(":")
+        if head == OPS_PREFIX and sep:
+            return tail or None
         return self._person()[0]
 
     @property

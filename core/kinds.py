@@ -93,6 +93,13 @@ def _merge_digests(rows: Sequence[OutboxRow]) -> tuple[str, Any]:
     return digest.render(digest.merge(facts)), None
 
 
+def _merge_ops(rows: Sequence[OutboxRow]) -> tuple[str, Any]:
+    """ONE post listing every ops line held (core/store/ops.py)."""
+    from wakeful.core.store import ops
+
+    return ops.render(rows), None
+
+
 KEEP_LAST: Merge = _keep_last
 """The merge of a surface where only the latest state counts (a view, a status)."""
 
@@ -104,3 +111,6 @@ UPDATE = register(Kind("update", needs_ref=True))
 """A rewrite of an approval's prompt (`ref`: the request id) with the answer that stands."""
 EPHEMERAL = register(Kind("ephemeral", needs_user=True))
 """A reply only `user` sees, at once (`ref`, when set: where a command's answer goes)."""
+OPS = register(Kind("ops", paced=True, merge=_merge_ops, gathered=True))
+"""A line for the operators' channel (WAKEFUL_OPS_CHANNEL): held by the gap, and every one a
+batch holds merged into ONE post listing them (core/store/ops.py)."""

@@ -221,6 +221,21 @@ def count_model(usage: ModelUsage) -> None:
         MODEL_COST.labels(model).inc(usage.cost)
 
 
+UNANSWERED_SECONDS = Histogram(
+    "wakeful_unanswered_seconds",
+    "From a person's event being stored to the first post back to that person (a reply, a "
+    "notice, a rewritten prompt, an ephemeral): the silence they sat in.",
+    buckets=(1, 2, 5, 10, 30, 60, 120, 300, 900, 3600, 14400, 86400),
+    registry=REGISTRY,
+)
+
+
+def observe_unanswered(waits: list[int]) -> None:
+    """Silences just ended by a post (after its commit)."""
+    for wait in waits:
+        UNANSWERED_SECONDS.observe(wait)
+
+
 def observe_waits(waits: list[int]) -> None:
     """Schedule-to-start of events just claimed (after their claim committed)."""
     for wait in waits:
@@ -294,6 +309,15 @@ class StoreCollector(Collector):
             "How long the most overdue timer has been due (0 when none): a stopped scheduler.",
             gauges.oldest_due_timer_age,
         )
+        waiting = GaugeMetricFamily(
+            "wakeful_people_waiting",
+            "Inboxes where a person has waited longer than `over` (1m, 5m, 15m) for a first "
+            "word back, counting waits begun in the last day.",
+            labels=["over"],
+        )
+        for over in ("1m", "5m", "15m"):
+            waiting.add_metric([over], gauges.people_waiting.get(over, 0))
+        yield waiting
         yield from _store_size(self.store)
         yield _gauge(
             "wakeful_store_scrape_seconds",

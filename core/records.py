@@ -111,6 +111,17 @@ class ApprovalState:
     summary: str | None = None
     channel: str | None = None
     thread_ts: str | None = None
+    tool_state: str | None = None
+    """The approved call's fate: None (not run yet), `waiting` (a transient failure holds it
+    until `tool_retry_at`), `done`, `failed` (a permanent error) or `given_up`."""
+    tool_error: str | None = None
+    """The latest failure's reason, as the person is told it."""
+    tool_first_failed_at: int | None = None
+    tool_tries: int = 0
+    """Attempts that failed transiently so far (the backoff's exponent)."""
+    tool_retry_at: int | None = None
+    tool_told: int = 0
+    """Who was told of the wait: 1 the requester ("not done yet"), 2 the operators."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +211,9 @@ class StepRecord:
     args: Any
     result: Any
     created_at: int
+    error: str | None = None
+    """Why the call was not done, when it ended in a failure that stands (a permanent error, a
+    tool given up): then `result` is None and nothing calls it again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,3 +224,27 @@ class Revocation:
     revoked_at: int
     revoked_by: str = ""
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRecord:
+    """A running wakeful process, as it recorded itself (table `processes`): where its pid
+    means something (`host`, `boot`), which process it is (`pid` and its start time, so a
+    reused pid is told apart) and when it last said it was alive (`seen_at`)."""
+
+    id: str
+    host: str
+    boot: str
+    """The host's boot id and the pid namespace the pid is in ('' when unknown): a pid is
+    checked only where both are this process's own."""
+    pid: int
+    pid_start: str
+    """The kernel's start time of `pid` (field 22 of /proc/<pid>/stat; '' when unknown)."""
+    role: str
+    started_at: int
+    seen_at: int
+
+    @property
+    def name(self) -> str:
+        """How a log line names it to an operator."""
+        return f"pid {self.pid} on {self.host} ({self.role})"

@@ -35,7 +35,7 @@ from wakeful.core.usage import ModelUsage
 
 if TYPE_CHECKING:
     from wakeful.core.query import Query
-    from wakeful.core.records import StepRecord
+    from wakeful.core.records import ApprovalState, StepRecord
 
 T = TypeVar("T")
 
@@ -56,9 +56,11 @@ class StepLedger(Protocol):
         result: Any,
         now: int,
         replay: bool = False,
+        error: str | None = None,
     ) -> Any:
         """Record a step's result unless one is recorded; return the result that stands.
-        `replay`: recorded only for a retry to replay (pruned after the retention)."""
+        `replay`: recorded only for a retry to replay (pruned after the retention); `error`:
+        the call ended in a failure that stands (the result None)."""
         ...
 
 
@@ -68,7 +70,10 @@ class ApprovalView(Protocol):
 
     def prompt(self, request: ApprovalRequest, to: Conversation) -> fx.Message: ...
 
-    def outcome(self, answer: ApprovalAnswer) -> fx.Message | None: ...
+    def outcome(self, answer: ApprovalAnswer, note: str | None = None) -> fx.Message | None:
+        """The prompt rewritten with the answer; `note` (or the answer's error, as `not done:
+        <error>`) says what became of an approved call (`not done yet: <why>`)."""
+        ...
 
 
 class PlainApprovals:
@@ -78,7 +83,7 @@ class PlainApprovals:
         text = f"Approval needed: {request.summary} (request {request.id})"
         return fx.Message(to.channel, text, thread_ts=to.thread_ts, priority="urgent")
 
-    def outcome(self, answer: ApprovalAnswer) -> fx.Message | None:
+    def outcome(self, answer: ApprovalAnswer, note: str | None = None) -> fx.Message | None:
         return None
 
 
@@ -109,6 +114,8 @@ class RunServices:
     approval_ttl: int = DEFAULTS.approval_ttl
     view: ApprovalView = field(default_factory=PlainApprovals)
     tools: Mapping[str, Tool] = field(default_factory=dict)
+    approval: Callable[[str], ApprovalState | None] = field(default=lambda _id: None)
+    """An approval's stored state (store.approval): what its approved call went through."""
 
 
 @dataclass(frozen=True)

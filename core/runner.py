@@ -13,16 +13,17 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from wakeful.core import effects as fx
+from wakeful.core.approved import Approved, run_approved, told_or_tell
 from wakeful.core.errors import LeaseLost, SessionUnusable, StoreUnavailable
 from wakeful.core.events import ApprovalAnswer, Command, Conversation, Event, Message, decode
 from wakeful.core.records import Claim
 from wakeful.core.records import Event as Stored
 from wakeful.core.run import PlainApprovals, Run, RunServices, Tool
-from wakeful.core.settings import DEFAULTS
+from wakeful.core.settings import DEFAULTS, Settings
 
 log = logging.getLogger("wakeful")
 
@@ -70,50 +71,83 @@ class Runner:
     agent: Agent
     services: RunServices
     hooks: Sequence[RunHook] = field(default_factory=tuple)
-    max_attempts: int = DEFAULTS.max_attempts
+    settings: Settings = DEFAULTS
+    """The engine's tunables: attempts, and how long an approved call waits on its service."""
     failure_text: str | None = None
     """WAKEFUL_FAILURE_TEXT; the agent's own `failure_text` comes first, FAILURE_TEXT last."""
+    edge_notice: Callable[[Event, str], list[fx.Message]] | None = None
+    """How the edge tells a person whose event names no conversation (the Slack edge: the
+    Home tab, redrawn with the notice)."""
 
-    def notice_for(self, event: Stored) -> fx.Message | None:
-        """What the person whose message ran out of attempts is told, once, where they wrote
-        (nothing for an event no person is waiting on: a timer, a webhook)."""
+    def notice_for(self, event: Stored) -> list[fx.Message]:
+        """What the people who caused an event that ran out of attempts are told, once (the
+        store queues it in the transaction that makes the event dead): the first where they
+        wrote (a command's answer only to them), each other one (an approver who is not the
+        requester) only to them, in the same conversation. An event with no conversation
+        (the Home tab opened) is told by the edge (`edge_notice`). Nothing for an event no
+        person caused (a timer, a webhook)."""
         typed_event = typed(event)
-        where = typed_event.reply_to
-        person = getattr(typed_event, "user", None)
-        if where is None or not typed_event.urgent or not person:
-            return None
+        people = typed_event.people
+        if not people:
+            return []
         text = getattr(self.agent, "failure_text", None) or self.failure_text or FAILURE_TEXT
         text = text.replace("{attempts}", str(event.attempts))
         if isinstance(typed_event, Command):
-            return fx.Message(
+            return [
+                fx.Message(
+                    typed_event.channel,
+                    text,
+                    kind="ephemeral",
+                    ref=typed_event.response_url,
+                    user=typed_event.user,
+                    priority="urgent",
+                )
+            ]
+        where = typed_event.reply_to
+        if where is None:
+            return [] if self.edge_notice is None else self.edge_notice(typed_event, text)
+        first, *others = people
+        told: list[fx.Message] = []
+        if typed_event.urgent:
+            told.append(
+                fx.Message(where.channel, text, thread_ts=where.thread_ts, priority="urgent")
+            )
+        else:  # a click beside a message (feedback): answered to that person alone
+            others = [first, *others]
+        told += [
+            fx.Message(
                 where.channel,
                 text,
+                thread_ts=where.thread_ts,
                 kind="ephemeral",
-                ref=typed_event.response_url,
                 user=person,
                 priority="urgent",
             )
-        return fx.Message(where.channel, text, thread_ts=where.thread_ts, priority="urgent")
+            for person in others
+        ]
+        return told
 
     def run(self, claim: Claim, session: Callable[[], Any], now: int, heartbeat: Any) -> fx.Effects:
         """The effects of one claim's run. An agent's failure is the run's effects too (its
         events retried, or dead on their last attempt, the error and traceback kept); a lost
-        lease or a store that cannot be reached is raised: neither is the run's fault."""
+        lease or a store that cannot be reached is raised: neither is the run's fault. An
+        approved call that waits on its service keeps its wait whatever the agent did."""
         started: list[Run] = []
+        approved = Approved()
         try:
-            return self._run(claim, session(), now, heartbeat, started)
+            return self._run(claim, session(), now, heartbeat, started, approved)
         except (LeaseLost, StoreUnavailable):
             raise
         except SessionUnusable as exc:
-            return self._failed(started, self._unusable_session(claim, exc))
+            effects = self._unusable_session(claim, exc)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             log.warning("agent failed on %s %s: %s", claim.inbox, claim.ids, error)
             trace = traceback.format_exc()
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("%s", trace)
-            failed = fx.Effects(failed={e.id: error for e in claim.events}, traceback=trace)
-            return self._failed(started, failed)
+            effects = fx.Effects(failed={e.id: error for e in claim.events}, traceback=trace)
+        return self._failed(started, _with_calls(effects, approved.effects))
 
     def _failed(self, started: list[Run], effects: fx.Effects) -> fx.Effects:
         """A failed run's effects keep what it already paid for (its model calls, logged with
@@ -130,7 +164,7 @@ class Runner:
         """Retry as any failure; on the last attempt dead-letter the events, set the session
         aside and tell the person (once: only this finish carries the notice)."""
         error = f"{SessionUnusable.ERROR_PREFIX}{exc}"
-        if all(e.attempts < self.max_attempts for e in claim.events):
+        if all(e.attempts < self.settings.max_attempts for e in claim.events):
             log.warning("agent failed on %s %s: %s", claim.inbox, claim.ids, error)
             return fx.Effects(failed={e.id: error for e in claim.events})
         log.error(
@@ -154,24 +188,33 @@ class Runner:
         )
 
     def _run(
-        self, claim: Claim, session: Any, now: int, heartbeat: Any, started: list[Run]
+        self,
+        claim: Claim,
+        session: Any,
+        now: int,
+        heartbeat: Any,
+        started: list[Run],
+        approved: Approved,
     ) -> fx.Effects:
-        events: list[Event] = []
         tool_failed: dict[int, str] = {}
         trace = None
         for stored in claim.events:
             try:
-                events.append(self._answered(claim.inbox, typed(stored), now))
+                run_approved(
+                    self.services, self.settings, claim.inbox, typed(stored), now, approved
+                )
             except (LeaseLost, StoreUnavailable):
                 raise
             except Exception as exc:
-                # An approved tool that failed (its service unreachable, say) fails its own
-                # answer alone: it is retried with backoff, the batch's other events run now.
+                # Not the tool's failure (that is classified and answered above) but the
+                # engine's around it: fails this answer alone, the batch's other events run.
                 tool_failed[stored.id] = f"{type(exc).__name__}: {exc}"
                 trace = traceback.format_exc()
-                log.warning("tool failed on %s event %s: %s", claim.inbox, stored.id, exc)
-        if tool_failed and not events:
-            return fx.Effects(failed=tool_failed, traceback=trace)
+                log.warning("approved call failed on %s event %s: %s", claim.inbox, stored.id, exc)
+        events, calls = approved.events, approved.effects
+        if not events:
+            calls.failed, calls.traceback = tool_failed, trace
+            return calls  # every event waits on its call (or failed): no run of the agent
         run = Run(claim.inbox, events, session, now, self.services, heartbeat)
         started.append(run)
         for hook in self.hooks:
@@ -179,41 +222,42 @@ class Runner:
         returned = self.agent.run(run)
         # The engine's own test agents return their effects; an agent asks through the run.
         effects = returned if isinstance(returned, fx.Effects) else run.effects()
-        updates = [u for e in events if isinstance(e, ApprovalAnswer) if (u := self._outcome(e))]
-        effects.messages[:0] = updates
+        answers = [e for e in events if isinstance(e, ApprovalAnswer)]
+        updates = [u for e in answers if (u := self._outcome(e))]
+        effects.messages[:0] = [*calls.messages, *updates]
         if not effects.failed and not effects.dead:
+            told_or_tell(answers, effects)
             for hook in self.hooks:
                 hook.after(run, effects)
+            _with_calls(effects, calls, messages=False)
         else:
-            effects = self._failed([run], effects)
+            effects = self._failed([run], _with_calls(effects, calls, messages=False))
         if tool_failed:
             effects.failed.update(tool_failed)
             effects.traceback = effects.traceback or trace
         return effects
-
-    def _answered(self, inbox: str, event: Event, now: int) -> Event:
-        """A `yes` runs the approved tool first, as a durable step keyed by the request id:
-        a retried run gets the recorded result back instead of calling the tool again."""
-        if not isinstance(event, ApprovalAnswer) or event.answer != "yes":
-            return event
-        tool = self.services.tools.get(event.tool)
-        if tool is None:
-            return replace(event, error=f"the agent has no tool {event.tool!r}; nothing ran")
-        ledger = self.services.ledger
-        recorded = ledger.recorded_step(event.request_id)
-        if recorded is not None:
-            result = recorded.result
-        else:
-            value = tool.fn(event.args, event.request_id)
-            fx.check_json(value, f"the result of tool {event.tool!r}")
-            result = ledger.record_step(event.request_id, inbox, event.tool, event.args, value, now)
-        return replace(event, result=result)
 
     def _outcome(self, answer: ApprovalAnswer) -> fx.Message | None:
         """The prompt rewritten with the answer that stands (its buttons gone)."""
         if not answer.channel:
             return None
         return self.services.view.outcome(answer)
+
+
+def _with_calls(effects: fx.Effects, calls: fx.Effects, messages: bool = True) -> fx.Effects:
+    """`effects` with what the batch's approved calls must write whatever the agent did: their
+    waits (those events are neither done nor failed), their outcomes, the operators' lines,
+    and (`messages`) the prompt and the word to the requester of a call that now waits."""
+    waiting = {w.event_id for w in calls.tool_waits}
+    for errors in (effects.failed, effects.dead):
+        for event_id in waiting & set(errors):
+            del errors[event_id]
+    effects.tool_waits += calls.tool_waits
+    effects.tool_outcomes.update(calls.tool_outcomes)
+    effects.ops += calls.ops
+    if messages:
+        effects.messages[:0] = calls.messages
+    return effects
 
 
 def _conversation_of(claim: Claim) -> Conversation | None:
@@ -240,5 +284,6 @@ def runner_for(agent: Agent, store: Any) -> Runner:
         approval_ttl=store.settings.approval_ttl,
         view=PlainApprovals(),
         tools=tools,
+        approval=store.approval,
     )
-    return Runner(agent, services, (), store.settings.max_attempts)
+    return Runner(agent, services, (), store.settings)

@@ -16,6 +16,10 @@ redelivery window of any source (Stripe retries for up to three days; GitHub red
 request within three days; Slack retries within an hour), plus a day of margin."""
 
 
+OPS_CHANNEL = re.compile(r"(?:[TE][A-Z0-9]{2,}:)?[CG][A-Z0-9]{2,}")
+"""An operators' channel: a public or private channel id, after its workspace's team id."""
+
+
 DURATION_SYNTAX = "90 (seconds), 90s, 15m, 1h or 30d"
 """The one way every duration setting is written, as error messages show it."""
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": DAY}
@@ -42,6 +46,9 @@ def parse_duration(name: str, raw: str, whole: bool = True) -> float:
 @dataclass(frozen=True, slots=True)
 class Settings:
     lease_ttl: int = 120
+    heartbeat: int = 2
+    """Seconds between a process's records that it is alive (WAKEFUL_HEARTBEAT). A process on
+    another host silent for three of them is dead, and its leases end before their TTL."""
     max_attempts: int = 3
     claim_cap: int = 50
     backoff_base: int = 10
@@ -59,13 +66,20 @@ class Settings:
     max_open_approvals: int = 20
     """Approvals one inbox may have open at once (WAKEFUL_MAX_OPEN_APPROVALS), enforced the
     same way: one person's message cannot flood a conversation with prompts."""
+    tool_retry_for: int = DAY
+    """Seconds an approved call that fails transiently is retried (WAKEFUL_TOOL_RETRY_FOR),
+    counted from its first failure; then it is given up and the person told."""
     retention: int = 30 * DAY
     """Seconds done events, sent outbox rows, run-log rows and answered approvals are kept
     before pruning; never less than REDELIVERY_WINDOW, so a late redelivery is still refused."""
+    ops_channel: str = ""
+    """Where operators are told what went wrong (WAKEFUL_OPS_CHANNEL): a channel id `C…`, or
+    `T…:C…` naming its workspace (distribution mode); empty: nobody is told (core/store/ops.py)."""
 
     def __post_init__(self) -> None:
         for name in (
             "lease_ttl",
+            "heartbeat",
             "max_attempts",
             "claim_cap",
             "backoff_base",
@@ -75,6 +89,7 @@ class Settings:
             "approval_ttl",
             "max_approvals_per_run",
             "max_open_approvals",
+            "tool_retry_for",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -84,6 +99,13 @@ class Settings:
                 f"retention must be at least {REDELIVERY_WINDOW} seconds (4 days): a handled "
                 f"event's key must outlive the longest redelivery window (Stripe's 3 days), "
                 f"got {self.retention!r}"
+            )
+        if not isinstance(self.ops_channel, str) or not (
+            self.ops_channel == "" or OPS_CHANNEL.fullmatch(self.ops_channel)
+        ):
+            raise InvalidInput(
+                f"ops_channel must be a channel id like C012AB3CD or T012AB3CD:C012AB3CD, "
+                f"got {self.ops_channel!r}"
             )
         if not isinstance(self.outbox_gap, int) or self.outbox_gap < 0:
             raise InvalidInput(f"outbox_gap must be an integer >= 0, got {self.outbox_gap!r}")

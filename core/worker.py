@@ -356,8 +356,8 @@ class Worker(Loop):
                     continue
                 log.debug("run %s: %d event(s)", outcome, len(claim.events))
             done += 1
-            if effects.messages or effects.approvals:
-                self.wake_dispatcher.kick()
+            if effects.messages or effects.approvals or effects.dead or effects.ops:
+                self.wake_dispatcher.kick()  # (dead events and run reports: ops rows too)
             if effects.timers or effects.approvals:
                 self.wake_scheduler.kick()
             if following is not None:

@@ -6,8 +6,8 @@ fixtures/webhooks/README.md):
 
 - `GET /v1/payment_intents/search?query=metadata['order_id']:'A-7'` (clauses `metadata['k']:'v'`
   and `status:'v'`, joined by AND), a `search_result`;
-- `POST /v1/refunds` (`payment_intent` or `charge`, `amount`, `reason`, `metadata[...]`), and
-  `GET /v1/refunds/<id>`;
+- `POST /v1/refunds` (`payment_intent` or `charge`, `amount`, `reason`, `metadata[...]`),
+  `GET /v1/refunds/<id>`, and `GET /v1/refunds?payment_intent=...` (a `list`, newest first);
 - Stripe's error shapes (`{"error": {"type", "code", "message", "param", "doc_url"}}`) for a
   missing key, a resource that does not exist, a charge already refunded, an amount too large,
   an unknown parameter;
@@ -20,10 +20,22 @@ fixtures/webhooks/README.md):
   (its `request.idempotency_key` the key of the creating request), `refund.updated` when a
   pending refund settles (`settle`), each retried until answered 2xx, as Stripe retries.
 
-Faults a test scripts: `fail_next` (an error for the next matching request: a card error, a
-429, a 500 whose answer Stripe keeps under its key), `hold_next` (the next refund is created and
-its answer held back, all of it or its body only, until `release`: a worker or gateway is killed
-with the refund done and its answer not yet home).
+Faults a test scripts, each for the next N matching requests or for a span of time
+(`for_seconds`), and each telling its kind the way the real one does:
+
+- `fail_next`: an answer of Stripe's API in its error shape (a card error, a 400). A 5xx is
+  kept under the request's idempotency key: the same key answers it again with
+  `Idempotent-Replayed: true` (and `Stripe-Should-Retry: false`, which the SDK obeys); with
+  `acted`, the refund was made before the 5xx was answered;
+- `rate_limit`: Stripe's 429 (`rate_limit`), refused before the endpoint ran, so nothing is
+  kept and a retry with the same key runs for real; `Retry-After` when asked for;
+- `unavailable`: a 503 from the load balancer in front of the API: an HTML page, no
+  `Request-Id`, no Stripe headers, nothing kept under the key (the request never reached Stripe);
+- `down` / `up`: the listening socket closed (connections refused) and opened again on the
+  same port; a request on a connection already open is cut off unanswered;
+- `hold_next`: the next refund is created and its answer held back, all of it or its body
+  only, until `release` (a worker or gateway is killed with the refund done and its answer
+  not yet home).
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from wakeful.devtools.fake_stripe_api import StripeError, StripeObjects
+from wakeful.devtools.fake_stripe_faults import UNAVAILABLE, Fault, Faults
 from wakeful.devtools.webhooks import WebhookSender, stripe_event
 
 DAY = 86_400
@@ -58,6 +71,8 @@ class Seen:
     authorized: bool
     status: int = 0
     replayed: bool = False
+    front: bool = False
+    """Answered by the load balancer in front of the API (`unavailable`): Stripe never saw it."""
 
 
 @dataclass
@@ -70,14 +85,7 @@ class _Saved:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-@dataclass
-class _Fault:
-    path: str
-    error: StripeError
-    count: int
-
-
-class FakeStripe(StripeObjects):
+class FakeStripe(StripeObjects, Faults):
     """The fake; `with FakeStripe(...) as stripe:` starts and stops it."""
 
     def __init__(
@@ -103,7 +111,8 @@ class FakeStripe(StripeObjects):
         self.pending_refunds = False
         """Refunds start `pending` and settle with `settle()` (as some payment methods do)."""
         self._saved: dict[tuple[str, str], _Saved] = {}
-        self._faults: list[_Fault] = []
+        self._faults: list[Fault] = []
+        self._front: list[Fault] = []
         self._hold: str | None = None
         self.held = threading.Event()
         self._released = threading.Event()
@@ -125,28 +134,49 @@ class FakeStripe(StripeObjects):
             def log_message(self, *_args: Any) -> None:
                 return None
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        # A short poll: `shutdown()` waits for the next one (0.5 s by default, at every stop).
-        self._threads = [
-            threading.Thread(
-                target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-            ),
-            threading.Thread(target=self._deliver_loop, daemon=True),
-        ]
+        self._handler = Handler
+        self.server = self._listen(0)
+        self.port = int(self.server.server_address[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._switch = threading.Lock()
+        self._serving: threading.Thread | None = None
+        self._down = False
+        self._closed = False
+        self._up_timer: threading.Timer | None = None
+        self._delivery = threading.Thread(target=self._deliver_loop, daemon=True)
 
     # -- lifecycle and test controls -------------------------------------------------------
 
     def __enter__(self) -> FakeStripe:
-        for t in self._threads:
-            t.start()
+        self._serve()
+        self._delivery.start()
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self._released.set()
         self._outbox.put(None)
-        self.server.shutdown()
+        with self._switch:
+            self._closed = True
+            if self._up_timer is not None:
+                self._up_timer.cancel()
+            self._stop_serving()
+
+    def _listen(self, port: int) -> ThreadingHTTPServer:
+        server = ThreadingHTTPServer(("127.0.0.1", port), self._handler)
+        server.daemon_threads = True
+        return server
+
+    def _serve(self) -> None:
+        # A short poll: `shutdown()` waits for the next one (0.5 s by default, at every stop).
+        self._serving = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._serving.start()
+
+    def _stop_serving(self) -> None:
+        if self._serving is not None:
+            self.server.shutdown()
+            self._serving = None
         self.server.server_close()
 
     def now(self) -> float:
@@ -156,25 +186,38 @@ class FakeStripe(StripeObjects):
         """Move the fake's clock on (idempotency keys expire after 24 hours)."""
         self.offset += seconds
 
-    def fail_next(
-        self,
-        status: int,
-        kind: str,
-        message: str,
-        code: str | None = None,
-        path: str = "/v1/refunds",
-        count: int = 1,
-        should_retry: bool | None = None,
-    ) -> None:
-        """Answer the next `count` requests under `path` with this error. A 5xx is kept under
-        the request's idempotency key (Stripe replays it, with Stripe-Should-Retry: false); a
-        429 is not (the request never ran)."""
-        headers = {} if should_retry is None else {"Stripe-Should-Retry": str(should_retry).lower()}
-        if status >= 500 and should_retry is None:
-            headers["Stripe-Should-Retry"] = "false"
-        error = StripeError(status, kind, message, code, saved=status != 429, headers=headers)
-        with self._lock:
-            self._faults.append(_Fault(path, error, count))
+    def down(self, for_seconds: float | None = None) -> None:
+        """Stop listening: connections are refused (as a host whose API process is gone)
+        until `up()`, or for `for_seconds`. A request on a connection already open is cut
+        off unanswered."""
+        if for_seconds is not None and not for_seconds > 0:
+            raise ValueError(f"down: for_seconds must be positive, got {for_seconds!r}")
+        with self._switch:
+            if self._closed:
+                raise RuntimeError("the fake Stripe is stopped")
+            self._down = True
+            self._stop_serving()
+            if self._up_timer is not None:
+                self._up_timer.cancel()
+                self._up_timer = None
+            if for_seconds is not None:
+                self._up_timer = threading.Timer(for_seconds, self.up)
+                self._up_timer.daemon = True
+                self._up_timer.start()
+
+    def up(self) -> None:
+        """Listen again on the same port (after `down`)."""
+        with self._switch:
+            if self._closed or self._serving is not None:
+                return
+            self.server = self._listen(self.port)
+            self._down = False
+            self._serve()
+
+    @property
+    def listening(self) -> bool:
+        with self._switch:
+            return self._serving is not None
 
     def hold_next(self, what: str = "answer") -> None:
         """The next refund is created, then its answer waits until `release()`: `answer`
@@ -204,6 +247,9 @@ class FakeStripe(StripeObjects):
     # -- serving ---------------------------------------------------------------------------
 
     def _handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
+        if self._down:  # a connection opened before `down`: the process is gone
+            h.close_connection = True
+            return
         parts = urlsplit(h.path)
         length = int(h.headers.get("Content-Length") or 0)
         raw = h.rfile.read(length).decode() if length else ""
@@ -213,6 +259,11 @@ class FakeStripe(StripeObjects):
         seen = Seen(method, parts.path, key, authorized)
         with self._lock:
             self.requests.append(seen)
+            front = self._front_fault(method, parts.path)
+        if front is not None:
+            seen.front = True
+            headers = {**front.headers, "Content-Type": "text/html"}
+            return self._send(h, seen, 503, UNAVAILABLE, headers)
         request_id = "req_" + secrets.token_hex(7)
         headers = {"Request-Id": request_id, "Stripe-Version": API_VERSION}
         if key:
@@ -222,6 +273,7 @@ class FakeStripe(StripeObjects):
             return self._send(h, seen, status, body, headers)
         if key is None:
             status, body, more = self._run(method, parts.path, params, request_id, None)
+            more.pop("_saved", None)
             return self._send(h, seen, status, body, {**headers, **more})
         fingerprint = json.dumps([method, parts.path, sorted(params)])
         with self._lock:
@@ -287,27 +339,41 @@ class FakeStripe(StripeObjects):
     ) -> tuple[int, bytes, dict[str, str]]:
         try:
             with self._lock:
-                for fault in self._faults:
-                    if fault.count and path.startswith(fault.path):
-                        fault.count -= 1
-                        raise fault.error
-                if method == "GET" and path == "/v1/payment_intents/search":
-                    return 200, _json(self._search(dict(params))), {}
-                if method == "POST" and path == "/v1/refunds":
-                    return 200, _json(self._refund(params, request_id, key)), {}
-                if method == "GET" and path.startswith("/v1/refunds/"):
-                    return 200, _json(self._get_refund(path.rsplit("/", 1)[1])), {}
-            raise StripeError(
-                404,
-                "invalid_request_error",
-                f"Unrecognized request URL ({method}: {path}).",
-                saved=False,
-            )
+                fault = self._stripe_fault(method, path)
+                if fault is not None and fault.error is not None and not fault.acted:
+                    raise fault.error
+                answer = self._endpoint(method, path, params, request_id, key)
+                if fault is not None and fault.error is not None:
+                    raise fault.error  # the work is done; the answer is the error
+                return 200, _json(answer), {}
         except StripeError as exc:
             more = dict(exc.headers)
             if not exc.saved:
                 more["_saved"] = "no"
             return exc.status, _error(exc), more
+
+    def _endpoint(
+        self,
+        method: str,
+        path: str,
+        params: list[tuple[str, str]],
+        request_id: str,
+        key: str | None,
+    ) -> dict[str, Any]:
+        if method == "GET" and path == "/v1/payment_intents/search":
+            return self._search(dict(params))
+        if method == "POST" and path == "/v1/refunds":
+            return self._refund(params, request_id, key)
+        if method == "GET" and path == "/v1/refunds":
+            return self._list_refunds(params)
+        if method == "GET" and path.startswith("/v1/refunds/"):
+            return self._get_refund(path.rsplit("/", 1)[1])
+        raise StripeError(
+            404,
+            "invalid_request_error",
+            f"Unrecognized request URL ({method}: {path}).",
+            saved=False,
+        )
 
     def _send(
         self,
@@ -327,7 +393,7 @@ class FakeStripe(StripeObjects):
                 self._released.wait(120)
         try:
             h.send_response(status)
-            for name, value in {**headers, "Content-Type": "application/json"}.items():
+            for name, value in {"Content-Type": "application/json", **headers}.items():
                 h.send_header(name, value)
             h.send_header("Content-Length", str(len(body)))
             h.end_headers()

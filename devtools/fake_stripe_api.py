@@ -1,6 +1,7 @@
 """The fake Stripe's objects and endpoints (devtools/fake_stripe.py serves them): PaymentIntents
-with their charges, refunds, search, and Stripe's error shapes. Objects start from stripe-mock's
-fixtures (fixtures/stripe_api/, see fixtures/webhooks/README.md)."""
+with their charges, refunds (created, retrieved, listed), search, and Stripe's error shapes.
+Objects start from stripe-mock's fixtures (fixtures/stripe_api/, see
+fixtures/webhooks/README.md)."""
 
 from __future__ import annotations
 
@@ -271,6 +272,49 @@ class StripeObjects:
             saved=False,
         )
 
+    def _list_refunds(self, params: list[tuple[str, str]]) -> dict[str, Any]:
+        """`GET /v1/refunds` (`charge`, `payment_intent`, `limit` 1-100 default 10,
+        `starting_after`, `ending_before`): Stripe's list shape, newest first."""
+        fields = dict(params)
+        unknown = set(fields) - {
+            "charge",
+            "payment_intent",
+            "limit",
+            "starting_after",
+            "ending_before",
+            "expand[]",
+        }
+        if unknown:
+            raise _unknown(sorted(unknown)[0])
+        limit = _limit(fields.get("limit"))
+        found = [
+            r
+            for r in self.refunds.values()
+            if all(r[k] == fields[k] for k in ("charge", "payment_intent") if fields.get(k))
+        ]
+        found.sort(key=lambda r: (r["created"], r["id"]), reverse=True)
+        ids = [r["id"] for r in found]
+        for cursor in ("starting_after", "ending_before"):
+            if fields.get(cursor) and fields[cursor] not in self.refunds:
+                raise StripeError(
+                    400,
+                    "invalid_request_error",
+                    f"No such refund: '{fields[cursor]}'",
+                    code="resource_missing",
+                    param=cursor,
+                    saved=False,
+                )
+        if fields.get("starting_after") in ids:
+            found = found[ids.index(fields["starting_after"]) + 1 :]
+        elif fields.get("ending_before") in ids:
+            found = found[: ids.index(fields["ending_before"])][-limit:]
+        return {
+            "object": "list",
+            "data": copy.deepcopy(found[:limit]),
+            "has_more": len(found) > limit,
+            "url": "/v1/refunds",
+        }
+
     def _get_refund(self, refund_id: str) -> dict[str, Any]:
         refund = self.refunds.get(refund_id)
         if refund is None:
@@ -282,6 +326,25 @@ class StripeObjects:
                 param="id",
             )
         return copy.deepcopy(refund)
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None or raw == "":
+        return 10
+    try:
+        limit = int(raw)
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 100:
+        raise StripeError(
+            400,
+            "invalid_request_error",
+            f"Invalid limit: must be an integer between 1 and 100, got {raw!r}",
+            code="parameter_invalid_integer",
+            param="limit",
+            saved=False,
+        )
+    return limit
 
 
 def _unknown(name: str) -> StripeError:

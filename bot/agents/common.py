@@ -42,6 +42,14 @@ def digest_too_often(every: int, minimum: int = MIN_DIGEST_SECONDS) -> str | Non
     )
 
 
+def not_done_text(order: str, error: str) -> str:
+    """What the person hears of an approved refund that was not done (`ApprovalAnswer.error`:
+    a permanent failure, or the payment service unreachable until wakeful gave up). `order`
+    is shown as it is given (already inert)."""
+    why = inert(error.rstrip(". "))
+    return f"The refund of order {order} was not done: {why}. Nothing was refunded."
+
+
 def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 

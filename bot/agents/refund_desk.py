@@ -40,6 +40,7 @@ from wakeful.bot.agents.common import (
     digest_lines,
     digest_too_often,
     fresh_stats,
+    not_done_text,
     plural,
     refund_already,
     refund_backend,
@@ -248,7 +249,9 @@ class RefundDesk(Agent):
         if e.answer == "yes":
             result = e.result if isinstance(e.result, dict) else {}
             state["stats"]["approved"] += 1
-            if result.get("refunded") is False and result.get("already"):
+            if e.error is not None:
+                text = not_done_text(order, e.error)
+            elif result.get("refunded") is False and result.get("already"):
                 text = f"{result.get('already')} Not refunded again."
             elif result.get("refunded") is False:
                 text = str(result.get("why") or f"Order {order} was not refunded.")

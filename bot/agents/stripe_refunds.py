@@ -1,16 +1,23 @@
 """Refunds through Stripe, with Stripe's own SDK pointed at the credential gateway: the worker
 never holds the Stripe key (the gateway adds it), and every refund carries the approval's
-request id as its Idempotency-Key, so a retried run gets Stripe's first answer back instead of
+request id as its Idempotency-Key, so a retried call gets Stripe's first answer back instead of
 a second refund. Written on the public agent API alone (`wakeful.agents.Gateway`).
 
 A refund is two calls: the order's PaymentIntent found by Stripe's search
-(`metadata['order_id']`), then `POST /v1/refunds` for it. What comes back is recorded as the
-approved tool's result (a durable step keyed by the request id), so it stands for every retry.
-An answer that a retry must not change is a result: no payment, a payment already refunded,
-Stripe's refusals (a card error, an invalid request), a 5xx Stripe keeps under the key (a retry
-would only replay it), a gateway that refuses the destination. What a retry can cure raises
-`RefundUnavailable`, so the run fails and is retried with backoff under the same key: a rate
-limit, a gateway or Stripe that could not be reached or did not answer in time.
+(`metadata['order_id']`), then `POST /v1/refunds` for it. A refund made is the approved tool's
+result (recorded under the request id, so it stands for every retry). Anything else raises, so
+wakeful knows what to do and tells the person (docs/agents.md "When a tool fails"):
+
+- `RefundUnavailable` (a `ToolUnavailable`) for what a later try can cure: the gateway or
+  Stripe unreachable or too slow, a rate limit (Stripe's, with its Retry-After, or the
+  gateway's), a 5xx Stripe did not keep under the key (a load balancer's 503). wakeful retries
+  the call later under the same key, spending none of the event's attempts;
+- `ToolFailed` for an answer that stands: no payment, a payment already refunded, Stripe's
+  refusals (a card error, an invalid request, the gateway's key), the gateway refusing the
+  destination, and a 5xx Stripe replays under the key (`Idempotent-Replayed: true`: a retry would
+  only replay it). For that last one Stripe is asked whether a refund carries this request in
+  its metadata: if one does, that is the result; if none does, nothing was refunded under it.
+  Each reason is a clause read as "The refund of order X was not done: <reason>."
 
 Stripe's webhooks confirm the refund afterwards (bot/agents/stripe_confirm.py).
 """
@@ -19,29 +26,36 @@ from __future__ import annotations
 
 import http.client
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 import stripe
 from requests.structures import CaseInsensitiveDict
 
-from wakeful.agents import Gateway, InvalidInput, Query, Steps, inert
+from wakeful.agents import Gateway, Query, Steps, ToolFailed, ToolUnavailable, inert
 
 PLACEHOLDER_KEY = "sk_held_by_the_gateway"
 """What the SDK sends as its key: the gateway drops it and adds the real one."""
 SENT = "stripe_refund:sent"
 """The step recording, before the refund call, which PaymentIntent a request refunds: a retry
 refunds the same one, so it sends the same parameters under the same key."""
+NOT_REACHED = "the gateway could not be reached"
+NO_ANSWER = "the payment service did not answer"
+SLOW_DOWN = "the payment service asked to slow down"
 
 
-class RefundUnavailable(RuntimeError):
-    """Stripe or the gateway cannot be asked now (a rate limit, a timeout, unreachable): the
-    run fails and is retried with backoff, sending the same Idempotency-Key again."""
+class RefundUnavailable(ToolUnavailable):
+    """Stripe or the gateway cannot be asked now (a rate limit, a timeout, unreachable, a 5xx
+    Stripe did not keep): wakeful retries the refund later, sending the same Idempotency-Key
+    again, and spends none of the event's attempts."""
 
 
 class GatewayHTTPClient(stripe.HTTPClient):
     """Stripe's SDK transport over the gateway: loopback or its Unix socket, nowhere else,
-    no proxy settings honoured."""
+    no proxy settings honoured. It keeps the headers of the last answer on this thread: the
+    SDK drops them from the error it raises for a body that is not JSON (a load balancer's
+    page)."""
 
     name = "wakeful-gateway"
 
@@ -49,6 +63,7 @@ class GatewayHTTPClient(stripe.HTTPClient):
         super().__init__()
         self.gateway = gateway
         self.timeout = timeout
+        self._last = threading.local()
 
     def request(  # type: ignore[override]
         self,
@@ -60,13 +75,20 @@ class GatewayHTTPClient(stripe.HTTPClient):
         _usage: Any = None,
     ) -> tuple[bytes, int, Mapping[str, str]]:
         body = post_data.encode() if isinstance(post_data, str) else post_data
+        self._last.headers = CaseInsensitiveDict()
         try:
             got = self.gateway.send(method, url, headers or {}, body, self.timeout)
         except (OSError, http.client.HTTPException) as exc:
             raise stripe.APIConnectionError(  # type: ignore[no-untyped-call]
-                f"the gateway could not be reached: {exc}", should_retry=True
+                f"{NOT_REACHED}: {exc}", should_retry=True
             ) from exc
-        return got.body, got.status, CaseInsensitiveDict(dict(got.headers))
+        self._last.headers = CaseInsensitiveDict(dict(got.headers))
+        return got.body, got.status, self._last.headers
+
+    def last_headers(self) -> Mapping[str, str]:
+        """The headers of this thread's last answer (empty when there was none)."""
+        found: Mapping[str, str] = getattr(self._last, "headers", CaseInsensitiveDict())
+        return found
 
     def close(self) -> None:
         return None
@@ -86,27 +108,26 @@ class StripeRefunds:
         # The SDK logs every request line at INFO, query strings included: its errors are
         # ours to report, its chatter is not.
         logging.getLogger("stripe").setLevel(logging.WARNING)
+        self.transport = GatewayHTTPClient(gateway, timeout)
         self.client = stripe.StripeClient(
             api_key=PLACEHOLDER_KEY,
             base_addresses={"api": gateway.url(destination)},
-            http_client=GatewayHTTPClient(gateway, timeout),
+            http_client=self.transport,
             max_network_retries=retries,
         )
 
     def refund(self, steps: Steps, query: Query, order: str, request_id: str) -> dict[str, Any]:
-        """The refund of `order` under `request_id` (its Idempotency-Key), as a JSON result."""
-        shown = inert(order)
+        """The refund of `order` under `request_id` (its Idempotency-Key), as a JSON result.
+        Raises RefundUnavailable (retried later under the same key) or ToolFailed (an answer
+        that stands), each with a reason the person is told."""
         sent_key = f"{SENT}:{request_id}"
-        sent_before = query.step(sent_key) is not None
+        sent = query.step(sent_key)
+        payment = ""
         try:
-            if sent_before:
-                step = query.step(sent_key)
-                payment = str(step.result["payment_intent"]) if step else ""
+            if sent is not None:
+                payment = str(sent.result["payment_intent"])
             else:
-                found = self._payment(order)
-                if isinstance(found, dict):
-                    return found
-                payment = found
+                payment = self._payment(order)
                 steps.once(sent_key, lambda _k: {"payment_intent": payment}, name=SENT)
             refund = self.client.v1.refunds.create(
                 params={
@@ -116,7 +137,7 @@ class StripeRefunds:
                 options={"idempotency_key": request_id},
             )
         except stripe.StripeError as exc:
-            return failed(exc, shown, sent_before)
+            refund = self._failed(exc, payment, request_id, sent is not None)
         record = {"order_id": order, "request": request_id, "refund_id": refund.id}
         steps.once(f"refund_order:{order}", lambda _k: record, name="refund_order:once")
         return {
@@ -130,81 +151,128 @@ class StripeRefunds:
             "payment_intent": payment,
         }
 
-    def _payment(self, order: str) -> str | dict[str, Any]:
-        """The order's paid PaymentIntent id, or the answer when there is none."""
+    def _payment(self, order: str) -> str:
+        """The order's paid PaymentIntent id; ToolFailed when there is none."""
         if "'" in order or "\\" in order:
-            raise InvalidInput(f"an order id cannot hold quotes: {order!r}")
+            raise ToolFailed("an order id cannot hold quotes or backslashes")
         found = self.client.v1.payment_intents.search(
             params={"query": f"metadata['order_id']:'{order}'", "limit": 10}
         )
-        shown = inert(order)
         if not found.data:
-            return _not_refunded(
-                order, f"No payment for order {shown} was found in Stripe; nothing was refunded."
-            )
+            raise ToolFailed(f"no payment for order {inert(order)} was found in Stripe")
         paid = [pi for pi in found.data if pi.status == "succeeded"]
         if not paid:
             status = inert(str(found.data[0].status))
-            return _not_refunded(
-                order,
-                f"Order {shown}'s payment in Stripe has not succeeded (status {status}); "
-                "nothing was refunded.",
-            )
+            raise ToolFailed(f"its payment in Stripe has not succeeded (status {status})")
         return str(paid[0].id)
 
+    def _failed(
+        self, exc: stripe.StripeError, payment: str, request_id: str, sent_before: bool
+    ) -> Any:
+        """A refused or failed call read: raises RefundUnavailable or ToolFailed, or returns
+        the refund Stripe made under this request after all (a 5xx it kept under the key)."""
+        status = exc.http_status
+        headers = exc.headers or (self.transport.last_headers() if status else {})
+        replayed = str(_get(headers, "idempotent-replayed")).lower() == "true"
+        if isinstance(status, int) and status >= 500 and replayed and payment:
+            made = self._made_under(payment, request_id, status)
+            if made is not None:
+                return made
+            raise ToolFailed(
+                f"Stripe failed ({status}) and kept that answer under this request; no refund "
+                "was made under it"
+            )
+        raise failure(exc, headers, sent_before)
 
-def failed(exc: stripe.StripeError, order: str, sent_before: bool) -> dict[str, Any]:
-    """What a refused or failed call comes to: a result that stands, or RefundUnavailable
-    when a retry under the same key is the right answer. `order` is shown as it is."""
-    headers = exc.headers or {}
-    mark = str(headers.get("wakeful-gateway") or "")
-    body: dict[str, Any] = exc.json_body if isinstance(exc.json_body, dict) else {}
+    def _made_under(self, payment: str, request_id: str, status: int) -> Any:
+        """The refund of `payment` whose metadata names `request_id`, or None: Stripe is asked
+        (its list of the PaymentIntent's refunds, newest first, every page)."""
+        kept = f"Stripe failed ({status}) and kept that answer under this request"
+        try:
+            found = self.client.v1.refunds.list(params={"payment_intent": payment, "limit": 100})
+            for refund in found.auto_paging_iter():
+                metadata = refund.metadata.to_dict() if refund.metadata else {}
+                if metadata.get("wakeful_request") == request_id:
+                    return refund
+            return None
+        except stripe.StripeError as exc:
+            why = failure(exc, exc.headers or self.transport.last_headers(), False)
+            if isinstance(why, ToolUnavailable):
+                raise RefundUnavailable(
+                    f"{kept}, and whether it refunded could not be asked yet: {why.reason}",
+                    why.retry_after,
+                ) from exc
+            raise ToolFailed(
+                f"{kept}; whether it refunded could not be checked: {why.reason}"
+            ) from exc
+
+
+def failure(
+    exc: stripe.StripeError, headers: Mapping[str, str], sent_before: bool
+) -> RefundUnavailable | ToolFailed:
+    """What a refused or failed call comes to (a 5xx Stripe replayed under the key is the
+    caller's to check first). `headers`: the answer's, `Wakeful-Gateway` saying whether the
+    gateway refused, forwarded Stripe's answer, or could not reach Stripe."""
+    mark = str(_get(headers, "wakeful-gateway") or "")
+    body = exc.json_body if isinstance(exc.json_body, dict) else {}
     found = body.get("error")
     error: dict[str, Any] = found if isinstance(found, dict) else {}
-    code = str(error.get("code") or getattr(exc, "code", "") or "")
+    code = inert(str(error.get("code") or getattr(exc, "code", "") or ""))
     message = inert(" ".join(str(error.get("message") or exc.user_message or "").split())[:300])
     status = exc.http_status
-    if mark == "refused" and code not in ("rate_limited", "revocations_unknown"):
+    wait = _retry_after(headers)
+    if isinstance(exc, stripe.APIConnectionError):
+        return RefundUnavailable(NOT_REACHED)
+    if mark == "refused":
+        if code == "rate_limited":
+            return RefundUnavailable("the gateway's rate limit for Stripe was reached", wait)
+        if code == "revocations_unknown":
+            return RefundUnavailable("the gateway cannot read its revocations", wait)
         if sent_before:
-            raise RefundUnavailable(
-                f"the gateway refused ({code}) a refund an earlier attempt may have sent; "
-                "retried under the same key once it lets it through"
+            return RefundUnavailable(
+                f"the gateway refused the call ({code}) and an earlier attempt may have reached "
+                "Stripe; it is tried again under the same key once the gateway lets it through"
             )
-        return _not_refunded(
-            order,
-            f"The refund of order {order} was not done: the gateway refused the call "
-            f"({message}). Nothing was refunded.",
-            code,
-        )
-    if mark in ("refused", "upstream_error") or isinstance(
-        exc, stripe.RateLimitError | stripe.APIConnectionError
-    ):
-        raise RefundUnavailable(f"Stripe could not be asked now ({status} {code}): {message}")
-    if isinstance(exc, stripe.InvalidRequestError) and code == "charge_already_refunded":
-        return {
-            "refunded": False,
-            "order_id": order,
-            "error": code,
-            "already": f"Order {order}'s payment was already fully refunded in Stripe.",
-        }
+        return ToolFailed(f"the gateway refused the call ({code})")
+    if mark == "upstream_error":
+        if code == "upstream_timeout":
+            return RefundUnavailable("the payment service did not answer in time")
+        if code == "answer_too_large":
+            return ToolFailed("Stripe's answer was larger than the gateway passes on")
+        return RefundUnavailable("the payment service could not be reached")
+    if isinstance(exc, stripe.RateLimitError) or status == 429:
+        return RefundUnavailable(SLOW_DOWN, wait)
+    if status == 409:
+        return RefundUnavailable("Stripe is still working on an earlier try of this refund", wait)
+    if isinstance(status, int) and status >= 500:
+        return RefundUnavailable(NO_ANSWER, wait)
+    if code == "charge_already_refunded":
+        return ToolFailed("its payment was already fully refunded in Stripe")
     if isinstance(exc, stripe.AuthenticationError):
-        why = (
-            f"Stripe refused the gateway's credential for order {order} ({message}); nothing "
-            "was refunded. An operator must check the gateway's Stripe key."
+        return ToolFailed(
+            "Stripe refused the gateway's credential; an operator must check the gateway's "
+            "Stripe key"
         )
-        return _not_refunded(order, why, "authentication")
-    if isinstance(exc, stripe.APIError) and (status or 0) >= 500:
-        kind = inert(str(error.get("type") or "api_error"))
-        why = (
-            f"Stripe answered with an error ({status} {kind}) and could not say whether order "
-            f"{order} was refunded; it was not tried again under this request. If Stripe did "
-            "refund it, its confirmation will follow here."
-        )
-        return _not_refunded(order, why, kind)
-    kind = "declined" if isinstance(exc, stripe.CardError) else "refused"
-    why = f"Stripe {kind} the refund of order {order}: {message}" + (f" ({code})" if code else "")
-    return _not_refunded(order, why + "; nothing was refunded.", code or kind)
+    said = message.rstrip(".") + (f" ({code})" if code else "")
+    if isinstance(exc, stripe.CardError):
+        return ToolFailed(f"Stripe declined it: {said}")
+    return ToolFailed(f"Stripe refused it: {said}")
 
 
-def _not_refunded(order: str, why: str, error: str = "") -> dict[str, Any]:
-    return {"refunded": False, "order_id": order, "error": error or "not_found", "why": why}
+def _get(headers: Mapping[str, str], name: str) -> str | None:
+    """A header by name in any case (the SDK's headers are case-insensitive; a plain dict's
+    may not be)."""
+    value = headers.get(name)
+    if value is None:
+        value = next((v for k, v in headers.items() if k.lower() == name), None)
+    return value
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Retry-After as seconds (the delay form; an HTTP date is left to the backoff)."""
+    raw = _get(headers, "retry-after")
+    try:
+        seconds = float(str(raw).strip()) if raw is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds <= 86_400 else None

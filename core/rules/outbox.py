@@ -196,6 +196,8 @@ def _joins(group: list[OutboxRow], row: OutboxRow) -> bool:
     last = group[-1]
     if row.kind != last.kind:
         return False
+    if InboxId(row.inbox).is_ops != InboxId(last.inbox).is_ops:
+        return False  # the operators' report goes alone: a refusal of it is never reported
     teams = (InboxId(row.inbox).team, InboxId(last.inbox).team)
     if None not in teams and teams[0] != teams[1]:
         return False  # one call is made with one workspace's token (a shared channel)

@@ -1,9 +1,10 @@
 """The store: every operation the engine owes, one module per concern, over one backend.
 
 `Store` is the whole contract, assembled from its concerns (inbox, claims, timers, approvals,
-outbox, admin, steps, threads, installations, gateway revocations); a backend (`Connector`)
-supplies only transactions over its own named SQL. Every operation takes `now` in integer
-seconds: no backend reads a clock of its own. `open_store` picks the backend from a URL or a path.
+outbox, admin, steps, threads, installations, gateway revocations, processes); a backend
+(`Connector`) supplies only transactions over its own named SQL. Every operation takes `now`
+in integer seconds: no backend reads a clock of its own. `open_store` picks the backend from a
+URL or a path.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from wakeful.core.store.inbox import Inbox
 from wakeful.core.store.installations import Installations
 from wakeful.core.store.outbox import Outbox
 from wakeful.core.store.overview import OverviewReads
+from wakeful.core.store.processes import Processes
 from wakeful.core.store.restores import Restores
 from wakeful.core.store.retention import Retention
 from wakeful.core.store.revocations import Revocations
@@ -45,6 +47,7 @@ class Store(
     Installations,
     Revocations,
     Restores,
+    Processes,
 ):
     """The durable state of every inbox, and the only way the engine touches it."""
 

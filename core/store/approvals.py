@@ -85,7 +85,8 @@ def store_answer(tx: Tx, state: ApprovalState, outcome: str, user: str | None, n
         requester=state.requester,
     )
     body = check_json(answer.to_wire(), "answer")
-    if insert_event(tx, state.inbox, "approval", state.id, body, now) is None:
+    waiting = now if answer.awaited else None
+    if insert_event(tx, state.inbox, "approval", state.id, body, now, waiting) is None:
         return False
     tx.run("set_answer", {"id": state.id, "answer": outcome, "user": user, "now": now})
     tx.after_commit(metrics.APPROVALS.labels(outcome).inc)

@@ -17,8 +17,9 @@ from wakeful.core.records import Event
 from wakeful.core.settings import Settings
 from wakeful.core.store.sql import Tx
 
-NewEvent = tuple[str, str, str, str, int]
-"""(inbox, source, source_id, payload JSON, now): one delivery on its way into the inbox."""
+NewEvent = tuple[str, str, str, str, int] | tuple[str, str, str, str, int, int | None]
+"""(inbox, source, source_id, payload JSON, now[, waiting since]): one delivery on its way
+into the inbox; the sixth, when a person waits on it (`Event.awaited`), is when they began."""
 
 
 def insert_events(tx: Tx, events: Sequence[NewEvent]) -> list[int | None]:
@@ -34,19 +35,32 @@ def insert_events(tx: Tx, events: Sequence[NewEvent]) -> list[int | None]:
     rows = tx.many(
         "insert_events",
         [
-            {"inbox": inbox, "source": source, "source_id": source_id, "payload": body, "now": now}
-            for inbox, source, source_id, body, now in events
+            {
+                "inbox": e[0],
+                "source": e[1],
+                "source_id": e[2],
+                "payload": e[3],
+                "now": e[4],
+                "waiting": e[5] if len(e) > 5 else None,
+            }
+            for e in events
         ],
     )
     stored = {(str(r["source"]), str(r["source_id"])): int(r["id"]) for r in rows}
-    return [stored.pop((source, source_id), None) for _, source, source_id, _, _ in events]
+    return [stored.pop((e[1], e[2]), None) for e in events]
 
 
 def insert_event(
-    tx: Tx, inbox: str, source: str, source_id: str, body: str, now: int
+    tx: Tx,
+    inbox: str,
+    source: str,
+    source_id: str,
+    body: str,
+    now: int,
+    waiting: int | None = None,
 ) -> int | None:
     """`insert_events` for one event inside the caller's transaction: the new id, or None."""
-    return insert_events(tx, [(inbox, source, source_id, body, now)])[0]
+    return insert_events(tx, [(inbox, source, source_id, body, now, waiting)])[0]
 
 
 class Connector(ABC):
@@ -93,9 +107,12 @@ class StoreBase:
     def __init__(self, db: Connector, settings: Settings | None = None) -> None:
         self.db = db
         self.settings = settings or Settings()
-        self.failure_notice: Callable[[Event], Message | None] | None = None
+        self.failure_notice: Callable[[Event], list[Message]] | None = None
         """What to tell the person whose event ran out of attempts, and where (None: no one);
         the worker sets it from its agent's failure text."""
+        self.process: str | None = None
+        """The process this store's leases are held by, once it registered (processes.py):
+        a lease names it, so its leases end when it does. None: leases last their TTL."""
 
     def _tx(self, write: bool = True, urgent: bool = False) -> AbstractContextManager[Tx]:
         return self.db.transaction(write, urgent)

@@ -14,6 +14,7 @@ from wakeful.core.errors import LeaseLost, SessionUnusable
 from wakeful.core.records import Claim, Event
 from wakeful.core.rules.lease import grant, holds
 from wakeful.core.settings import Settings
+from wakeful.core.store import ops
 from wakeful.core.store.approvals import request_all
 from wakeful.core.store.codec import (
     PreparedEffects,
@@ -59,6 +60,7 @@ class Claims(Restores):
             "holder": holder,
             "gen": granted.gen,
             "expires_at": granted.expires_at,
+            "process": self.process,
         }
         row = tx.one("create_lease" if current is None else "take_lease", params)
         if row is None:
@@ -171,6 +173,8 @@ class Claims(Restores):
         if dead:
             tx.after_commit(lambda: metrics.DEAD.labels("exhausted").inc(len(dead)))
             self._tell_dead(tx, dead, now)
+            lines = [ops.dead(e.inbox, e.id, e.source, e.error) for e in dead]
+            ops.queue_lines(tx, s, lines, now)  # and the operators, in the same transaction
         rows = tx.all("next_claimable", {"inbox": inbox, "now": now, "limit": s.claim_cap})
         if rows and int(rows[0]["attempts"]) > 0:
             rows = rows[:1]  # a retried event is claimed alone
@@ -207,7 +211,11 @@ class Claims(Restores):
         notice = self.failure_notice
         if notice is None:
             return
-        told = [message_params(e.inbox, m) for e in dead if (m := notice(e)) is not None]
+        told = [
+            {**message_params(e.inbox, m), **answer_marks([e], None)}
+            for e in dead
+            for m in notice(e)
+        ]
         if told:
             queue(tx, told, now)
 
@@ -325,8 +333,19 @@ class Claims(Restores):
         if not self._holds(tx, claim.inbox, claim.holder, claim.gen, now):
             return None
         timing = effects.timing or RunTiming("", now * 1000, now * 1000)
+        waits = prepared.tool_waits or {}
         for ev in claim.events:
             error = effects.failed.get(ev.id)
+            if ev.id in waits:
+                # An approved call waits on its service: not the event's failure, so the
+                # attempt its claim counted goes back and it is tried again at `retry_at`.
+                wait = waits[ev.id]
+                params = {"id": ev.id, "gen": claim.gen, "now": now, "error": wait["error"]}
+                changed = tx.run("mark_waiting_fenced", {**params, "not_before": wait["retry_at"]})
+                if changed != 1:
+                    raise _Fenced(ev.id)
+                tx.run("set_tool_waiting", wait)
+                continue
             if ev.id in effects.dead:
                 params = {
                     "id": ev.id,
@@ -368,6 +387,13 @@ class Claims(Restores):
         for row in [*prepared.messages, *(a.prompt for a in prepared.approvals if a.prompt)]:
             row.update(marks)  # the events these rows answer (their posts' metadata)
         _write_effects(tx, claim.inbox, prepared, now, self.settings)
+        told = [
+            ops.dead(claim.inbox, ev.id, ev.source, effects.dead[ev.id])
+            for ev in claim.events
+            if ev.id in effects.dead
+        ]
+        told += [ops.reported(claim.inbox, line) for line in effects.ops]
+        ops.queue_lines(tx, self.settings, told, now)
         if not claim.events:
             return 0
         finish_seq = self._next_seq(tx, claim.inbox)
@@ -433,6 +459,8 @@ def _write_effects(tx: Tx, inbox: str, p: PreparedEffects, now: int, settings: S
     for params in p.timers:
         tx.run("upsert_timer", {**params, "now": now})
     request_all(tx, inbox, p.approvals, now, settings)
+    for outcome in p.tool_outcomes or ():
+        tx.run("set_tool_outcome", outcome)
 
 
 def run_outcome(effects: Effects) -> str:

@@ -125,6 +125,9 @@ class PreparedEffects:
     approvals: list[PreparedApproval]
     traceback: str | None = None
     usage: str | None = None
+    tool_waits: dict[int, Params] | None = None
+    """Event id -> the wait of its approved call (core/approved.py)."""
+    tool_outcomes: list[Params] | None = None
 
 
 def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
@@ -164,6 +167,21 @@ def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
         approvals=approvals,
         traceback=None if effects.traceback is None else storable(effects.traceback[-8000:]),
         usage=check_json(usage.to_json(effects.usage), "usage") if effects.usage else None,
+        tool_waits={
+            w.event_id: {
+                "id": w.request_id,
+                "error": storable(w.reason)[:2000],
+                "first": w.first_failed_at,
+                "tries": w.tries,
+                "retry_at": w.retry_at,
+                "told": w.told,
+            }
+            for w in effects.tool_waits
+        },
+        tool_outcomes=[
+            {"id": rid, "state": state, "error": None if err is None else storable(err)[:2000]}
+            for rid, (state, err) in effects.tool_outcomes.items()
+        ],
     )
 
 
@@ -221,6 +239,12 @@ def approval_record(row: Row | None) -> ApprovalState | None:
         summary=row["summary"],
         channel=row["channel"],
         thread_ts=row["thread_ts"],
+        tool_state=row["tool_state"],
+        tool_error=row["tool_error"],
+        tool_first_failed_at=row["tool_first_failed_at"],
+        tool_tries=int(row["tool_tries"] or 0),
+        tool_retry_at=row["tool_retry_at"],
+        tool_told=int(row["tool_told"] or 0),
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from wakeful.core import metrics
 from wakeful.core.errors import InvalidInput, SessionUnusable
+from wakeful.core.events import awaited
 from wakeful.core.records import Event, Ingested, ReadyList
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.codec import event_body, event_record
@@ -25,7 +26,8 @@ class Inbox(StoreBase):
         except InvalidInput:
             metrics.count_ingest(metrics.source_label(source), "rejected")
             raise
-        event_id = self.db.store_event((inbox, source, source_id, body, now))
+        waiting = now if awaited(source, payload) else None
+        event_id = self.db.store_event((inbox, source, source_id, body, now, waiting))
         metrics.count_ingest(source, "duplicate" if event_id is None else "stored")
         return Ingested(stored=event_id is not None, event_id=event_id)
 

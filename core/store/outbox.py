@@ -6,11 +6,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Iterable, Sequence
 
-from wakeful.core import kinds
+from wakeful.core import kinds, metrics
 from wakeful.core.effects import Message
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import OutboxRow
 from wakeful.core.rules.outbox import Batch, Part, plan_parts, ready
-from wakeful.core.store import threads
+from wakeful.core.store import ops, threads
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.codec import Params, message_params, outbox_record
 from wakeful.core.store.sql import Tx
@@ -23,6 +24,19 @@ def queue(tx: Tx, rows: Iterable[Params], now: int) -> None:
     """Insert prepared messages (from `message_params`) as pending outbox rows."""
     for params in rows:
         tx.run("insert_outbox", {**params, "now": now})
+
+
+def answered(tx: Tx, keys: Sequence[str], now: int) -> None:
+    """The first post back to a person who waits on one of these events (by their answer
+    keys, `source:source_id`): their wait ends now (`wakeful_unanswered_seconds`)."""
+    waited: list[int] = []
+    for key in keys:
+        source, _, source_id = key.partition(":")
+        row = tx.one("end_wait", {"source": source, "source_id": source_id})
+        if row is not None:
+            waited.append(max(0, now - int(row["created_at"])))
+    if waited:
+        tx.after_commit(lambda: metrics.observe_unanswered(waited))
 
 
 class Outbox(StoreBase):
@@ -128,9 +142,10 @@ class Outbox(StoreBase):
                     "mark_row_sent",
                     {"id": row_id, "dispatch_id": part.dispatch_id, "ts": ts, "now": now},
                 )
-            if kinds.paced(part.kind) and ts:
+            if kinds.paced(part.kind) and ts and not InboxId(part.inbox).is_ops:
                 # A reply in its thread, or a top-level post (a reminder in a channel):
-                # replies under either reach the agent without a new mention.
+                # replies under either reach the agent without a new mention (an operator's
+                # under an ops report are not for the agent).
                 threads.remember(tx, part.channel, part.thread_ts or ts, "posted", now)
             if kinds.paced(part.kind) and part.normal:
                 tx.run(
@@ -139,20 +154,37 @@ class Outbox(StoreBase):
                 )
             if part.kind == "post" and part.ref and ts:
                 tx.run("set_prompt", {"id": part.ref, "channel": part.channel, "ts": ts})
+            if part.kind != "status":
+                answered(tx, part.answers, now)
 
-    def defer_batch(self, dispatch_id: str, until: int, error: str, now: int, *, held: int) -> None:
+    def defer_batch(
+        self,
+        dispatch_id: str,
+        until: int,
+        error: str,
+        now: int,
+        *,
+        held: int,
+        paused: str | None = None,
+    ) -> None:
         """A transient failure: keep the batch `sending` and retry it whole after `until`.
-        Fenced like `renew_batch`: a sender that lost the batch cannot move its deadline."""
+        Fenced like `renew_batch`: a sender that lost the batch cannot move its deadline.
+        `paused`: the failure paused sends (the dispatcher says so once per pause), a line for
+        the operators' channel written in the same transaction."""
         params = {"dispatch_id": dispatch_id, "until": until, "error": error[:2000], "now": now}
         with self._tx() as tx:
             tx.run("defer_batch", {**params, "held": held})
+            if paused is not None:
+                ops.queue_lines(tx, self.settings, [paused], now)
 
     def fail_part(self, part: Part, error: str, now: int, notice: Message | None = None) -> bool:
         """A permanent failure: park the part's rows as `failed`, visible and requeueable.
 
         `notice` (telling the person what happened) is queued in the same transaction, and only
         when this call parked rows: a dispatcher that lost the batch, or a second attempt at
-        rows already parked, writes none, so a refusal is told once. False: nothing parked."""
+        rows already parked, writes none, so a refusal is told once. The operators' channel is
+        told alike, unless the part was its own report (a refused ops post is not reported
+        again: no loop). False: nothing parked."""
         with self._tx() as tx:
             parked = 0
             for row_id in part.row_ids:
@@ -167,6 +199,9 @@ class Outbox(StoreBase):
                 )
             if parked and notice is not None:
                 queue(tx, [message_params(part.inbox, notice)], now)
+            if parked and not InboxId(part.inbox).is_ops:
+                line = ops.parked(part.inbox, part.kind, part.channel, part.row_ids, error)
+                ops.queue_lines(tx, self.settings, [line], now)
         return parked > 0
 
     def outbox(self, status: str | None = None, inbox: str | None = None) -> list[OutboxRow]:

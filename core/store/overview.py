@@ -34,6 +34,16 @@ class StoreGauges:
     approvals_open: int
     timers_due: int
     oldest_due_timer_age: int
+    people_waiting: dict[str, int] = field(default_factory=dict)
+    """Inboxes where a person has waited over `1m`, `5m`, `15m` for a first word back."""
+
+
+WAITS = {"1m": 60, "5m": 300, "15m": 900}
+"""The silences the gauge counts (`wakeful_people_waiting{over=...}`)."""
+
+
+def waiting_params(now: int) -> dict[str, int]:
+    return {"horizon": now - 86_400, **{f"over_{k}": now - v for k, v in WAITS.items()}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +58,19 @@ class Overview:
     parked_outbox: list[dict[str, Any]] = field(default_factory=list)
     open_approvals: list[dict[str, Any]] = field(default_factory=list)
     next_timers: list[dict[str, Any]] = field(default_factory=list)
+    dead_events: list[dict[str, Any]] = field(default_factory=list)
+    """The latest dead events themselves (id, inbox, source, key, attempts, when it died, the
+    first line of its error); `dead` counts them by inbox."""
+    approved_calls: dict[str, int] = field(default_factory=dict)
+    """Approved calls by state: waiting (on a transient failure), failed, given_up."""
+    approved_calls_waiting: list[dict[str, Any]] = field(default_factory=list)
+    """Since when (first failure), tries, next try and the latest reason of each."""
+    approved_calls_failed: list[dict[str, Any]] = field(default_factory=list)
+    """The latest calls that failed for good or were given up, with their reason."""
+
+
+CALL_STATES = ("waiting", "failed", "given_up")
+"""The fates of an approved call an operator looks at (`done` and not yet made are not)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +92,14 @@ class InboxView:
 
 def _plain(rows: list[Row]) -> list[dict[str, Any]]:
     return [{k: _value(v) for k, v in dict(r).items()} for r in rows]
+
+
+def first_line(text: Any) -> str | None:
+    """The first non-blank line of an error (an exception's type and message, as a person
+    reads it first); None for none."""
+    if text is None:
+        return None
+    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
 
 
 def _value(v: Any) -> Any:
@@ -107,6 +138,7 @@ class OverviewReads(StoreBase):
             outbox = tx.all("gauge_outbox")
             approvals = tx.one("gauge_approvals")
             timers = tx.one("gauge_timers", {"now": now})
+            waiting = tx.one("gauge_waiting", waiting_params(now))
         by_status = {str(r["status"]): int(r["n"]) for r in events}
         oldest = {str(r["status"]): r["oldest"] for r in events}
         pending_since = oldest.get("pending")
@@ -125,6 +157,7 @@ class OverviewReads(StoreBase):
             approvals_open=int(approvals["n"]) if approvals else 0,
             timers_due=int(timers["n"]) if timers else 0,
             oldest_due_timer_age=0 if earliest is None else max(0, now - int(earliest)),
+            people_waiting={k: int(waiting[f"over_{k}"] or 0) if waiting else 0 for k in WAITS},
         )
 
     def overview(self, now: int, limit: int = 20) -> Overview:
@@ -133,6 +166,7 @@ class OverviewReads(StoreBase):
         totals = self.gauges(now)
         params = {"limit": limit}
         with self._tx(write=False) as tx:
+            calls = {str(r["state"]): int(r["n"]) for r in tx.all("inspect_call_counts")}
             return Overview(
                 now=now,
                 totals=totals,
@@ -142,6 +176,13 @@ class OverviewReads(StoreBase):
                 parked_outbox=_plain(tx.all("inspect_parked_outbox", params)),
                 open_approvals=_plain(tx.all("inspect_open_approvals", params)),
                 next_timers=_plain(tx.all("inspect_next_timers", params)),
+                dead_events=[
+                    {**e, "error": first_line(e["error"])}
+                    for e in _plain(tx.all("inspect_dead_events", params))
+                ],
+                approved_calls={s: calls.get(s, 0) for s in CALL_STATES},
+                approved_calls_waiting=_plain(tx.all("inspect_calls_waiting", params)),
+                approved_calls_failed=_plain(tx.all("inspect_calls_failed", params)),
             )
 
     def inbox_view(self, inbox: str, now: int, limit: int = 20) -> InboxView:

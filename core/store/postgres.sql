@@ -25,8 +25,8 @@ INSERT INTO schema_migrations (version, name) VALUES (%(version)s, %(name)s);
 -- their keys. The VALUES row is repeated once per event of a batch (Tx.many). Each new row
 -- also wakes idle workers on every host (LISTEN wakeful_work), at commit.
 WITH stored AS (
-    INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at)
-    VALUES (%(inbox)s, %(source)s, %(source_id)s, %(payload)s, %(now)s, %(now)s)
+    INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at, waiting_since)
+    VALUES (%(inbox)s, %(source)s, %(source_id)s, %(payload)s, %(now)s, %(now)s, %(waiting)s)
     ON CONFLICT (source, source_id) DO NOTHING
     RETURNING id, inbox, source, source_id
 )

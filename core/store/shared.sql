@@ -216,6 +216,22 @@ WHERE dispatch_id = :dispatch_id AND status = 'sending' AND in_flight_until = :h
 UPDATE outbox SET status = 'sent', sent_at = :now, posted_ts = :ts, error = NULL
 WHERE id = :id AND dispatch_id = :dispatch_id AND status = 'sending';
 
+-- name: end_wait
+-- A person's event got its first post back: their wait ends (its storing returned, to be
+-- measured: a wait starts when its event is stored).
+UPDATE events SET waiting_since = NULL
+WHERE source = :source AND source_id = :source_id AND waiting_since IS NOT NULL
+RETURNING created_at;
+
+-- name: gauge_waiting
+-- Inboxes where a person has waited for a first word back for over 1, 5 and 15 minutes (waits
+-- that began in the last day: an older one is a dead letter's business, not a gauge's).
+SELECT COUNT(DISTINCT CASE WHEN waiting_since <= :over_1m THEN inbox END) AS over_1m,
+       COUNT(DISTINCT CASE WHEN waiting_since <= :over_5m THEN inbox END) AS over_5m,
+       COUNT(DISTINCT CASE WHEN waiting_since <= :over_15m THEN inbox END) AS over_15m
+FROM events
+WHERE waiting_since IS NOT NULL AND waiting_since >= :horizon AND waiting_since <= :over_1m;
+
 -- name: fail_row
 -- A permanent failure: park the row as failed.
 UPDATE outbox SET status = 'failed', error = :error
@@ -243,8 +259,8 @@ WHERE id = :id AND status = 'failed';
 
 -- name: insert_step
 -- Record a durable step's result under its key, unless one is recorded.
-INSERT INTO steps (key, inbox, name, args, result, replay, created_at)
-VALUES (:key, :inbox, :name, :args, :result, :replay, :now)
+INSERT INTO steps (key, inbox, name, args, result, replay, created_at, error)
+VALUES (:key, :inbox, :name, :args, :result, :replay, :now, :error)
 ON CONFLICT (key) DO NOTHING;
 
 -- name: get_step
@@ -302,15 +318,17 @@ ORDER BY attempts > 0 DESC, id
 LIMIT :limit;
 
 -- name: take_lease
--- Take over or renew the lease, taking a sequence number.
-UPDATE leases SET holder = :holder, gen = :gen, expires_at = :expires_at, seq = seq + 1
+-- Take over or renew the lease, taking a sequence number; `process` is the holder's process
+-- (NULL: none recorded, the lease lasts its TTL whatever becomes of its holder).
+UPDATE leases SET holder = :holder, gen = :gen, expires_at = :expires_at, seq = seq + 1,
+    process = :process
 WHERE inbox = :inbox
 RETURNING seq;
 
 -- name: create_lease
 -- The inbox's first lease, generation 1, unless another holder made it first.
-INSERT INTO leases (inbox, holder, gen, expires_at, seq)
-VALUES (:inbox, :holder, :gen, :expires_at, 1)
+INSERT INTO leases (inbox, holder, gen, expires_at, seq, process)
+VALUES (:inbox, :holder, :gen, :expires_at, 1, :process)
 ON CONFLICT (inbox) DO NOTHING
 RETURNING seq;
 
@@ -325,6 +343,26 @@ UPDATE events
 SET status = 'pending', error = :error, traceback = :traceback, updated_at = :now,
     not_before = CASE WHEN :not_before > not_before THEN :not_before ELSE not_before END
 WHERE id = :id AND status = 'running' AND gen = :gen;
+
+-- name: mark_waiting_fenced
+-- An approved call's event waits on its service: back to pending until its next try, with the
+-- attempt its claim counted given back, only if still running under the claim's generation.
+UPDATE events
+SET status = 'pending', attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END,
+    not_before = :not_before, error = :error, traceback = NULL, updated_at = :now
+WHERE id = :id AND status = 'running' AND gen = :gen;
+
+-- name: set_tool_waiting
+-- An approved call held by a transient failure: since when, how many tries, the next one.
+UPDATE approvals
+SET tool_state = 'waiting', tool_error = :error, tool_first_failed_at = :first,
+    tool_tries = :tries, tool_retry_at = :retry_at, tool_told = :told
+WHERE id = :id;
+
+-- name: set_tool_outcome
+-- An approved call's end: done, failed (a permanent error) or given up.
+UPDATE approvals SET tool_state = :state, tool_error = :error, tool_retry_at = NULL
+WHERE id = :id;
 
 -- name: mark_dead_fenced
 -- An event dead with its error, only if still running under the claim's generation.
@@ -433,12 +471,24 @@ GROUP BY inbox
 ORDER BY n DESC, inbox
 LIMIT :limit;
 
+-- name: inspect_dead_events
+-- Inspect: the latest dead events, newest first (dead rows only, from the status index).
+SELECT id, inbox, source, source_id, attempts, error, updated_at AS died_at
+FROM events
+WHERE status = 'dead'
+ORDER BY id DESC
+LIMIT :limit;
+
 -- name: inspect_held_outbox
--- Inspect: destinations with held or sending outbox rows, oldest first (open rows only).
+-- Inspect: destinations with held or sending outbox rows, oldest first (open rows only); a
+-- batch a transient failure deferred (a paused workspace, a 5xx) says why and until when.
 SELECT channel, thread_ts, MIN(inbox) AS inbox,
        SUM(CASE WHEN status = 'pending' THEN 1 ELSE 0 END) AS held,
        SUM(CASE WHEN status = 'sending' THEN 1 ELSE 0 END) AS sending,
-       MIN(created_at) AS oldest
+       MIN(created_at) AS oldest,
+       MAX(CASE WHEN status = 'sending' AND error IS NOT NULL THEN in_flight_until END)
+           AS retry_at,
+       MAX(CASE WHEN status = 'sending' THEN error END) AS error
 FROM outbox
 WHERE status IN ('pending', 'sending')
 GROUP BY channel, thread_ts
@@ -459,6 +509,34 @@ SELECT id, inbox, tool, requester, deadline, created_at
 FROM approvals
 WHERE answer IS NULL
 ORDER BY deadline, id
+LIMIT :limit;
+
+-- name: inspect_call_counts
+-- Inspect: approved calls waiting on a transient failure, and those failed or given up (each
+-- count from its partial index; a call done or not yet made is never read).
+SELECT 'waiting' AS state, COUNT(*) AS n FROM approvals WHERE tool_state = 'waiting'
+UNION ALL
+SELECT tool_state AS state, COUNT(*) AS n
+FROM approvals
+WHERE tool_state IN ('failed', 'given_up')
+GROUP BY tool_state;
+
+-- name: inspect_calls_waiting
+-- Inspect: approved calls waiting on a transient failure, next retry first (waiting index).
+SELECT id, inbox, tool, requester, answered_at, tool_first_failed_at, tool_tries,
+       tool_retry_at, tool_error
+FROM approvals
+WHERE tool_state = 'waiting'
+ORDER BY tool_retry_at, id
+LIMIT :limit;
+
+-- name: inspect_calls_failed
+-- Inspect: the latest approved calls that failed for good or were given up (their index).
+SELECT id, inbox, tool, requester, answered_at, tool_state, tool_first_failed_at, tool_tries,
+       tool_error
+FROM approvals
+WHERE tool_state IN ('failed', 'given_up')
+ORDER BY answered_at DESC, id
 LIMIT :limit;
 
 -- name: inspect_next_timers
@@ -527,7 +605,8 @@ LIMIT :limit;
 
 -- name: inspect_inbox_approvals
 -- Inspect one inbox: its latest approvals, newest first.
-SELECT id, inbox, tool, requester, deadline, created_at, answer, answered_by, answered_at
+SELECT id, inbox, tool, requester, deadline, created_at, answer, answered_by, answered_at,
+       tool_state, tool_error, tool_first_failed_at, tool_tries, tool_retry_at
 FROM approvals
 WHERE inbox = :inbox
 ORDER BY created_at DESC
@@ -643,12 +722,13 @@ WHERE answer IS NULL AND substr(inbox, 1, CAST(:n AS INTEGER)) = :prefix;
 
 -- name: set_inbox_aside
 -- Hold an inbox of an ended workspace: a lease of its own that lapses only on re-install
--- (a run in flight there loses its lease, so its finish writes nothing).
+-- (a run in flight there loses its lease, so its finish writes nothing). No process holds
+-- it, so none's end ends it.
 INSERT INTO leases (inbox, holder, gen, expires_at, seq)
 VALUES (:inbox, :holder, 1, :until, 1)
 ON CONFLICT (inbox) DO UPDATE SET
     holder = excluded.holder, gen = leases.gen + 1, expires_at = excluded.expires_at,
-    seq = leases.seq + 1;
+    seq = leases.seq + 1, process = NULL;
 
 -- name: resume_workspace
 -- A workspace installed again: the leases that held its inboxes lapse now.
@@ -769,3 +849,43 @@ SELECT channel, thread_ts, first FROM (
 ) turns
 ORDER BY turn, first
 LIMIT :limit;
+
+-- name: register_process
+-- A process says it runs (again, after it was judged dead: same row, seen now).
+INSERT INTO processes (id, host, boot, pid, pid_start, role, started_at, seen_at)
+VALUES (:id, :host, :boot, :pid, :pid_start, :role, :started_at, :now)
+ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at;
+
+-- name: beat_process
+-- A process's heartbeat: it is alive now (no row: it was judged dead meanwhile).
+UPDATE processes SET seen_at = :now WHERE id = :id;
+
+-- name: processes_here
+-- The processes of one host's boot and pid namespace: their pids can be checked from here.
+SELECT * FROM processes WHERE host = :host AND boot = :boot;
+
+-- name: processes_silent
+-- The processes whose latest heartbeat is older than `before`.
+SELECT * FROM processes WHERE seen_at < :before;
+
+-- name: forget_dead_process
+-- A process judged dead, unless it said it was alive since it was read.
+DELETE FROM processes WHERE id = :id AND seen_at = :seen_at;
+
+-- name: forget_process
+-- A process that stops cleanly.
+DELETE FROM processes WHERE id = :id;
+
+-- name: end_process_leases
+-- The live leases of a process that is gone lapse now; their generation stays, so the next
+-- holder takes the next one and the gone process's finish is refused as before.
+UPDATE leases SET expires_at = :now WHERE process = :process AND expires_at > :now;
+
+-- name: all_processes
+-- Every process that says it runs, oldest first.
+SELECT * FROM processes ORDER BY started_at, id;
+
+-- name: lease_process
+-- The process holding an inbox's live lease, if it recorded itself.
+SELECT p.* FROM leases l JOIN processes p ON p.id = l.process
+WHERE l.inbox = :inbox AND l.expires_at > :now;

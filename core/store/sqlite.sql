@@ -21,8 +21,8 @@ INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :nam
 -- The one way an event enters the inbox (base.insert_events): store each delivery unless its
 -- (source, source_id) key exists, the first copy in a batch winning; the new rows' ids with
 -- their keys. The VALUES row is repeated once per event of a batch (Tx.many).
-INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at)
-VALUES (:inbox, :source, :source_id, :payload, :now, :now)
+INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at, waiting_since)
+VALUES (:inbox, :source, :source_id, :payload, :now, :now, :waiting)
 ON CONFLICT (source, source_id) DO NOTHING
 RETURNING id, source, source_id;
 

@@ -34,9 +34,12 @@ class Steps(StoreBase):
         result: Any,
         now: int,
         replay: bool = False,
+        error: str | None = None,
     ) -> Any:
         """Record `result` under `key` unless a result is recorded; the one that stands.
-        `replay`: kept only so a retried run can replay it (pruned after the retention)."""
+        `replay`: kept only so a retried run can replay it (pruned after the retention).
+        `error`: the call ended in a failure that stands (its result None): `recorded_step`
+        then carries it, and nothing calls the step again."""
         require(key=key, name=name)
         if inbox is not None:
             check_name("inbox", inbox)
@@ -49,6 +52,7 @@ class Steps(StoreBase):
             "result": body,
             "replay": 1 if replay else 0,
             "now": now,
+            "error": None if error is None else str(error)[:2000],
         }
         with self._tx() as tx:
             if tx.run("insert_step", params):
@@ -81,4 +85,5 @@ def step_record(row: Row) -> StepRecord:
         args=None if row["args"] is None else json.loads(row["args"]),
         result=json.loads(row["result"]),
         created_at=int(row["created_at"]),
+        error=row["error"],
     )

@@ -34,6 +34,7 @@ class WebApi:
     _channels: dict[str, list[JsonDict]]
     _removed: set[str]
     _outside: set[str]
+    _archived: set[str]
     _members: dict[str, set[str]]
     _ephemerals: list[JsonDict]
     _homes: dict[str, list[JsonDict]]
@@ -85,6 +86,8 @@ class WebApi:
             # EventSender writes from), and the answer names that DM.
             params = {**params, "channel": "D" + to[1:]}
         channel, msgs = self._channel(params)
+        if channel in self._archived:
+            raise _SlackError("is_archived")
         text, blocks = params.get("text"), _json_field(params, "blocks")
         if not text and not blocks and not params.get("attachments"):
             raise _SlackError("no_text")
@@ -116,6 +119,33 @@ class WebApi:
             msg["metadata"] = metadata
         msgs.append(msg)
         return {"channel": channel, "ts": ts, "message": copy.deepcopy(msg)}
+
+    def _conversation_info(self, params: JsonDict) -> JsonDict:
+        """`conversations.info`: the conversation as Slack describes it to the bot, with
+        `is_member` and `is_archived`. A channel removed (or, with `auto_channels` off, never
+        made) is `channel_not_found`, and so is a private one (`G…`) the bot is not in: Slack
+        shows a bot no private channel it is outside of. Nothing is created by asking."""
+        channel = params.get("channel")
+        if not isinstance(channel, str) or not channel or channel in self._removed:
+            raise _SlackError("channel_not_found")
+        if channel not in self._channels and not self.auto_channels:
+            raise _SlackError("channel_not_found")
+        member = channel not in self._outside
+        private = channel.startswith("G")
+        if private and not member:
+            raise _SlackError("channel_not_found")
+        info: JsonDict = {
+            "id": channel,
+            "name": channel.lower(),
+            "is_channel": channel.startswith("C"),
+            "is_group": private,
+            "is_im": channel.startswith("D"),
+            "is_private": private or channel.startswith("D"),
+            "is_archived": channel in self._archived,
+            "is_member": member,
+            "context_team_id": self._me.team_id,
+        }
+        return {"channel": info}
 
     def _update(self, params: JsonDict) -> JsonDict:
         channel, msgs = self._channel(params)

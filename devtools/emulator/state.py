@@ -101,6 +101,7 @@ class SlackEmulator(WebApi, OAuthApi):
             "chat.postEphemeral": self._post_ephemeral,
             "conversations.history": self._history,
             "conversations.replies": self._replies,
+            "conversations.info": self._conversation_info,
             "users.info": self._users_info,
             "views.publish": self._views_publish,
             "assistant.threads.setStatus": self._set_status,
@@ -111,6 +112,7 @@ class SlackEmulator(WebApi, OAuthApi):
         self._prompts: list[JsonDict] = []
         self._members: dict[str, set[str]] = {}
         self._outside: set[str] = set()
+        self._archived: set[str] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -200,12 +202,20 @@ class SlackEmulator(WebApi, OAuthApi):
         with self._cond:
             self._removed.discard(channel)
             self._outside.discard(channel)
+            self._archived.discard(channel)
             self._channels.setdefault(channel, [])
 
     def remove_channel(self, channel: str) -> None:
         """Later API calls naming ``channel`` answer ``channel_not_found``; records stay."""
         with self._cond:
             self._removed.add(channel)
+
+    def archive_channel(self, channel: str) -> None:
+        """``channel`` is archived: posting there answers ``is_archived``; its history and
+        ``conversations.info`` (``is_archived``: true) still answer."""
+        with self._cond:
+            self._channels.setdefault(channel, [])
+            self._archived.add(channel)
 
     def leave_channel(self, channel: str) -> None:
         """The bot is no longer in ``channel``: posting there answers ``not_in_channel``."""

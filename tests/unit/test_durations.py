@@ -16,10 +16,12 @@ BASE = {"SLACK_BOT_TOKEN": "xoxb-1"}
 READ = {
     "WAKEFUL_OUTBOX_GAP": lambda c: c.settings.outbox_gap,
     "WAKEFUL_LEASE_TTL": lambda c: c.settings.lease_ttl,
+    "WAKEFUL_HEARTBEAT": lambda c: c.settings.heartbeat,
     "WAKEFUL_APPROVAL_TTL": lambda c: c.settings.approval_ttl,
     "WAKEFUL_SEND_TIMEOUT": lambda c: c.settings.send_timeout,
     "WAKEFUL_BACKOFF_BASE": lambda c: c.settings.backoff_base,
     "WAKEFUL_BACKOFF_CAP": lambda c: c.settings.backoff_cap,
+    "WAKEFUL_TOOL_RETRY_FOR": lambda c: c.settings.tool_retry_for,
     "WAKEFUL_RETENTION": lambda c: c.settings.retention,
     "WAKEFUL_STARTUP_WAIT": lambda c: c.startup_wait,
     "WAKEFUL_BATCH_WINDOW": lambda c: c.batch_window,
@@ -41,6 +43,7 @@ def test_every_duration_setting_takes_the_same_syntax() -> None:
         "WAKEFUL_BATCH_WINDOW": ("30s", 30),
         "WAKEFUL_STARTUP_WAIT": ("2m", 120),
         "WAKEFUL_TOKEN_REFRESH_BEFORE": ("2h", 7200),
+        "WAKEFUL_HEARTBEAT": ("1m", 60),
     }
     for name, read in READ.items():
         raw, want = small.get(name, ("5d", 5 * 86_400))
@@ -76,6 +79,8 @@ def test_every_duration_setting_takes_the_same_syntax() -> None:
             "WAKEFUL_STARTUP_WAIT must be between 0 and 3600 s, got '2h'",
         ),
         ("WAKEFUL_BATCH_WINDOW", "2m", "WAKEFUL_BATCH_WINDOW must be between 0 and 60 s, got '2m'"),
+        ("WAKEFUL_HEARTBEAT", "0", "WAKEFUL_HEARTBEAT must be between 1 and 60 s, got '0'"),
+        ("WAKEFUL_HEARTBEAT", "2m", "WAKEFUL_HEARTBEAT must be between 1 and 60 s, got '2m'"),
     ],
 )
 def test_a_bad_duration_says_which_setting_what_was_given_and_the_syntax(

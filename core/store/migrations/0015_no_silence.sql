@@ -12,6 +12,9 @@ ALTER TABLE approvals ADD COLUMN tool_tries BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE approvals ADD COLUMN tool_retry_at BIGINT;
 ALTER TABLE approvals ADD COLUMN tool_told BIGINT NOT NULL DEFAULT 0;
 CREATE INDEX approvals_tool_waiting ON approvals (tool_retry_at) WHERE tool_state = 'waiting';
+-- `wakeful inspect` lists the calls that failed for good or were given up, latest first.
+CREATE INDEX approvals_tool_ended ON approvals (answered_at)
+    WHERE tool_state IN ('failed', 'given_up');
 
 -- A step whose call ended in a failure that stands (a permanent error, a tool given up): the
 -- error is its outcome, and nothing calls it again.
@@ -20,6 +23,8 @@ ALTER TABLE steps ADD COLUMN error TEXT;
 -- Every wakeful process records that it is alive; a lease names the process that holds it,
 -- so a holder known dead (its pid gone on this host, or silent for three heartbeats) loses
 -- its leases at once instead of after their TTL. Fencing is the generation's, as before.
+-- `boot` is the host's boot id and the pid namespace (a pid is checked only where both are
+-- the checker's own); `pid_start` the pid's start time, so a reused pid is told apart.
 CREATE TABLE processes (
     id TEXT PRIMARY KEY,
     host TEXT NOT NULL,
@@ -31,6 +36,7 @@ CREATE TABLE processes (
     seen_at BIGINT NOT NULL
 );
 CREATE INDEX processes_seen ON processes (seen_at);
+CREATE INDEX processes_here ON processes (host, boot);
 ALTER TABLE leases ADD COLUMN process TEXT;
 CREATE INDEX leases_process ON leases (process) WHERE process IS NOT NULL;
 
