@@ -3,10 +3,11 @@
 One line per check (`ok`, `FAIL`, or `skip` with the reason), in the order a start-up meets
 them: the settings, the store (reachable, migrations current, SQLite in WAL with synchronous
 FULL, integrity on request, the database server's clock), Slack (the token by auth.test, the
-scopes it was granted against the manifest's, Slack's clock), the signing secret (set or not:
-only Slack can tell a wrong one), the agent (WAKEFUL_AGENT loads), and the Anthropic key when
-the Claude agent is on. The exit status is 1 when any check failed. It
-changes nothing: the store is probed before it is opened, and never migrated.
+scopes it was granted against the manifest's, Slack's clock, the bot's place in
+WAKEFUL_OPS_CHANNEL when set), the signing secret (set or not: only Slack can tell a wrong
+one), the agent (WAKEFUL_AGENT loads), and the Anthropic key when the Claude agent is on. The
+exit status is 1 when any check failed. It changes nothing: the store is probed before it is
+opened, and never migrated, and nothing is posted.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def run_checks(
         checks += _installation_checks(config, manifest)
     else:
         checks += _slack_checks(config, manifest, clock)
+    if config.settings.ops_channel:
+        checks.append(_ops_channel(config))
     if config.socket_mode:
         checks.append(Check("signing secret", None, "Socket Mode (SLACK_APP_TOKEN): not used"))
     elif config.signing_secret:
@@ -227,6 +230,77 @@ def _installation_checks(config: Config, manifest: str | None) -> list[Check]:
         who = f"bot {response.get('user_id')}; {scopes.detail}"
         checks.append(Check(name, scopes.ok, who))
     return checks
+
+
+def _ops_channel(config: Config) -> Check:
+    """WAKEFUL_OPS_CHANNEL, asked of Slack with the token that posts there (in distribution
+    mode, its workspace's installation's): `conversations.info` says the channel exists, is
+    not archived, and has the bot in it. Nothing is posted."""
+    from slack_sdk.errors import SlackApiError
+
+    from wakeful.bot.sender import make_client
+
+    name = "ops channel"
+    team, _, channel = config.settings.ops_channel.rpartition(":")
+    try:
+        token = _ops_token(config, team)
+        info = make_client(token, config.api_url).conversations_info(channel=channel)["channel"]
+    except SlackApiError as exc:
+        error = str(exc.response.get("error") if hasattr(exc.response, "get") else "error")
+        why = _OPS_REFUSED.get(error, "{channel}: Slack answered {error}")
+        return Check(name, False, why.format(channel=channel, error=error))
+    except OSError as exc:
+        return Check(name, False, f"cannot reach {config.api_url}: {exc}")
+    except WakefulError as exc:
+        return Check(name, None if isinstance(exc, _NotChecked) else False, str(exc))
+    if info.get("is_archived"):
+        return Check(
+            name, False, f"{channel} is archived: unarchive it, or set another WAKEFUL_OPS_CHANNEL"
+        )
+    if not info.get("is_member"):
+        return Check(name, False, f"the bot is not in {channel}: `/invite @wakeful` there")
+    return Check(
+        name, True, f"#{info.get('name') or channel} ({channel}): the bot is in it, not archived"
+    )
+
+
+_OPS_REFUSED = {
+    "channel_not_found": (
+        "{channel} not found: no such channel, or a private one the bot is not in (invite it)"
+    ),
+    "missing_scope": (
+        "cannot look at {channel}: the token lacks channels:read and groups:read (asked for "
+        "by manifest.yml); add them and reinstall the app"
+    ),
+}
+
+
+class _NotChecked(WakefulError):
+    """The check cannot be made from here (the doctor changes nothing, refreshes no token)."""
+
+
+def _ops_token(config: Config, team: str) -> str:
+    """The bot token that posts in the ops channel: SLACK_BOT_TOKEN, or (distribution mode)
+    the installation of the channel's workspace, opened in memory only."""
+    if not config.distribution:
+        if not config.bot_token:
+            raise WakefulError("SLACK_BOT_TOKEN is not set")
+        return config.bot_token
+    from wakeful.bot.installations import TokenCipher, from_row
+
+    store = open_store(config.db, config.settings, migrate=False)
+    try:
+        row = store.installation_for_team(team)
+    finally:
+        store.close()
+    if row is None or row.status != "active":
+        raise WakefulError(f"workspace {team} (WAKEFUL_OPS_CHANNEL) has no active installation")
+    if row.expires_at is not None and row.expires_at <= int(time.time()):
+        raise _NotChecked(
+            f"workspace {team}'s token has expired: not refreshed by the doctor (the next send "
+            "refreshes it)"
+        )
+    return from_row(row, TokenCipher(config.token_key)).bot_token or ""
 
 
 def _expired(expired_at: int, refresh_token: str | None) -> tuple[bool, str]:

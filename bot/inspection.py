@@ -1,9 +1,12 @@
 """`wakeful inspect [INBOX] [--json]`: what an unattended agent is doing, without SQL.
 
-The overview lists where work waits (backlog, dead events, held and parked outbox rows, open
-approvals, the next timers); `inspect INBOX` shows one inbox's latest events, runs, outbox
-rows, timers and approvals. Aligned tables for people, `--json` for scripts (times as epoch
-seconds there, as ages here). Reads only: every list is one bounded, indexed statement.
+The overview lists where work waits and what failed (backlog, dead events by inbox and the
+latest ones, held outbox rows with why a deferred one waits, parked rows, open approvals,
+approved calls waiting on a transient failure, given up or failed, the next timers);
+`inspect INBOX` shows one inbox's latest events (with tracebacks), runs, outbox rows, timers
+and approvals (with each approved call's state). Aligned tables for people, `--json` for
+scripts (times as epoch seconds there, as ages here); both redacted like every log line.
+Reads only: every list is one bounded, indexed statement.
 """
 
 from __future__ import annotations

@@ -413,9 +413,14 @@ class Worker(Loop):
                 log.warning("the store refused the run's finish; the run failed: %s", error)
             last = self.store.settings.max_attempts
             events = ran.claim.events
+            assert self.runner is not None
             ran.effects = Effects(
                 failed={e.id: error for e in events if e.attempts < last},
                 dead={e.id: error for e in events if e.attempts >= last},
+                # Whoever caused an event that dies here is told, as on any other death.
+                messages=[
+                    m for e in events if e.attempts >= last for m in self.runner.notice_for(e)
+                ],
                 timing=ran.effects.timing,
             )
         try:

@@ -220,9 +220,17 @@ class ClaudeTools:
         who = e.by
         if e.answer == "yes":
             stats["approved"] += 1
-            if e.error:
-                why = f"tool {e.tool!r} is not permitted" if self._denied(e.tool) else e.error
+            if e.error and self._denied(e.tool):
+                why = f"tool {e.tool!r} is not permitted"
                 ok, text = False, f"Approved by <@{who}>, but refused: {why}; nothing was done."
+            elif e.error:
+                # The call failed for good or was given up: the person must hear it was not
+                # done and why (wakeful says it itself if the reply does not).
+                ok, text = (
+                    False,
+                    f"Approved by <@{who}>, but not done: {e.error}. Nothing was done; tell "
+                    "the person it was not done and why.",
+                )
             elif isinstance(e.result, dict) and e.result.get("refunded") is False:
                 already = e.result.get("already")
                 ok, text = False, f"Approved by <@{who}>, but refused: {already}; nothing was done."

@@ -17,7 +17,9 @@ wakeful knows what to do and tells the person (docs/agents.md "When a tool fails
   destination, and a 5xx Stripe replays under the key (`Idempotent-Replayed: true`: a retry would
   only replay it). For that last one Stripe is asked whether a refund carries this request in
   its metadata: if one does, that is the result; if none does, nothing was refunded under it.
-  Each reason is a clause read as "The refund of order X was not done: <reason>."
+  Each reason is a clause read as "The refund of order X was not done: <reason>."; those only an
+  operator can mend (the gateway refusing, its key refused) are marked `tell_ops`, so the
+  operators' channel hears of them too.
 
 Stripe's webhooks confirm the refund afterwards (bot/agents/stripe_confirm.py).
 """
@@ -203,7 +205,7 @@ class StripeRefunds:
                     why.retry_after,
                 ) from exc
             raise ToolFailed(
-                f"{kept}; whether it refunded could not be checked: {why.reason}"
+                f"{kept}; whether it refunded could not be checked: {why.reason}", tell_ops=True
             ) from exc
 
 
@@ -233,12 +235,14 @@ def failure(
                 f"the gateway refused the call ({code}) and an earlier attempt may have reached "
                 "Stripe; it is tried again under the same key once the gateway lets it through"
             )
-        return ToolFailed(f"the gateway refused the call ({code})")
+        return ToolFailed(f"the gateway refused the call ({code})", tell_ops=True)
     if mark == "upstream_error":
         if code == "upstream_timeout":
             return RefundUnavailable("the payment service did not answer in time")
         if code == "answer_too_large":
-            return ToolFailed("Stripe's answer was larger than the gateway passes on")
+            return ToolFailed(
+                "Stripe's answer was larger than the gateway passes on", tell_ops=True
+            )
         return RefundUnavailable("the payment service could not be reached")
     if isinstance(exc, stripe.RateLimitError) or status == 429:
         return RefundUnavailable(SLOW_DOWN, wait)
@@ -251,7 +255,8 @@ def failure(
     if isinstance(exc, stripe.AuthenticationError):
         return ToolFailed(
             "Stripe refused the gateway's credential; an operator must check the gateway's "
-            "Stripe key"
+            "Stripe key",
+            tell_ops=True,
         )
     said = message.rstrip(".") + (f" ({code})" if code else "")
     if isinstance(exc, stripe.CardError):

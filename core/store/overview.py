@@ -161,8 +161,9 @@ class OverviewReads(StoreBase):
         )
 
     def overview(self, now: int, limit: int = 20) -> Overview:
-        """Inboxes with backlog, dead events, held and parked outbox rows; open approvals and
-        the next timers; `limit` rows of each."""
+        """Inboxes with backlog, dead events (by inbox, and the latest ones), held and parked
+        outbox rows; open approvals, approved calls waiting, failed or given up, and the next
+        timers; `limit` rows of each."""
         totals = self.gauges(now)
         params = {"limit": limit}
         with self._tx(write=False) as tx:

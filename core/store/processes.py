@@ -3,9 +3,9 @@
 Every wakeful process records itself (`register`) and says it is still alive every heartbeat
 (`beat`); each lease it takes names it (`Store.process`, written by the claims). `reap` judges
 the others by the liveness rule (core/rules/liveness.py) and, for each one found dead, deletes
-its row and lets its live leases lapse now in one short transaction. A lease that lapses keeps
-its generation, so the next holder takes the next one and a stalled holder that wakes up is
-refused by the fence exactly as after a TTL.
+its row and lets its live leases lapse now in one short transaction, the events of its runs
+due at once. A lease that lapses keeps its generation, so the next holder takes the next one
+and a stalled holder that wakes up is refused by the fence exactly as after a TTL.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from wakeful.core.records import ProcessRecord
 from wakeful.core.rules.liveness import Watch
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.codec import require
-from wakeful.core.store.sql import Row
+from wakeful.core.store.sql import Row, Tx
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +59,7 @@ class Processes(StoreBase):
         now (a run its loops could not end in time). Returns how many lapsed."""
         with self._tx() as tx:
             tx.run("forget_process", {"id": process})
-            return tx.run("end_process_leases", {"process": process, "now": now})
+            return _end_leases(tx, process, now)
 
     def reap(self, watch: Watch, now: int) -> list[Reaped]:
         """Judge every process that may be dead (those of this host, whose pids can be
@@ -83,7 +83,7 @@ class Processes(StoreBase):
             with self._tx() as tx:
                 if tx.run("forget_dead_process", {"id": p.id, "seen_at": p.seen_at}) != 1:
                     continue  # it beat since it was read, or another process reaped it
-                leases = tx.run("end_process_leases", {"process": p.id, "now": now})
+                leases = _end_leases(tx, p.id, now)
             reaped.append(Reaped(p, leases, verdict.why))
         return reaped
 
@@ -97,6 +97,15 @@ class Processes(StoreBase):
         with self._tx(write=False) as tx:
             row = tx.one("lease_process", {"inbox": inbox, "now": now})
         return None if row is None else process_record(row)
+
+
+def _end_leases(tx: Tx, process: str, now: int) -> int:
+    """Let the live leases of a process that is gone lapse now, its runs' events due at once
+    (their attempt stays counted: a run that kills its process is dead after MAX_ATTEMPTS
+    crashes, sooner than before). Returns how many leases lapsed."""
+    params = {"process": process, "now": now}
+    tx.run("due_process_runs", params)
+    return tx.run("end_process_leases", params)
 
 
 def process_record(row: Row) -> ProcessRecord:

@@ -543,7 +543,7 @@ LIMIT :limit;
 -- Inspect: the timers due soonest (due index).
 SELECT id, inbox, kind, action, next_at, policy
 FROM timers
-ORDER BY next_at
+ORDER BY next_at, id
 LIMIT :limit;
 
 -- name: inspect_inbox_events
@@ -600,7 +600,7 @@ LIMIT :limit;
 SELECT id, inbox, kind, action, next_at, policy
 FROM timers
 WHERE inbox = :inbox
-ORDER BY next_at
+ORDER BY next_at, id
 LIMIT :limit;
 
 -- name: inspect_inbox_approvals
@@ -609,7 +609,7 @@ SELECT id, inbox, tool, requester, deadline, created_at, answer, answered_by, an
        tool_state, tool_error, tool_first_failed_at, tool_tries, tool_retry_at
 FROM approvals
 WHERE inbox = :inbox
-ORDER BY created_at DESC
+ORDER BY created_at DESC, id DESC
 LIMIT :limit;
 
 -- name: inbox_source_counts
@@ -875,6 +875,13 @@ DELETE FROM processes WHERE id = :id AND seen_at = :seen_at;
 -- name: forget_process
 -- A process that stops cleanly.
 DELETE FROM processes WHERE id = :id;
+
+-- name: due_process_runs
+-- The events a gone process was running are due at once (the attempt stays counted): their
+-- run ended with its process, and the backoff fixed at their claim would only add to that.
+UPDATE events SET not_before = :now
+WHERE status = 'running' AND not_before > :now
+  AND inbox IN (SELECT inbox FROM leases WHERE process = :process AND expires_at > :now);
 
 -- name: end_process_leases
 -- The live leases of a process that is gone lapse now; their generation stays, so the next

@@ -86,7 +86,7 @@ def test_the_overview_shows_where_work_waits_and_what_failed(
     done = wakeful(full, "inspect")
     assert done.returncode == 0 and done.stderr == ""
     out = done.stdout
-    assert "events: 4 pending" in out and "1 running, 3 dead" in out
+    assert "events: 5 pending" in out and "1 running, 3 dead" in out
     assert "outbox: 1 held, 1 sending, 1 parked" in out
     assert "approvals open: 1; approved calls waiting: 1, given up: 1, failed: 1" in out
     assert "timers due now: 1" in out
@@ -144,7 +144,7 @@ def test_the_overview_as_json_lists_each_dead_event_and_each_approved_call(
     done = wakeful(full, "inspect", "--json")
     assert done.returncode == 0 and done.stderr == ""
     data = json.loads(done.stdout)
-    assert data["totals"]["events"] == {"pending": 4, "running": 1, "dead": 3}
+    assert data["totals"]["events"] == {"pending": 5, "running": 1, "dead": 3}
     assert data["totals"]["outbox"] == {"held": 1, "sending": 1, "parked": 1}
     dead = {e["id"]: e for e in data["dead_events"]}
     assert set(dead) == {filled.exhausted, filled.dead_at_once, filled.poisoned}
@@ -241,6 +241,12 @@ def test_an_inbox_with_approved_calls_shows_each_ones_state(
     assert "given up after 31 tries" in lines[ids["given_up"]]
     assert lines[ids["failed"]].endswith(f"failed for good: {full_store.FAILED_REASON}")
 
+    # The waiting call's answer waits with it: pending until the next try, no attempt spent.
+    assert f"inbox {full_store.WAIT}: 1 pending, 0 running, 0 dead;" in out
+    events = {cells(r)[5]: cells(r) for r in section(out, "events (latest 8)")[1:]}
+    assert events[ids["waiting"]][1:3] == ["pending", "0"]
+    assert events[ids["waiting"]][-1] == full_store.WAITING_REASON
+
     done = wakeful(full, "inspect", full_store.WAIT, "--json")
     data = json.loads(done.stdout)
     calls = {a["id"]: a for a in data["approvals"]}
@@ -253,21 +259,21 @@ def test_an_inbox_with_approved_calls_shows_each_ones_state(
 @pytest.mark.parametrize(
     ("inbox", "counts", "says"),
     [
-        (full_store.BUSY, (2, 1, 0), "held by worker-0f1e2d3c until in "),
-        (full_store.POST, (0, 0, 0), "free (last held by worker-0f1e2d3c)"),
-        (full_store.PAUSED, (0, 0, 0), full_store.PAUSE_ERROR),
-        (full_store.ASIDE, (0, 0, 1), full_store.SET_ASIDE_REASON),
-        (full_store.GONE, (1, 0, 0), "set aside (workspace T3's installation ended"),
+        (full_store.BUSY, (2, 1, 0), ("held by worker-0f1e2d3c until in ", "2 (1 replayed)")),
+        (full_store.POST, (0, 0, 0), ("free (last held by worker-0f1e2d3c)",)),
+        (full_store.PAUSED, (0, 0, 0), (full_store.PAUSE_ERROR,)),
+        (full_store.ASIDE, (0, 0, 1), (full_store.SET_ASIDE_REASON,)),
+        (full_store.GONE, (1, 0, 0), ("set aside (workspace T3's installation ended",)),
     ],
 )
 def test_every_other_inbox_reads_as_text_and_json(
-    full: tuple[str, Filled, Path], inbox: str, counts: tuple[int, int, int], says: str
+    full: tuple[str, Filled, Path], inbox: str, counts: tuple[int, int, int], says: tuple[str, ...]
 ) -> None:
     done = wakeful(full, "inspect", inbox)
     assert done.returncode == 0 and done.stderr == ""
     pending, running, dead = counts
     assert f"inbox {inbox}: {pending} pending, {running} running, {dead} dead;" in done.stdout
-    assert says in done.stdout
+    assert all(said in done.stdout for said in says), done.stdout
     data = json.loads(wakeful(full, "inspect", inbox, "--json").stdout)
     assert data["counts"] == {"pending": pending, "running": running, "dead": dead}
 
@@ -410,7 +416,7 @@ def test_a_metrics_scrape_counts_every_kind_of_row(full: tuple[str, Filled, Path
 
     assert value("wakeful_store_up") == 1
     events = {s: value("wakeful_events", status=s) for s in ("pending", "running", "dead")}
-    assert events == {"pending": 4, "running": 1, "dead": 3}
+    assert events == {"pending": 5, "running": 1, "dead": 3}
     rows = {s: value("wakeful_outbox_rows", state=s) for s in ("held", "sending", "parked")}
     assert rows == {"held": 1, "sending": 1, "parked": 1}
     assert value("wakeful_approvals_open") == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.test_slack_app import child_env, pg_schema_url, wakeful_cmd
-from wakeful.bot.doctor import Check, run_checks
+from wakeful.bot.doctor import Check, report, run_checks
 from wakeful.bot.scopes import required_scopes
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import SlackEmulator
@@ -215,3 +215,93 @@ def test_the_command_prints_one_line_per_check_and_exits_non_zero_on_a_failure(
     assert "FAIL slack token     rejected by Slack (invalid_auth)" in bad.stdout
     assert bad.stdout.splitlines()[-1] == "1 check(s) failed"
     assert "xoxb-not-this-one" not in bad.stdout + bad.stderr
+
+
+OPS = "C0PS"
+
+
+def test_the_ops_channel_is_asked_of_slack_and_nothing_is_posted(
+    emu: SlackEmulator, db: str
+) -> None:
+    """WAKEFUL_OPS_CHANNEL (issue 33): conversations.info says the channel exists, is not
+    archived and has the bot in it; each way it cannot take the ops posts fails, saying what
+    to do. Unset, there is no such check (see the healthy setup above)."""
+    env = env_for(emu, db, WAKEFUL_OPS_CHANNEL=OPS)
+
+    def ops_check() -> Check:
+        return by_name(run_checks(env))["ops channel"]
+
+    assert ops_check() == Check("ops channel", True, "#c0ps (C0PS): the bot is in it, not archived")
+    emu.leave_channel(OPS)
+    assert ops_check() == Check(
+        "ops channel", False, "the bot is not in C0PS: `/invite @wakeful` there"
+    )
+    emu.add_channel(OPS)
+    emu.archive_channel(OPS)
+    assert ops_check() == Check(
+        "ops channel", False, "C0PS is archived: unarchive it, or set another WAKEFUL_OPS_CHANNEL"
+    )
+    emu.remove_channel(OPS)
+    not_found = "C0PS not found: no such channel, or a private one the bot is not in (invite it)"
+    assert ops_check() == Check("ops channel", False, not_found)
+    emu.add_channel(OPS)
+    emu.scopes = [s for s in emu.scopes if s not in ("channels:read", "groups:read")]
+    assert ops_check() == Check(
+        "ops channel",
+        False,
+        "cannot look at C0PS: the token lacks channels:read and groups:read (asked for by "
+        "manifest.yml); add them and reinstall the app",
+    )
+    assert [c.params.get("channel") for c in emu.calls("conversations.info")] == [OPS] * 5
+    assert emu.calls("chat.postMessage") == []  # the doctor changes nothing
+    text, code = report(run_checks(env))
+    assert code == 1 and "FAIL ops channel     cannot look at C0PS" in text
+
+
+def test_a_private_ops_channel_the_bot_is_not_in_is_not_found(emu: SlackEmulator, db: str) -> None:
+    emu.add_channel("G0PS")
+    ok = by_name(run_checks(env_for(emu, db, WAKEFUL_OPS_CHANNEL="G0PS")))["ops channel"]
+    assert ok.ok is True
+    emu.leave_channel("G0PS")  # Slack shows a bot no private channel it is outside of
+    gone = by_name(run_checks(env_for(emu, db, WAKEFUL_OPS_CHANNEL="G0PS")))["ops channel"]
+    assert gone.ok is False and gone.detail.startswith("G0PS not found")
+
+
+def test_an_archived_channel_refuses_posts_as_slack_does(emu: SlackEmulator) -> None:
+    from slack_sdk.errors import SlackApiError
+
+    from wakeful.bot.sender import make_client
+
+    emu.archive_channel(OPS)
+    client = make_client(emu.bot_token, emu.api_url)
+    with pytest.raises(SlackApiError) as refused:
+        client.chat_postMessage(channel=OPS, text="hello")
+    assert refused.value.response["error"] == "is_archived"
+    assert client.conversations_info(channel=OPS)["channel"]["is_archived"] is True
+    assert client.conversations_history(channel=OPS)["messages"] == []  # still readable
+
+
+def test_in_distribution_mode_the_ops_channel_is_asked_with_its_workspaces_token(
+    emu: SlackEmulator, tmp_path: Path
+) -> None:
+    from tests.integration.test_installations import doctor_env, install
+
+    db = str(tmp_path / "doctor.db")
+    store = open_store(db)
+    try:
+        install(emu, store, "TOPS")
+    finally:
+        store.close()
+    env = doctor_env(emu, db)
+    named = by_name(run_checks({**env, "WAKEFUL_OPS_CHANNEL": f"TOPS:{OPS}"}))["ops channel"]
+    assert named.ok is True
+    [asked] = emu.calls("conversations.info")
+    assert asked.team == "TOPS"
+    alone = by_name(run_checks({**env, "WAKEFUL_OPS_CHANNEL": OPS}))
+    assert alone["settings"].ok is False and "WAKEFUL_OPS_CHANNEL" in alone["settings"].detail
+    with_team = {**env, "WAKEFUL_OPS_CHANNEL": OPS, "WAKEFUL_WEBHOOK_TEAM": "TOPS"}
+    assert by_name(run_checks(with_team))["ops channel"].ok is True
+    elsewhere = by_name(run_checks({**env, "WAKEFUL_OPS_CHANNEL": f"TZZ:{OPS}"}))["ops channel"]
+    assert elsewhere == Check(
+        "ops channel", False, "workspace TZZ (WAKEFUL_OPS_CHANNEL) has no active installation"
+    )

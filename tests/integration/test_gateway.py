@@ -163,7 +163,7 @@ REFUSED = [
     (b"GET /evil.example.com/collect?d=secret HTTP/1.1", "unknown_destination"),
     (b"GET http://evil.example.com/stripe/v1/refunds/re_1 HTTP/1.1", "not_allowed"),
     (b"POST /stripe/v1/payouts HTTP/1.1", "not_allowed"),
-    (b"GET /stripe/v1/refunds HTTP/1.1", "not_allowed"),
+    (b"GET /stripe/v1/customers HTTP/1.1", "not_allowed"),
     (b"DELETE /stripe/v1/refunds/re_1 HTTP/1.1", "not_allowed"),
     (b"GET /stripe/v1/refunds/../customers HTTP/1.1", "not_allowed"),
     (b"GET /stripe/v1/refunds/%2e%2e/customers HTTP/1.1", "not_allowed"),

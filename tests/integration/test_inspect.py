@@ -105,6 +105,39 @@ def test_the_overview_and_one_inbox_as_tables_and_as_json(
     assert one["runs"][0]["gen"] == 1 and one["lease"]["holder"] == "worker-x"
 
 
+def test_the_overview_as_json_lists_a_dead_event_with_its_errors_first_line(
+    db: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33: `inspect --json` raised KeyError('payload') on any store with a dead event."""
+    seed(db)
+    store = open_store(db)
+    t = 1_700_000_100
+    store.ingest("T1:U3", "slack", "EvDead", {"text": "x"}, t)
+    claim = store.acquire_and_claim("T1:U3", "worker-y", t)
+    assert claim is not None
+    effects = Effects(dead={claim.events[0].id: "KeyError: 'order'\nwhile reading the order"})
+    effects.traceback = "Traceback (most recent call last):\nKeyError: 'order'"
+    assert store.finish(claim, effects, t + 1, release=True)
+    store.close()
+    code, out, err = run(capsys, monkeypatch, db, "--json")
+    assert code == 0, err
+    (dead,) = json.loads(out)["dead_events"]
+    assert dead == {
+        "id": claim.events[0].id,
+        "inbox": "T1:U3",
+        "source": "slack",
+        "source_id": "EvDead",
+        "attempts": 1,
+        "error": "KeyError: 'order'",
+        "died_at": t + 1,
+    }
+    code, out, _ = run(capsys, monkeypatch, db)
+    assert code == 0
+    (line,) = [x for x in out.splitlines() if "slack:EvDead" in x]
+    assert line.split()[:4] == [str(claim.events[0].id), "T1:U3", "slack:EvDead", "1"]
+    assert line.endswith("KeyError: 'order'")  # the first line of its error, on one line
+
+
 def test_an_unknown_inbox_and_a_bad_limit_are_said_plainly(
     db: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,7 +3,9 @@
 (the real app on a real server, reading this store's revocations), in front of the fake Stripe
 API (a real HTTP server). Both stores. What is asserted is what the person sees (the outbox
 rows, the posts a recording sender was handed) and what Stripe holds (the fake's refunds and
-the requests it received).
+the requests it received). How the tool reads each failure on its own is
+test_stripe_refund_failures.py; here, what the person is told of it (issue 33): a failure that
+stands once, at once; a wait once ("not done yet"), then the outcome.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from wakeful.devtools.fake_stripe import FakeStripe
 HOOKS = "C0HOOKS"
 HOOKS_INBOX = InboxId.conversation(HOOKS)
 REFUNDED = re.compile(r"^Refunded order (\S+) through Stripe \((re_\w+), (\d+\.\d\d) USD\)\.$")
+NOT_YET = re.compile(r"not (been )?done yet")
 
 
 class ProcessDied(BaseException):
@@ -97,6 +100,16 @@ class World:
         rows = self.store.outbox(inbox=INBOX) + self.store.outbox(inbox=HOOKS_INBOX)
         return [r.text for r in rows if r.channel == "D1" and needle in r.text]
 
+    def said(self, pattern: re.Pattern[str]) -> list[str]:
+        """Every post to the person (any conversation, not a prompt rewritten) matching
+        `pattern`."""
+        rows = self.store.outbox(inbox=INBOX)
+        return [r.text for r in rows if r.kind == "post" and pattern.search(r.text)]
+
+    def prompt(self) -> str:
+        """The approval prompt as last rewritten."""
+        return [r.text for r in self.store.outbox(inbox=INBOX) if r.kind == "update"][-1]
+
     def posts(self) -> list[str]:
         return [p.text for p in self.sender.parts if p.channel == "D1"]
 
@@ -148,32 +161,24 @@ def _already_refunded(world: World, order: str) -> None:
     charge.update(amount_refunded=charge["amount"], refunded=True)
 
 
+NOT_DONE = "The refund of order 2001 was not done: {}. Nothing was refunded."
+
+
 @pytest.mark.parametrize(
-    ("case", "posts", "answer"),
+    ("case", "posts", "reason"),
     [
-        ("no payment", 0, "No payment for order 2001 was found in Stripe; nothing was refunded."),
+        ("no payment", 0, "no payment for order 2001 was found in Stripe"),
+        ("refunded before", 1, "its payment was already fully refunded in Stripe"),
+        ("card declined", 1, "Stripe declined it: Your card was declined (card_declined)"),
         (
-            "refunded before",
+            "charge already refunded",
             1,
-            "Order 2001's payment was already fully refunded in Stripe. Not refunded again.",
-        ),
-        (
-            "card declined",
-            1,
-            "Stripe declined the refund of order 2001: Your card was declined. (card_declined); "
-            "nothing was refunded.",
-        ),
-        (
-            "stripe 500",
-            1,
-            "Stripe answered with an error (500 api_error) and could not say whether order 2001 "
-            "was refunded; it was not tried again under this request. If Stripe did refund it, "
-            "its confirmation will follow here.",
+            "its payment was already fully refunded in Stripe",
         ),
     ],
 )
-def test_what_stripe_refuses_gets_a_clear_reply_and_no_second_attempt(
-    world: World, case: str, posts: int, answer: str
+def test_what_stripe_refuses_is_told_at_once_and_never_tried_again(
+    world: World, case: str, posts: int, reason: str
 ) -> None:
     if case == "refunded before":
         _already_refunded(world, "2001")
@@ -181,32 +186,65 @@ def test_what_stripe_refuses_gets_a_clear_reply_and_no_second_attempt(
         world.fake.add_payment("2001")
     if case == "card declined":
         world.fake.fail_next(402, "card_error", "Your card was declined.", code="card_declined")
-    if case == "stripe 500":
-        world.fake.fail_next(500, "api_error", "An unknown error occurred.")
+    if case == "charge already refunded":
+        world.fake.fail_next(
+            400,
+            "invalid_request_error",
+            "Charge ch_1 has already been refunded.",
+            code="charge_already_refunded",
+        )
     world.ask_and_approve("2001")
     world.tick()
-    assert world.replies("2001")[-1] == answer
+    assert world.replies("2001 was not done") == [NOT_DONE.format(reason)]
+    assert world.said(NOT_YET) == [], "a failure that stands is not a wait"
     assert world.fake.refunds == {}
     for _ in range(3):
-        world.clock.now += 60
+        world.clock.now += 600
         world.tick()
     assert world.refund_posts() == posts, "no second attempt"
-    assert world.store.events(INBOX, "open") == []
+    assert world.replies("2001 was not done") == [NOT_DONE.format(reason)], "told once"
+    assert world.store.events(INBOX, "open") == [] and world.store.events(INBOX, "dead") == []
 
 
-def test_a_rate_limit_is_retried_under_the_same_key(world: World) -> None:
+def test_a_500_stripe_keeps_is_a_wait_then_the_truth_from_stripe(world: World) -> None:
+    world.fake.add_payment("2001")
+    world.fake.fail_next(500, "api_error", "An unknown error occurred.")
+    world.ask_and_approve("2001")
+    world.tick()
+    [waiting] = world.said(NOT_YET)
+    assert "the payment service did not answer" in waiting.lower()
+    for _ in range(4):
+        world.clock.now += 600  # past any backoff
+        world.tick()
+    assert world.replies("2001 was not done") == [
+        NOT_DONE.format(
+            "Stripe failed (500) and kept that answer under this request; no refund was made "
+            "under it"
+        )
+    ]
+    assert world.fake.refunds == {} and world.refund_posts() == 2
+    assert len(world.said(NOT_YET)) == 1, "told once it waits"
+    assert world.store.events(INBOX, "dead") == []
+
+
+def test_a_rate_limit_is_a_wait_told_once_then_refunded_under_the_same_key(world: World) -> None:
     world.fake.add_payment("3001")
-    world.fake.fail_next(429, "invalid_request_error", "Request rate limit exceeded.", "rate_limit")
+    world.fake.rate_limit(1, retry_after=2, method="POST")
     request_id = world.ask_and_approve("3001")
     world.tick()
-    assert world.replies("Refunded") == [] and world.store.events(INBOX, "open")
-    world.clock.now += world.store.settings.backoff_base + 1  # a failed run's backoff
+    assert world.replies("Refunded") == []
+    [waiting] = world.said(NOT_YET)
+    assert "the payment service asked to slow down" in waiting.lower()
+    assert "not done yet: the payment service asked to slow down" in world.prompt()
+    world.clock.now += 3  # Stripe's Retry-After
     world.tick()
     [refund] = world.fake.refunds.values()
     assert world.fake.keys_seen() == [request_id, request_id]
     assert world.replies("Refunded") == [
         f"Refunded order 3001 through Stripe ({refund['id']}, 20.00 USD)."
     ]
+    assert len(world.said(NOT_YET)) == 1
+    assert world.store.events(INBOX, "dead") == []
 
 
 def test_a_revoked_destination_fails_the_refund_clearly_and_nothing_is_half_done(
@@ -219,9 +257,8 @@ def test_a_revoked_destination_fails_the_refund_clearly_and_nothing_is_half_done
     world.tick()
     [reply] = world.replies("4001 was not done")
     assert reply == (
-        "The refund of order 4001 was not done: the gateway refused the call (destination "
-        "'stripe' is revoked by an operator (wakeful gateway restore stripe lets it through "
-        "again); nothing was sent). Nothing was refunded."
+        "The refund of order 4001 was not done: the gateway refused the call "
+        "(destination_revoked). Nothing was refunded."
     )
     assert world.fake.requests == [], "nothing reached Stripe"
     assert world.store.recorded_step("refund_order:4001") is None, "no order marked refunded"
@@ -303,14 +340,14 @@ def test_a_refund_that_must_wait_does_not_hold_back_the_rest_of_its_batch(world:
     """The approved tool's failure is its answer's alone: the person's message in the same
     batch is answered now, and the refund is retried by itself with the same key."""
     world.fake.add_payment("8001")
-    world.fake.fail_next(429, "invalid_request_error", "Request rate limit exceeded.", "rate_limit")
+    world.fake.rate_limit(1, retry_after=None, method="POST")
     request_id = world.ask_and_approve("8001")
     world.say("status")  # arrives with the answer: one batch
     world.tick()
     assert world.replies("Status:"), "the message was answered at once"
     assert world.replies("Refunded") == []
     [waiting] = world.store.events(INBOX, "open")
-    assert waiting.source == "approval" and waiting.error and "RefundUnavailable" in waiting.error
+    assert waiting.source == "approval" and waiting.attempts <= 1, "a wait spends no attempt"
     world.clock.now += world.store.settings.backoff_base + 1
     world.tick()
     assert world.fake.keys_seen() == [request_id, request_id]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wakeful.agents import Setup
+from wakeful.agents import Agent, Message, Run, Setup
 from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.bot.config import Config
 from wakeful.bot.loading import make_setup
@@ -20,3 +20,27 @@ def setup_for(store: Store, approvers: Sequence[str] = (), clock: Clock = wall_c
 
 def refund_desk(store: Store, approvers: Sequence[str] = (), min_digest: int = 60) -> RefundDesk:
     return RefundDesk(setup_for(store, approvers), min_digest=min_digest)
+
+
+BOOM = "boom"
+"""The poison of issue 33's "done when": a message that says it fails every attempt."""
+
+
+class BoomDesk(Agent):
+    """The refund desk, except that a message saying `boom` makes the run raise
+    `RuntimeError("boom")` (every attempt: it goes dead). Loaded by `wakeful serve` through
+    `WAKEFUL_AGENT=tests.support.agents:boom_desk`."""
+
+    def __init__(self, inner: RefundDesk) -> None:
+        self.inner = inner
+        self.tools = inner.tools
+        self.greeting = inner.greeting
+
+    def run(self, run: Run) -> None:
+        if any(isinstance(e, Message) and e.text.strip() == BOOM for e in run.events):
+            raise RuntimeError(BOOM)
+        self.inner.run(run)
+
+
+def boom_desk(setup: Setup) -> BoomDesk:
+    return BoomDesk(RefundDesk(setup))

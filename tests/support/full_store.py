@@ -1,25 +1,23 @@
 """A store holding every kind of row an operator's commands read, for the tests that run those
 commands against it (`wakeful inspect`, `dead-letters`, `doctor`, `/metrics`).
 
-`fill(db, now)` writes, through the store's own methods wherever one exists: events pending,
-running, done, retried (a traceback kept), dead after three failed attempts (each attempt
-recorded with its traceback), dead at once, and discarded; the run log; outbox rows sent,
-held by the gap, parked (Slack refused them for good) and held by a paused workspace (a rate
-limit's deferral); approvals open, answered yes and no, expired; the calls of approved ones
-done, waiting on a transient failure, given up and failed; timers once, every (one due now)
-and daily; steps, one with a standing error; a saved session and one set aside;
-installations (tokens sealed, one ended: its workspace set aside); a row of `processes`.
+`fill(db, now)` writes events pending, running, done, retried (a traceback kept), dead after
+three failed attempts (each attempt recorded with its traceback), dead at once, and
+discarded; the run log (one run with its model usage); outbox rows sent, held by the gap,
+parked (Slack refused them for good) and held by a paused workspace (a rate limit's
+deferral); approvals open, answered yes and no, expired; the calls of approved ones done,
+waiting on a transient failure, given up and failed; timers once, every (one due now) and
+daily; steps, one with a standing error; a saved session and one set aside; installations
+(tokens sealed, one ended: its workspace set aside); a row of `processes`.
 
-Two writes have no store method yet and go in as plain SQL, each named for what it stands
-in for (`TOOL_STATE`, `PROCESS`): an approved call's state (issue 33, schema 15: the methods
-are being written in core/store/approvals.py) and a process's liveness row (core/store/
-processes.py, likewise). Times are real ones around `now`, so the ages the commands print
+Every row goes in through the store's public methods (the approved calls' fates with the
+finish of the runs that made them, as core/approved.py hands them over), so the rows are the
+ones wakeful itself writes. Times are real ones around `now`, so the ages the commands print
 read as an operator would see them.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,11 +28,11 @@ from slack_sdk.oauth.installation_store import Installation
 
 from tests.support.approvals import ApprovalRequest
 from wakeful.bot.installations import StoreInstallations, TokenCipher
-from wakeful.core.effects import Effects, Message, RunTiming, Timer
-from wakeful.core.records import Claim
+from wakeful.core.effects import Effects, Message, RunTiming, Timer, ToolWait
+from wakeful.core.records import Claim, ProcessRecord
 from wakeful.core.store import Store, open_store
 from wakeful.core.store.dead_letters import DeadFilter
-from wakeful.core.store.sql import for_dialect
+from wakeful.core.usage import ModelUsage
 
 HOLDER = "worker-0f1e2d3c"
 """The worker every run of the fixture is made under."""
@@ -66,19 +64,6 @@ WAITING_REASON = "the payment service did not answer (503)"
 GIVEN_UP_REASON = "the payment service could not be reached"
 FAILED_REASON = "Your card was declined."
 SET_ASIDE_REASON = "session unusable: the model refused the saved conversation (400)"
-
-TOOL_STATE = """
-UPDATE approvals
-SET tool_state = :state, tool_error = :error, tool_first_failed_at = :first_failed_at,
-    tool_tries = :tries, tool_retry_at = :retry_at, tool_told = :told
-WHERE id = :id
-"""
-"""Stands in for the store method that will record an approved call's fate (schema 15)."""
-PROCESS = """
-INSERT INTO processes (id, host, boot, pid, pid_start, role, started_at, seen_at)
-VALUES (:id, :host, :boot, :pid, :pid_start, :role, :started_at, :seen_at)
-"""
-"""Stands in for the store method that will record a live process (schema 15)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +106,9 @@ def fill(db: str, now: int) -> Filled:
     try:
         filled = _fill(store, now)
         _sealed_installations(store, now)
+        store.register(_process(now))  # after the runs: no lease names it
     finally:
         store.close()
-    _tool_states(db, filled, now)
-    raw(db, PROCESS, _process(now))
     return filled
 
 
@@ -231,35 +215,26 @@ def _approvals(store: Store, t: int, now: int) -> dict[str, str]:
     assert store.answer(ids["no"], "no", "U0WAIT", t + 130).stored
     for name in ("done", "waiting", "given_up", "failed"):
         assert store.answer(ids[name], "yes", "U0WAIT", t + 140).stored
-    claim = _run(store, WAIT, t + 150)  # the answers and the expiry, handled
-    _finish(store, claim, Effects(messages=[Message("D0WAIT", "On it.")]), t + 151)
+    # The answers' run: one call done, one failed for good, two held by transient failures.
+    claim = _run(store, WAIT, t + 150)
+    answer_of = {e.source_id: e.id for e in claim.events}
+    effects = Effects(messages=[Message("D0WAIT", "On it.")])
+    effects.tool_outcomes = {ids["done"]: ("done", None), ids["failed"]: ("failed", FAILED_REASON)}
+    effects.tool_waits = [
+        ToolWait(
+            answer_of[ids["waiting"]], ids["waiting"], WAITING_REASON, t + 150, 4, now + 540, 1
+        ),
+        ToolWait(
+            answer_of[ids["given_up"]], ids["given_up"], GIVEN_UP_REASON, t + 150, 31, t + 200, 1
+        ),
+    ]
+    _finish(store, claim, effects, t + 151)
     _dispatch(store, t + 152)
+    claim = _run(store, WAIT, t + 300)  # the given-up call's last try: its time is over
+    assert claim.ids == [answer_of[ids["given_up"]]]
+    effects = Effects(tool_outcomes={ids["given_up"]: ("given_up", GIVEN_UP_REASON)})
+    _finish(store, claim, effects, t + 301)
     return ids
-
-
-def _tool_states(db: str, filled: Filled, now: int) -> None:
-    """The approved calls' fates (TOOL_STATE: no store method yet)."""
-    t = now - 7200 + 1200 + 140
-    calls = {
-        "done": ("done", None, None, 1, None, 0),
-        "waiting": ("waiting", WAITING_REASON, t + 10, 4, now + 540, 1),
-        "given_up": ("given_up", GIVEN_UP_REASON, t + 10, 31, None, 1),
-        "failed": ("failed", FAILED_REASON, t + 10, 1, None, 1),
-    }
-    for name, (state, error, first, tries, retry_at, told) in calls.items():
-        raw(
-            db,
-            TOOL_STATE,
-            {
-                "id": filled.approvals[name],
-                "state": state,
-                "error": error,
-                "first_failed_at": first,
-                "tries": tries,
-                "retry_at": retry_at,
-                "told": told,
-            },
-        )
 
 
 def _backlog(store: Store, t: int, now: int) -> int:
@@ -268,6 +243,17 @@ def _backlog(store: Store, t: int, now: int) -> int:
     claim = _run(store, BUSY, t + 1)
     effects = Effects(messages=[Message("D0BUSY", "Noted.", priority="urgent")])
     effects.set_session({"likes": "tea"})
+    effects.usage = [  # the run called a model twice, once replayed from its recorded step
+        ModelUsage(
+            "claude-sonnet-4-5",
+            input=1200,
+            output=80,
+            cache_read=900,
+            cost=0.0051,
+            calls=2,
+            replayed=1,
+        )
+    ]
     _finish(store, claim, effects, t + 2)
     running = _ingest(store, BUSY, "slack", "EvBUSY0002", {"text": "what do I like?"}, now - 40)
     assert _run(store, BUSY, now - 30).ids == [running]  # held until now + lease_ttl - 30
@@ -349,31 +335,15 @@ def _sealed_installations(store: Store, now: int) -> None:
     assert ended is not None
 
 
-def _process(now: int) -> dict[str, Any]:
-    return {
-        "id": "fixture-host:4242:1",
-        "host": "fixture-host",
-        "boot": "boot-0001",
-        "pid": 4242,
-        "pid_start": "123456",
-        "role": "worker",
-        "started_at": now - 7200,
-        "seen_at": now - 5,
-    }
-
-
-def raw(db: str, sql: str, params: Mapping[str, Any]) -> None:
-    """One plain SQL statement (`:name` placeholders) on the store at `db`, for a write no
-    store method makes yet."""
-    if db.startswith(("postgresql://", "postgres://")):
-        import psycopg
-
-        with psycopg.connect(db, autocommit=True) as conn:
-            conn.execute(for_dialect(sql, "postgres"), dict(params))
-        return
-    conn = sqlite3.connect(db.removeprefix("sqlite:///"))
-    try:
-        with conn:
-            conn.execute(sql, dict(params))
-    finally:
-        conn.close()
+def _process(now: int) -> ProcessRecord:
+    """A worker on another host that said it was alive five seconds ago."""
+    return ProcessRecord(
+        id="fixture-host:4242:1",
+        host="fixture-host",
+        boot="boot-0001",
+        pid=4242,
+        pid_start="123456",
+        role="worker",
+        started_at=now - 7200,
+        seen_at=now - 5,
+    )

@@ -24,7 +24,7 @@ from wakeful.core.gateway.process import Watch
 from wakeful.core.gateway.server import GatewayApp, Revocations
 from wakeful.core.store import Store
 
-STRIPE_RULES = ("GET /v1/payment_intents/search", "POST /v1/refunds", "GET /v1/refunds/")
+STRIPE_RULES = ("GET /v1/payment_intents/search", "POST /v1/refunds", "GET /v1/refunds")
 ROOT = Path(__file__).resolve().parents[2]
 
 

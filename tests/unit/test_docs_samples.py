@@ -6,13 +6,18 @@ emulator, and compared with the page (times, ids and sizes normalised).
 The session behind the samples: U042 says hello, then asks for a refund (an approval stays
 open); U077 sets a reminder in a DM Slack no longer knows (the reply is parked with
 `channel_not_found`); the token was granted every scope but `users:read`. The samples show a
-SQLite store: backup and restore are SQLite's (PostgreSQL points to pg_dump)."""
+SQLite store: backup and restore are SQLite's (PostgreSQL points to pg_dump).
+
+A sample named `... (a store with every kind of row)` runs instead against the store
+tests/support/full_store.py fills (dead events, parked and paused posts, approved calls
+waiting, given up and failed), which no short Slack session makes."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -27,12 +32,17 @@ from tests.acceptance.test_slack_app import (
     shut_down,
     wakeful_cmd,
 )
+from tests.support import full_store
 from tests.support.doc_samples import PAGES, ROOT, Sample, check, normalise, samples
 from wakeful.bot.scopes import required_scopes
 from wakeful.devtools.audit import count_events
 from wakeful.devtools.emulator import SlackEmulator
 
+FULL_STORE = "(a store with every kind of row)"
+"""How a sample's name ends when it runs against tests/support/full_store.py's store."""
 SAMPLES = samples()
+SESSION_SAMPLES = [s for s in SAMPLES if not s.name.endswith(FULL_STORE)]
+FULL_SAMPLES = [s for s in SAMPLES if s.name.endswith(FULL_STORE)]
 STORE = "wakeful.db"
 
 
@@ -67,20 +77,33 @@ def settled(app: Wakeful) -> bool:
     )
 
 
+@pytest.fixture(scope="module")
+def full_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding `wakeful.db` with every kind of row (tests/support/full_store.py)."""
+    here = tmp_path_factory.mktemp("full-store")
+    full_store.fill(str(here / STORE), int(time.time()))
+    return here
+
+
 def run(here: Path, app: Wakeful, command: str) -> str:
     """One `$ wakeful ...` line as a reader types it in the store's folder: what it prints."""
-    words = command.split()
-    assert words[0] == "wakeful", f"a sample runs wakeful, not {command!r}"
     env = child_env(
         WAKEFUL_DB=STORE,
         SLACK_BOT_TOKEN=app.emu.bot_token,
         SLACK_SIGNING_SECRET=SECRET,
         SLACK_API_URL=app.emu.api_url,
     )
+    return run_in(here, command, env)
+
+
+def run_in(here: Path, command: str, env: Mapping[str, str]) -> str:
+    """`command` run in `here` with `env`: what it printed, paths relative to `here`."""
+    words = command.split()
+    assert words[0] == "wakeful", f"a sample runs wakeful, not {command!r}"
     done = subprocess.run(
         wakeful_cmd(*words[1:]),
         cwd=here,
-        env=env,
+        env=dict(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -102,10 +125,11 @@ def test_there_are_samples_and_each_is_named_once() -> None:
     names = [s.name for s in SAMPLES]
     assert len(names) == len(set(names)), names
     assert {"wakeful inspect", "wakeful doctor", "wakeful backup and restore"} <= set(names)
+    assert FULL_SAMPLES, f"no sample runs against the full store (named '... {FULL_STORE}')"
 
 
 # The samples that stop the server run last, on the same session.
-@pytest.mark.parametrize("sample", sorted(SAMPLES, key=stops), ids=lambda s: s.name)
+@pytest.mark.parametrize("sample", sorted(SESSION_SAMPLES, key=stops), ids=lambda s: s.name)
 def test_each_sample_is_what_the_command_prints(
     sample: Sample, session: tuple[Wakeful, Path]
 ) -> None:
@@ -120,6 +144,14 @@ def test_each_sample_is_what_the_command_prints(
         else:
             fresh.append((command, run(here, app, command)))
     check(sample, fresh)
+
+
+@pytest.mark.parametrize("sample", FULL_SAMPLES, ids=lambda s: s.name)
+def test_each_full_store_sample_is_what_the_command_prints(
+    sample: Sample, full_folder: Path
+) -> None:
+    env = child_env(WAKEFUL_DB=STORE)
+    check(sample, [(cmd, run_in(full_folder, cmd, env)) for cmd, _ in sample.steps()])
 
 
 def test_the_normalising_keeps_what_matters() -> None:
