@@ -341,6 +341,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WakefulError as exc:
         logs.say(f"wakeful: {logs.one_line(str(exc))}", sys.stderr, "error")
         return 2
+    except BrokenPipeError:
+        # The reader went away (`wakeful dead-letters | head`): what it read is all it wanted.
+        # Point stdout at /dev/null so the interpreter's last flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return code
 
 

@@ -4,17 +4,21 @@ names it (ConfigError), before anything listens or writes."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlparse
 
-from wakeful.core.errors import InvalidInput
+from wakeful.bot.env_values import LOG_FORMATS as LOG_FORMATS
+from wakeful.bot.env_values import ConfigError as ConfigError
+from wakeful.bot.env_values import duration, int_value, whole_duration
+from wakeful.bot.env_values import log_format as log_format
+from wakeful.bot.env_values import log_level as log_level
+from wakeful.bot.env_values import switch as switch
 from wakeful.core.settings import (
     DEFAULTS,
     OPS_CHANNEL,
     REDELIVERY_WINDOW,
     Settings,
-    parse_duration,
 )
 
 AGENTS = ("refund-desk", "claude")
@@ -28,7 +32,6 @@ RESERVED_SOURCES = frozenset({"github", "stripe", *OWN_SOURCES})
 """Names a WAKEFUL_WEBHOOKS entry may not take: the built-in webhook sources and our own."""
 WEBHOOK_CHANNEL = "WAKEFUL_WEBHOOK_CHANNEL"
 DEFAULT_API_URL = "https://slack.com/api/"
-LOG_FORMATS = ("text", "json")
 SECRET_VARIABLES = (
     "SLACK_BOT_TOKEN",
     "SLACK_APP_TOKEN",
@@ -39,10 +42,6 @@ SECRET_VARIABLES = (
     "WAKEFUL_GITHUB_WEBHOOK_SECRET",
     "WAKEFUL_STRIPE_WEBHOOK_SECRET",
 )
-
-
-class ConfigError(InvalidInput):
-    """A setting is missing or malformed; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -190,13 +189,13 @@ class Config:
         if agent == "claude" and "agent" in need and not api_key:
             raise ConfigError("ANTHROPIC_API_KEY is not set (required by WAKEFUL_AGENT=claude)")
         tunables = {
-            name: (_whole_duration if var in DURATIONS else _int)(
+            name: (whole_duration if var in DURATIONS else int_value)(
                 env, var, getattr(DEFAULTS, name), low
             )
             for var, (name, low) in ENGINE_SETTINGS.items()
         }
-        tunables["retention"] = _whole_duration(env, "WAKEFUL_RETENTION", DEFAULTS.retention, 1)
-        tunables["heartbeat"] = _whole_duration(env, "WAKEFUL_HEARTBEAT", DEFAULTS.heartbeat, 1, 60)
+        tunables["retention"] = whole_duration(env, "WAKEFUL_RETENTION", DEFAULTS.retention, 1)
+        tunables["heartbeat"] = whole_duration(env, "WAKEFUL_HEARTBEAT", DEFAULTS.heartbeat, 1, 60)
         if tunables["retention"] < REDELIVERY_WINDOW:
             raise ConfigError(
                 f"WAKEFUL_RETENTION must be at least 4d ({REDELIVERY_WINDOW} s): a handled "
@@ -210,16 +209,16 @@ class Config:
             api_url=_api_url(env.get("SLACK_API_URL", "")),
             db=env.get("WAKEFUL_DB", "").strip() or cls.db,
             host=env.get("WAKEFUL_HOST", "").strip() or cls.host,
-            port=_int(env, "WAKEFUL_PORT", cls.port, 0, 65535),
+            port=int_value(env, "WAKEFUL_PORT", cls.port, 0, 65535),
             approvers=_approvers(env.get("WAKEFUL_APPROVERS", "")),
             agent=agent,
             batch_window=duration(env, "WAKEFUL_BATCH_WINDOW", cls.batch_window, 0, 60, False),
             startup_wait=duration(env, "WAKEFUL_STARTUP_WAIT", cls.startup_wait, 0, 3600, False),
-            sqlite_max_pages=_int(env, "WAKEFUL_SQLITE_MAX_PAGES", 0, 0),
+            sqlite_max_pages=int_value(env, "WAKEFUL_SQLITE_MAX_PAGES", 0, 0),
             anthropic_api_key=api_key,
             model=env.get("WAKEFUL_MODEL", "").strip(),
             metrics_port=(
-                _int(env, "WAKEFUL_METRICS_PORT", 0, 0, 65535)
+                int_value(env, "WAKEFUL_METRICS_PORT", 0, 0, 65535)
                 if env.get("WAKEFUL_METRICS_PORT", "").strip()
                 else None
             ),
@@ -228,8 +227,8 @@ class Config:
             quiet_digests=switch(env, "WAKEFUL_QUIET_DIGESTS", True),
             failure_text=env.get("WAKEFUL_FAILURE_TEXT", "").strip() or None,
             assistant=switch(env, "WAKEFUL_ASSISTANT", True),
-            workspace_labels=_int(env, "WAKEFUL_WORKSPACE_LABELS", cls.workspace_labels, 0),
-            token_refresh_before=_whole_duration(
+            workspace_labels=int_value(env, "WAKEFUL_WORKSPACE_LABELS", cls.workspace_labels, 0),
+            token_refresh_before=whole_duration(
                 env, "WAKEFUL_TOKEN_REFRESH_BEFORE", cls.token_refresh_before, 1, 43_200
             ),
             **oauth,
@@ -299,40 +298,6 @@ def _ops_channel(env: Mapping[str, str], oauth: Mapping[str, str]) -> str:
     return f"{team}:{raw}"
 
 
-_SWITCH = {"1": True, "true": True, "on": True, "yes": True}
-_SWITCH |= {"0": False, "false": False, "off": False, "no": False}
-
-
-def switch(env: Mapping[str, str], name: str, default: bool) -> bool:
-    """An on/off setting: 1/true/on/yes or 0/false/off/no (any case); unset means `default`."""
-    raw = env.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw not in _SWITCH:
-        raise ConfigError(f"{name} must be on or off (1/true/on or 0/false/off), got {raw!r}")
-    return _SWITCH[raw]
-
-
-def log_format(env: Mapping[str, str]) -> str:
-    """WAKEFUL_LOG_FORMAT: `text` (the default, for people) or `json` (one object a line)."""
-    raw = env.get("WAKEFUL_LOG_FORMAT", "").strip().lower() or "text"
-    if raw not in LOG_FORMATS:
-        shown = env.get("WAKEFUL_LOG_FORMAT", "")
-        raise ConfigError(f"WAKEFUL_LOG_FORMAT must be text or json, got {shown!r}")
-    return raw
-
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
-
-def log_level(value: str, where: str = "WAKEFUL_LOG_LEVEL") -> str:
-    """A log level by name (any case): a typo must not quietly log at another level."""
-    level = value.strip().upper()
-    if level not in LOG_LEVELS:
-        raise ConfigError(f"{where} must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
-    return level
-
-
 def secret_values(env: Mapping[str, str]) -> list[str]:
     """Every secret a process may hold, so no log line or error can show one: the secret
     settings, the database password (`user:password@` or `?password=`) and each secret of
@@ -351,71 +316,6 @@ def secret_values(env: Mapping[str, str]) -> list[str]:
         name, eq, secret = entry.strip().partition("=")
         values.append(secret.strip() if eq else name)
     return [v for v in values if v]
-
-
-def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int | None = None) -> int:
-    return int(_number(env, name, default, int, "a whole number", low, high))
-
-
-def duration(
-    env: Mapping[str, str],
-    name: str,
-    default: float,
-    low: float,
-    high: float | None = None,
-    whole: bool = True,
-) -> float:
-    """A duration setting (core.settings.parse_duration: `90`, `90s`, `15m`, `1h`, `30d`)
-    within [low, high] seconds; its default when unset."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = parse_duration(name, raw, whole)
-    except InvalidInput as exc:
-        raise ConfigError(str(exc)) from None
-    if value < low or (high is not None and value > high):
-        bounds = (
-            f"between {_secs(low)} and {_secs(high)} s"
-            if high is not None
-            else (f"at least {_secs(low)} s")
-        )
-        raise ConfigError(f"{name} must be {bounds}, got {raw!r}")
-    return value
-
-
-def _whole_duration(
-    env: Mapping[str, str], name: str, default: int, low: int, high: int | None = None
-) -> int:
-    return int(duration(env, name, default, low, high))
-
-
-def _secs(value: float) -> str:
-    return f"{value:g}"
-
-
-def _number(
-    env: Mapping[str, str],
-    name: str,
-    default: float,
-    parse: Callable[[str], float],
-    what: str,
-    low: float,
-    high: float | None,
-    unit: str = "",
-) -> float:
-    """The setting `name` read with `parse`, within [low, high]; its default when unset."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = parse(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be {what}, got {raw!r}") from None
-    if value < low or (high is not None and value > high):
-        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ConfigError(f"{name} must be {bounds}{unit}, got {raw}")
-    return value
 
 
 def _api_url(raw: str) -> str:

@@ -95,7 +95,7 @@ def _merge_digests(rows: Sequence[OutboxRow]) -> tuple[str, Any]:
 
 def _merge_ops(rows: Sequence[OutboxRow]) -> tuple[str, Any]:
     """ONE post listing every ops line held (core/store/ops.py)."""
-    from wakeful.core.store import ops
+    from wakeful.core.rules import ops
 
     return ops.render(rows), None
 

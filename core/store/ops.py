@@ -8,9 +8,9 @@ paused by Slack or an unreadable token (`Outbox.defer_batch`), and what a run re
 (`Effects.ops`: a tool given up, a destination revoked or unreachable).
 
 The rows are of kind `ops` (core/kinds.py): normal priority, so the gap holds them like any
-post, and gathered, so every ops row a batch holds becomes ONE post (`render`): the channel
-gets at most one post per gap however many failures, its lines capped so that a flood never
-makes a post Slack refuses. A refused ops post is parked and logged once, never reported again
+post, and gathered, so every ops row a batch holds becomes ONE post (core/rules/ops.py): the
+channel gets at most one post per gap however many failures, its lines capped so that a flood
+never makes a post Slack refuses. A refused ops post is parked and logged once, never reported again
 (the dispatcher and `fail_part` ask `InboxId.is_ops`).
 
 A line names what and where (inbox, event id, source) and the first line of the error,
@@ -21,9 +21,7 @@ one). Nothing a person wrote is copied beyond that first line of an error.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from wakeful.core import kinds, logs
 from wakeful.core.effects import Message
@@ -32,14 +30,8 @@ from wakeful.core.settings import Settings
 from wakeful.core.store.codec import message_params
 from wakeful.core.store.sql import Tx
 
-if TYPE_CHECKING:
-    from wakeful.core.records import OutboxRow
-
 MAX_TEXT = 300
 """Characters of an error (or a run's line) an ops line quotes; the rest is cut."""
-MAX_LINES = 20
-"""Lines one ops post lists; the others are counted ("…and 30 more"). 20 lines of at most a
-few hundred characters stay far below Slack's 40,000."""
 _BARE_AMPERSAND = re.compile(r"&(?!(?:amp|lt|gt);)")
 
 
@@ -105,21 +97,3 @@ def quoted(text: str | None) -> str:
     if len(first) > MAX_TEXT:
         first = first[: MAX_TEXT - 1] + "…"
     return _BARE_AMPERSAND.sub("&amp;", first).replace("<", "&lt;").replace(">", "&gt;")
-
-
-# -- the post ---------------------------------------------------------------------------------
-
-
-def render(rows: Sequence[OutboxRow]) -> str:
-    """The one post of the ops rows a batch holds, oldest first: a heading, a line each (its
-    time, UTC), at most MAX_LINES of them and a count of the rest."""
-    count = len(rows)
-    noun = "problem" if count == 1 else "problems"
-    out = [f"wakeful: {count} {noun} since the last report (times UTC)"]
-    for row in rows[:MAX_LINES]:
-        out.append(f"- {time.strftime('%H:%M:%S', time.gmtime(row.created_at))} {row.text}")
-    if count > MAX_LINES:
-        out.append(
-            f"…and {count - MAX_LINES} more: `wakeful inspect` and `wakeful dead-letters` list them"
-        )
-    return "\n".join(out)

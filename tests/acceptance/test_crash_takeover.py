@@ -33,6 +33,7 @@ from tests.acceptance.test_slack_app import (
     shut_down,
 )
 from tests.support.ops_service import OpsService
+from wakeful.core.store import open_store
 from wakeful.devtools.emulator import SlackEmulator
 
 ALICE = "U0ALICE"
@@ -126,10 +127,17 @@ def test_a_restart_after_sigkill_resumes_the_run_within_seconds_of_healthz(
             assert resumed < RESUME_AFTER_RESTART, f"resumed {resumed:.1f} s after /healthz"
             told_once(again, ops, request_id)
             [line] = takeovers(again)
+            print(f"  {line}")
             assert TAKEOVER in line and "not alive since" in line, line
             assert "its process has ended" in line, line
         finally:
             shut_down(again)
+        # A clean stop leaves no row behind: nobody has to judge a process that said goodbye.
+        store = open_store(db)
+        try:
+            assert store.processes() == []
+        finally:
+            store.close()
 
 
 @pytest.mark.pg
@@ -154,6 +162,7 @@ def test_on_postgres_the_survivor_of_two_resumes_the_killed_one_s_run(
             assert resumed < RESUME_AFTER_KILL, f"resumed {resumed:.1f} s after the kill"
             told_once(survivor, ops, request_id)
             [line] = takeovers(survivor)
+            print(f"  {line}")
             assert f"{TAKEOVER}{holder.pid} on " in line and "not alive since" in line, line
             assert takeovers(victim) == []
         finally:

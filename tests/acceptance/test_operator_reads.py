@@ -9,6 +9,7 @@ approved calls waiting, given up and failed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -422,3 +423,26 @@ def test_a_metrics_scrape_counts_every_kind_of_row(full: tuple[str, Filled, Path
     assert value("wakeful_approvals_open") == 1
     assert value("wakeful_timers_due") == 1
     assert value("wakeful_oldest_pending_event_age_seconds") > 3600
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(full: tuple[str, Filled, Path]) -> None:
+    """`wakeful inspect --json | head -c 0`: the reader is gone before the output is written;
+    the command ends quietly (exit 1, nothing on stderr) instead of an uncaught
+    BrokenPipeError with its traceback."""
+    db, _, here = full
+    read, write = os.pipe()
+    os.close(read)  # nobody will read: the first flush meets a closed pipe
+    try:
+        done = subprocess.run(
+            [WAKEFUL, "inspect", "--json"],
+            cwd=here,
+            env=child_env(WAKEFUL_DB=db),
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

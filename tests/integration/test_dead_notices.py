@@ -43,7 +43,7 @@ class Sender:
 class Boom(Agent):
     """Asks for approval on `ask`; fails on everything else (the poison of the issue)."""
 
-    tools = [Tool("restart", lambda args, key: {"ok": True})]
+    tools = (Tool("restart", lambda args, key: {"ok": True}),)
 
     def run(self, run: Run) -> None:
         for e in run.events:

@@ -19,8 +19,8 @@ from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Effects, Message
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import OutboxRow
+from wakeful.core.rules.ops import MAX_LINES
 from wakeful.core.store import Store
-from wakeful.core.store.ops import MAX_LINES
 from wakeful.devtools.emulator import SlackEmulator
 
 TOKEN = "xoxb-ops-channel"

@@ -15,6 +15,7 @@ from wakeful.core import kinds
 from wakeful.core.errors import InvalidInput
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import OutboxRow
+from wakeful.core.rules import ops as rules_ops
 from wakeful.core.rules.outbox import plan_parts
 from wakeful.core.settings import Settings
 from wakeful.core.store import ops
@@ -100,8 +101,8 @@ def test_every_ops_row_of_a_batch_is_one_post_capped_far_below_slacks_limit() ->
     lines = part.text.splitlines()
     assert lines[0] == "wakeful: 200 problems since the last report (times UTC)"
     assert lines[1].startswith("- 22:13:21 inbox T1:U1: yyy")
-    assert len(lines) == 1 + ops.MAX_LINES + 1
-    assert lines[-1].startswith(f"…and {200 - ops.MAX_LINES} more")
+    assert len(lines) == 1 + rules_ops.MAX_LINES + 1
+    assert lines[-1].startswith(f"…and {200 - rules_ops.MAX_LINES} more")
     assert len(part.text) < SLACK_TEXT_LIMIT / 4
     assert part.row_ids == tuple(range(1, 201)) and part.normal and part.inbox == "ops"
 
