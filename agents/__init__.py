@@ -36,7 +36,7 @@ from wakeful.core.records import ApprovalState, DeadLetters, StepRecord, TimerSt
 from wakeful.core.records import Event as StoredEvent
 from wakeful.core.run import Run, Steps, Tool, step_key
 from wakeful.core.tool_failures import ToolFailed, ToolUnavailable
-from wakeful.core.usage import ModelUsage
+from wakeful.core.usage import ModelSpend, ModelUsage, OverBudget, SpendBudget
 
 __all__ = [
     "Agent",
@@ -58,13 +58,16 @@ __all__ = [
     "InvalidInput",
     "LeaseLost",
     "Message",
+    "ModelSpend",
     "ModelUsage",
     "NextTimer",
+    "OverBudget",
     "Pending",
     "Query",
     "Run",
     "SessionUnusable",
     "Setup",
+    "SpendBudget",
     "StepRecord",
     "Steps",
     "StoredEvent",

@@ -28,10 +28,23 @@ def _section(text: str) -> Block:
     return {"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}
 
 
-def approval_prompt(request_id: str, summary: str, requester: str, deadline: int) -> list[Block]:
-    """The question with Approve / Deny buttons; both carry the request id."""
+def who_answers(requester: str, self_approval: bool = True) -> str:
+    """Who may answer an approval, as the prompt and the note to anyone else say it."""
+    if self_approval:
+        return f"<@{requester}> or a configured approver"
+    return f"a configured approver other than <@{requester}>"
+
+
+def approval_prompt(
+    request_id: str, summary: str, requester: str, deadline: int, self_approval: bool = True
+) -> list[Block]:
+    """The question with Approve / Deny buttons; both carry the request id. With
+    `self_approval` off (WAKEFUL_SELF_APPROVAL=off) it says a second person must answer."""
+    asked = f"*Approval needed:* {summary}\nRequested by <@{requester}>."
+    if not self_approval:
+        asked += f" Needs a second person: only {who_answers(requester, False)} can answer."
     return [
-        _section(f"*Approval needed:* {summary}\nRequested by <@{requester}>."),
+        _section(asked),
         {
             "type": "context",
             "elements": [
@@ -90,10 +103,11 @@ def approval_outcome(
     ]
 
 
-def not_yours(requester: str) -> list[Block]:
+def not_yours(requester: str, self_approval: bool = True) -> list[Block]:
+    """What a tapper who may not answer sees (the requester too, when self-approval is off)."""
     return [
         _section(
-            f"This approval is {NOT_YOURS}: only <@{requester}> or a configured approver "
+            f"This approval is {NOT_YOURS}: only {who_answers(requester, self_approval)} "
             "can answer it."
         )
     ]

@@ -19,6 +19,7 @@ from wakeful.bot.setting_names import gateway_names, unknown_settings
 from wakeful.core import logs
 from wakeful.core.errors import StoreError, WakefulError
 from wakeful.core.store import Store
+from wakeful.core.store.target import store_target
 
 if TYPE_CHECKING:
     from wakeful.bot.runtime import Runtime
@@ -280,12 +281,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_demo)
     p = sub.add_parser("scenarios", help="replay the eight reference failure scenarios")
     p.add_argument("--db", help="postgresql://... to run on PostgreSQL (default: temp SQLite)")
-    p.set_defaults(func=_scenarios)
+    p.set_defaults(func=_scenarios, db_from_env=False)
     # These commands' functions take (args, env): `with_env` instead of `func` (see main).
     dead_letters.register(sub, common)
     ops.register(sub, common)
     gateway_cli.register(sub, common)
     return parser
+
+
+def check_store(args: argparse.Namespace) -> None:
+    """The one check of the store a command opens (every command with `--db`), before it
+    starts anything: `--db` when given, else WAKEFUL_DB (`store_target`: a file path or a
+    postgresql:// URL). A refusal names the setting, never its value (it may hold a
+    password), and nothing is created."""
+    if not hasattr(args, "db"):
+        return  # a command that opens no store (demo)
+    if args.db is not None:
+        store_target(args.db.strip(), "--db")
+    elif getattr(args, "db_from_env", True):
+        store_target(os.environ.get("WAKEFUL_DB", "").strip() or Config.db, "WAKEFUL_DB")
 
 
 def gateway_secrets(env: dict[str, str] | os._Environ[str]) -> list[str]:
@@ -330,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for warning in unknown_settings(_env(args), gateway_names(os.environ)):
             log.warning(warning)
     try:
+        check_store(args)
         with_env = getattr(args, "with_env", None)
         code: int = with_env(args, _env(args)) if with_env is not None else args.func(args)
     except ConfigError as exc:

@@ -24,6 +24,7 @@ from wakeful.core.settings import (
 AGENTS = ("refund-desk", "claude")
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _USER_ID = re.compile(r"^[UW][A-Z0-9]{2,}$")
+_APPROVER_TEAM = re.compile(r"^T[A-Z0-9]{1,}$")
 _CONVERSATION_ID = re.compile(r"^[CDG][A-Z0-9]{2,}$")
 _WEBHOOK_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 OWN_SOURCES = frozenset({"slack", "timer", "approval"})
@@ -63,6 +64,7 @@ ENGINE_SETTINGS: dict[str, tuple[str, int]] = {
     "WAKEFUL_APPROVAL_TTL": ("approval_ttl", 1),
     "WAKEFUL_MAX_APPROVALS_PER_RUN": ("max_approvals_per_run", 1),
     "WAKEFUL_MAX_OPEN_APPROVALS": ("max_open_approvals", 1),
+    "WAKEFUL_MAX_TIMERS_PER_INBOX": ("max_timers_per_inbox", 1),
     "WAKEFUL_SEND_TIMEOUT": ("send_timeout", 1),
     "WAKEFUL_BACKOFF_BASE": ("backoff_base", 1),
     "WAKEFUL_BACKOFF_CAP": ("backoff_cap", 1),
@@ -101,6 +103,8 @@ class Config:
     host: str = "0.0.0.0"
     port: int = 3000
     approvers: tuple[str, ...] = ()
+    """WAKEFUL_APPROVERS: `T…:U…` (that person in that workspace) or, in single-workspace
+    mode, `U…` (core/tenancy.py `is_approver`)."""
     agent: str = "refund-desk"
     sqlite_max_pages: int = 0
     batch_window: float = 0.5
@@ -210,7 +214,7 @@ class Config:
             db=env.get("WAKEFUL_DB", "").strip() or cls.db,
             host=env.get("WAKEFUL_HOST", "").strip() or cls.host,
             port=int_value(env, "WAKEFUL_PORT", cls.port, 0, 65535),
-            approvers=_approvers(env.get("WAKEFUL_APPROVERS", "")),
+            approvers=_approvers(env.get("WAKEFUL_APPROVERS", ""), distribution=bool(oauth)),
             agent=agent,
             batch_window=duration(env, "WAKEFUL_BATCH_WINDOW", cls.batch_window, 0, 60, False),
             startup_wait=duration(env, "WAKEFUL_STARTUP_WAIT", cls.startup_wait, 0, 3600, False),
@@ -232,7 +236,11 @@ class Config:
                 env, "WAKEFUL_TOKEN_REFRESH_BEFORE", cls.token_refresh_before, 1, 43_200
             ),
             **oauth,
-            settings=Settings(**tunables, ops_channel=_ops_channel(env, oauth)),
+            settings=Settings(
+                **tunables,
+                ops_channel=_ops_channel(env, oauth),
+                self_approval=switch(env, "WAKEFUL_SELF_APPROVAL", True),
+            ),
         )
 
 
@@ -328,13 +336,23 @@ def _api_url(raw: str) -> str:
     return raw if raw.endswith("/") else raw + "/"
 
 
-def _approvers(raw: str) -> tuple[str, ...]:
+def _approvers(raw: str, distribution: bool = False) -> tuple[str, ...]:
+    """WAKEFUL_APPROVERS: `T…:U…` (that person in that workspace) or `U…` (that person,
+    single-workspace mode only: in distribution mode a user id alone would not say where
+    they approve, so start-up stops naming the setting)."""
     ids = tuple(p.strip() for p in raw.split(",") if p.strip())
-    for user in ids:
-        if not _USER_ID.match(user):
+    for entry in ids:
+        team, sep, user = entry.rpartition(":")
+        if not _USER_ID.match(user) or (sep and not _APPROVER_TEAM.match(team)):
             raise ConfigError(
-                f"WAKEFUL_APPROVERS must be comma-separated Slack user ids like U012AB3CD, "
-                f"got {user!r}"
+                "WAKEFUL_APPROVERS must be comma-separated Slack user ids like U012AB3CD, or "
+                f"T012AB3CD:U012AB3CD for that person in that workspace, got {entry!r}"
+            )
+        if distribution and not sep:
+            raise ConfigError(
+                "WAKEFUL_APPROVERS: in distribution mode name each approver with their "
+                f"workspace, T012AB3CD:{user} (a user id alone, {entry!r}, says not where "
+                "they approve)"
             )
     return ids
 

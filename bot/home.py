@@ -28,6 +28,7 @@ from wakeful.core.rules.approvals import EXPIRY_PREFIX
 from wakeful.core.rules.schedule import first_occurrence
 from wakeful.core.run import Run
 from wakeful.core.store import Store
+from wakeful.core.tenancy import is_approver
 
 SHOWN = 5
 """Rows shown per list: the Home tab is a glance, `wakeful inspect` has the rest."""
@@ -66,13 +67,13 @@ class HomeView:
     approvals: list[Pending]
     """The person's own open approvals (with this run's new ones), oldest first."""
     to_answer: list[Pending]
-    """For approvers: open approvals of other people they may answer, wherever asked."""
+    """For approvers: open approvals of other people of this workspace they may answer."""
     timers: list[NextTimer]
     """The person's timers (approval expiries left out), soonest first."""
     session: Any
     """The agent's saved state, as this run leaves it."""
     dead_letters: DeadLetters | None
-    """For approvers: dead events and parked posts (each gets a Requeue button)."""
+    """For approvers: this workspace's dead events and parked posts (each with Requeue)."""
     query: Query
 
     def approval_blocks(self, pending: Sequence[Pending] | None = None) -> list[Block]:
@@ -102,8 +103,8 @@ class HomeView:
 
 def default_home(view: HomeView) -> list[Block]:
     """The Home tab of an agent that draws none of its own: the person's pending approvals,
-    for approvers those of everyone they may answer, the next timers, and for approvers what
-    needs an operator."""
+    for approvers those of everyone in the workspace they may answer, the next timers, and for
+    approvers what needs an operator there."""
     out: list[Block] = [header("Pending approvals")]
     out.extend(view.approval_blocks() or [section("Nothing waits for an answer.")])
     if view.is_approver:
@@ -158,10 +159,11 @@ def build_view(
     """The Home view of a person's inbox after a run that asked for `effects`; None for a
     conversation's inbox."""
     key = InboxId(inbox)
-    if key.user is None:
+    if key.user is None or key.team is None:
         return None
-    user = key.user
-    approver = user in approvers
+    user, here = key.user, (key.team,)
+    # An approver's lists are of the workspace the tab is opened in, and nowhere else.
+    approver = is_approver(approvers, user, key.team)
     own = [_pending(a) for a in store.approvals(inbox) if a.answer is None]
     own += [
         Pending(a.id, a.tool, a.summary or a.tool, a.requester, a.deadline, inbox)
@@ -169,7 +171,7 @@ def build_view(
     ]
     others = [
         _pending(a)
-        for a in (store.open_approvals_for(user, True, SHOWN * 4) if approver else [])
+        for a in (store.open_approvals_for(user, True, SHOWN * 4, here) if approver else [])
         if a.inbox != inbox
     ]
     cancelled = set(effects.cancel_timers)
@@ -193,7 +195,7 @@ def build_view(
             (t for name, t in timers.items() if name not in cancelled), key=lambda t: t.at
         ),
         session=session,
-        dead_letters=store.dead_letters(limit=SHOWN) if approver else None,
+        dead_letters=store.dead_letters(limit=SHOWN, teams=here) if approver else None,
         query=Query(store, tuple(approvers)),
     )
 

@@ -34,6 +34,7 @@ from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Kicker, Wakeup
 from wakeful.core.store import Store
 from wakeful.core.store.installations import Status
+from wakeful.core.tenancy import is_approver
 
 log = logging.getLogger("wakeful")
 IGNORED_SUBTYPES = frozenset({"message_changed", "message_deleted", "bot_message"})
@@ -57,9 +58,9 @@ class Listeners:
     """Kicked when a reply is queued."""
     clock: Callable[[], int] = field(default=lambda: int(time.time()))
     approvers: tuple[str, ...] = ()
-    """WAKEFUL_APPROVERS: who may answer any approval (checked when the click arrives, so a
-    removal takes effect on approvals already open) and see and press the Home tab's
-    Requeue."""
+    """WAKEFUL_APPROVERS: who may answer the approvals of their workspace (checked when the
+    click arrives, so a removal takes effect on approvals already open) and see and press
+    the Home tab's Requeue there (core/tenancy.py `is_approver`)."""
     authorizer: Authorize | None = None
     """Who the bot is in the request's workspace: None is the one workspace of
     SLACK_BOT_TOKEN (`bot_user_id`, `bot_id`); distribution mode passes the installation
@@ -283,12 +284,18 @@ class Listeners:
         )
 
     def _on_requeue(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
-        """Requeue from the Home tab: approvers only, through the store's requeue; the Home
-        tab is refreshed by a run of the presser's inbox."""
+        """Requeue from the Home tab: an approver of the presser's workspace, and a row of
+        that workspace only, through the store's requeue; the Home tab is refreshed by a run
+        of the presser's inbox."""
         user = (body.get("user") or {}).get("id")
         team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id")
         what, _, raw_id = str(action.get("value") or "").partition(":")
-        if user not in self.approvers or not raw_id.isdigit() or what not in ("event", "outbox"):
+        allowed = (
+            isinstance(user, str)
+            and isinstance(team, str)
+            and is_approver(self.approvers, user, team)
+        )
+        if not allowed or not raw_id.isdigit() or what not in ("event", "outbox"):
             logging.getLogger("wakeful").warning(
                 "requeue refused for %s: %r", user, action.get("value")
             )
@@ -296,9 +303,9 @@ class Listeners:
             return
         now = self.clock()
         if what == "event":
-            done = self.store.requeue_event(int(raw_id), now)
+            done = self.store.requeue_event(int(raw_id), now, team=str(team))
         else:
-            done = self.store.requeue_outbox(int(raw_id), now)
+            done = self.store.requeue_outbox(int(raw_id), now, team=str(team))
         if done:
             self.wake_worker.kick()
             self.wake_dispatcher.kick()
@@ -406,8 +413,9 @@ class Listeners:
     def _other_team(self, request_id: str, team: object) -> bool:
         """Whether a click comes from another team than the person who asked: a person's
         inbox is `<team>:<user>`, and only that team's people may answer it (the approvers
-        the answer checks are user ids of this workspace). An approval of a conversation's
-        inbox (`channel:<id>`, webhook reports) names no team: the approvers decide alone."""
+        the answer checks are that workspace's). An approval of a conversation's inbox
+        (`channel:<id>`, webhook reports) names no team: approvers named by user id alone
+        decide."""
         state = self.store.approval(request_id) if request_id else None
         if state is None or InboxId(state.inbox).channel is not None:
             return False
@@ -422,7 +430,7 @@ class Listeners:
         state = self.store.approval(request_id)
         if outcome == "forbidden":
             requester = state.requester if state else "the requester"
-            return blocks.NOT_YOURS, blocks.not_yours(requester)
+            return blocks.NOT_YOURS, blocks.not_yours(requester, self.store.settings.self_approval)
         if state is None or state.answer is None:
             return None
         line = blocks.outcome_line(state.answer, state.answered_by, state.answered_at)

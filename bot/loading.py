@@ -149,6 +149,7 @@ def make_setup(
             lease_ttl=s.lease_ttl,
             max_approvals_per_run=s.max_approvals_per_run,
             max_open_approvals=s.max_open_approvals,
+            max_timers_per_inbox=s.max_timers_per_inbox,
             quiet_digests=config.quiet_digests,
             failure_text=config.failure_text,
         ),
@@ -196,11 +197,13 @@ def build_runner(
         ledger=store,
         query=setup.query,
         budget=store.approval_budget,
+        timers=store.timer_budget,
         approvers=config.approvers,
         approval_ttl=config.settings.approval_ttl,
-        view=SlackApprovals(),
+        view=SlackApprovals(config.settings.self_approval),
         tools=tools,
         approval=store.approval,
+        workspace_of=store.workspace_of,
     )
     hooks: list[RunHook] = surface_hooks(store, config, agent, wake_dispatcher)
     if tokens is not None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from wakeful.bot.config import Config
 from wakeful.core import logs
-from wakeful.core.errors import InvalidInput
+from wakeful.core.store.target import store_target
 
 PG_DUMP = (
     "the store is PostgreSQL: back it up with pg_dump, which takes a consistent snapshot while "
@@ -69,12 +69,11 @@ def inspect(args: argparse.Namespace, env: dict[str, str]) -> int:
 
 def _sqlite_file(db: str, path: str) -> str | None:
     """The SQLite store's file; None (after saying to use pg_dump) for PostgreSQL."""
-    if db.startswith(("postgresql://", "postgres://")):
+    backend, file = store_target(db, "WAKEFUL_DB")
+    if backend == "postgres":
         print(f"wakeful: {PG_DUMP.format(path=path)}", file=sys.stderr)
         return None
-    if "://" in db and not db.startswith("sqlite:///"):
-        raise InvalidInput(f"unsupported store URL {db!r}: use a file path or postgresql://")
-    return db.removeprefix("sqlite:///")
+    return file
 
 
 def backup(args: argparse.Namespace, env: dict[str, str]) -> int:

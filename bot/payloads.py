@@ -4,11 +4,18 @@ Bolt trusts Slack's shapes: a field of the wrong type makes it fail with a 500, 
 retries. So every body is checked first: a JSON object (or a form holding one), not nested
 absurdly deep, whose fields the handlers read have Slack's types. A ValueError says what is
 wrong; the HTTP front answers it with 400 and Socket Mode acknowledges and drops it.
+
+Every Slack id a body carries (users, teams, orgs, conversations) must be one: `SLACK_ID`, checked
+here, before anything is stored or logged. An id becomes an inbox name (`<team>:<user>`) and
+appears in log lines, so a signed body with a newline or an escape in `user` would otherwise
+forge a log line and name an inbox of its own. The error names the field, never its value.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -45,6 +52,27 @@ _TEXT_FIELDS = (
 )
 
 
+SLACK_ID = re.compile(r"[A-Z0-9]{1,32}")
+"""What a Slack id is (U…, W…, T…, E…, C…, D…, G…), matched whole (`fullmatch`: `$` would let
+a trailing newline through)."""
+_ID_FIELDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    ((), ("team_id", "enterprise_id", "user_id", "channel_id", "team")),
+    ((), ("context_team_id", "context_enterprise_id")),
+    (("user",), ("id", "team_id")),
+    (("team",), ("id", "enterprise_id")),
+    (("enterprise",), ("id",)),
+    (("channel",), ("id",)),
+    (("container",), ("channel_id",)),
+    (("view",), ("team_id", "app_installed_team_id")),
+    (("event",), ("user", "team", "channel", "user_team", "source_team")),
+    (("event", "assistant_thread"), ("user_id", "channel_id")),
+    (("event", "assistant_thread", "context"), ("team_id", "enterprise_id", "channel_id")),
+)
+"""Where a body names a Slack id: (path of objects, fields there). A field holding an object
+(`team` in an interaction) is checked by its own path; `authorizations` and the user ids of
+`tokens_revoked` are lists, checked in `_ids`."""
+
+
 def parse(text: str, content_type: str) -> dict[str, Any]:
     """The body as Slack sends it: a JSON object, or a form with exactly one `payload` field
     holding one (or a slash-command form), whose fields have the types the handlers read.
@@ -60,7 +88,9 @@ def parse(text: str, content_type: str) -> dict[str, Any]:
         elif "command" in form:
             # A slash command: its form fields as Bolt reads them (the last of a repeated
             # field), marked as a command so the handlers tell it from other bodies.
-            return {**{k: v[-1] for k, v in form.items()}, "type": "command"}
+            command = {**{k: v[-1] for k, v in form.items()}, "type": "command"}
+            check_ids(command)
+            return command
         else:
             raise ValueError("form body has no 'payload' field")
     else:
@@ -94,6 +124,42 @@ def handled(body: dict[str, Any]) -> bool:
     return False
 
 
+def check_ids(body: dict[str, Any]) -> None:
+    """Every Slack id the body names is one (`SLACK_ID`); a null or absent one is no id, and an
+    empty org id is none either. ValueError names the field, not what it held."""
+    for where, value in _ids(body):
+        if value is None or (value == "" and where.endswith("enterprise_id")):
+            continue
+        if not (isinstance(value, str) and SLACK_ID.fullmatch(value)):
+            raise ValueError(f"field {where!r} is not a Slack id (A-Z and 0-9, 1 to 32)")
+
+
+def _ids(body: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """(field path, value) of every id field present in `body`; objects are walked elsewhere."""
+    for path, names in _ID_FIELDS:
+        node: Any = body
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            continue
+        for name in names:
+            if name in node and not isinstance(node[name], dict):
+                yield ".".join((*path, name)), node[name]
+    auths = body.get("authorizations")
+    for i, auth in enumerate(auths if isinstance(auths, list) else ()):
+        if isinstance(auth, dict):
+            for name in ("team_id", "user_id", "enterprise_id"):
+                if name in auth:
+                    yield f"authorizations.{i}.{name}", auth[name]
+    event = body.get("event")
+    tokens = event.get("tokens") if isinstance(event, dict) else None
+    if isinstance(tokens, dict):
+        for kind in ("bot", "oauth"):
+            users = tokens.get(kind)
+            for i, user in enumerate(users if isinstance(users, list) else ()):
+                yield f"event.tokens.{kind}.{i}", user
+
+
 def check_depth(value: Any) -> None:
     stack = [(value, 1)]
     while stack:
@@ -107,7 +173,8 @@ def check_depth(value: Any) -> None:
 
 
 def check_shape(body: dict[str, Any]) -> None:
-    """The fields Bolt and the handlers read must have Slack's types, or Bolt fails with a 500."""
+    """The fields Bolt and the handlers read must have Slack's types, or Bolt fails with a 500;
+    the ids among them must be Slack ids (`check_ids`)."""
     for name in _OBJECT_FIELDS:
         if name in body and not isinstance(body[name], dict):
             if name in ("enterprise", "team") and body[name] is None:
@@ -147,3 +214,4 @@ def check_shape(body: dict[str, Any]) -> None:
             raise ValueError("block_actions needs a user with an id")
         if body.get("team") is None and not isinstance(user.get("team_id"), str):
             raise ValueError("block_actions needs a team, or a user with a team_id")
+    check_ids(body)

@@ -7,6 +7,11 @@ on its way into a reply, a prompt or the Home tab: Slack's own escaping (`&amp;`
 `&gt;`, https://api.slack.com/reference/surfaces/formatting#escaping) makes each of them
 show as typed, never acted on. The sender never adds `link_names` or a `parse` mode, which
 could turn plain words back into pings (bot/sender.py).
+
+Bidirectional controls (U+202A–U+202E embeddings and overrides, U+2066–U+2069 isolates) act
+too: they reorder what follows, so an order id with U+202E (right-to-left override) inside
+reads as another order, or a link's text as another address. `inert` shows each as its code
+point (`[U+202E]`) instead.
 """
 
 from __future__ import annotations
@@ -15,10 +20,14 @@ import re
 
 _BARE_AMPERSAND = re.compile(r"&(?!(?:amp|lt|gt);)")
 """An `&` that does not already start one of Slack's three entities."""
+BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+"""The embedding, override and isolate controls of the Unicode bidirectional algorithm."""
 
 
 def inert(text: str) -> str:
-    """`text` as Slack will show it, never act on it: every `<` and `>` escaped, and every `&`
-    that is not already one of Slack's entities. Text from Slack arrives escaped already, so
-    it is shown as the person typed it, and inert(inert(t)) == inert(t)."""
+    """`text` as Slack will show it, never act on it: every `<` and `>` escaped, every `&`
+    that is not already one of Slack's entities, and every bidirectional control written as
+    its code point (`[U+202E]`). Text from Slack arrives escaped already, so it is shown as
+    the person typed it, and inert(inert(t)) == inert(t)."""
+    text = BIDI_CONTROLS.sub(lambda m: f"[U+{ord(m.group()):04X}]", text)
     return _BARE_AMPERSAND.sub("&amp;", text).replace("<", "&lt;").replace(">", "&gt;")

@@ -36,20 +36,23 @@ GREETED = "greeted"
 """The durable mark (a step) of a person greeted on the Messages tab."""
 
 
+@dataclass(frozen=True)
 class SlackApprovals:
     """Approvals as Block Kit: the question with Approve / Deny buttons (their `value` is the
     request id, the contract the click handler reads), rewritten with the answer that
-    stands."""
+    stands. `self_approval` off (WAKEFUL_SELF_APPROVAL=off): the prompt says who may answer."""
+
+    self_approval: bool = True
 
     def prompt(self, request: ApprovalRequest, to: Conversation) -> Message:
         summary = inert(request.summary)
-        return Message(
-            to.channel,
-            f"Approval needed: {summary} for <@{request.requester}>",
-            thread_ts=to.thread_ts,
-            blocks=blocks.approval_prompt(request.id, summary, request.requester, request.deadline),
-            priority="urgent",
+        text = f"Approval needed: {summary} for <@{request.requester}>"
+        if not self.self_approval:
+            text += f"; only {blocks.who_answers(request.requester, False)} can answer"
+        shown = blocks.approval_prompt(
+            request.id, summary, request.requester, request.deadline, self.self_approval
         )
+        return Message(to.channel, text, thread_ts=to.thread_ts, blocks=shown, priority="urgent")
 
     def outcome(self, answer: ApprovalAnswer, note: str | None = None) -> Message | None:
         if not answer.channel:

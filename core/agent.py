@@ -39,6 +39,7 @@ class AgentSettings:
     lease_ttl: int = DEFAULTS.lease_ttl
     max_approvals_per_run: int = DEFAULTS.max_approvals_per_run
     max_open_approvals: int = DEFAULTS.max_open_approvals
+    max_timers_per_inbox: int = DEFAULTS.max_timers_per_inbox
     quiet_digests: bool = True
     failure_text: str | None = None
 
@@ -52,13 +53,16 @@ class Setup:
     """What a factory is given, once per worker process."""
 
     query: Query
-    """Read-only questions about the store (open approvals, timers, dead events, ...)."""
+    """Read-only questions about the store (open approvals, timers, dead events, ...), in the
+    workspace of the run that asks unless it says `everywhere=True`."""
     steps: Steps
     """Durable steps under keys of your own (`steps.once(key, fn, name=...)`), for a tool
-    that must act once per order, whoever asks and in whatever inbox."""
+    that must act once per order, whoever asks and in whatever inbox of the workspace (or of
+    every workspace: `everywhere=True`)."""
     settings: AgentSettings = field(default_factory=AgentSettings)
     approvers: tuple[str, ...] = ()
-    """Slack user ids of WAKEFUL_APPROVERS: who may answer anyone's approvals."""
+    """WAKEFUL_APPROVERS: `T…:U…` (that person in that workspace) or `U…` (single-workspace
+    mode): who may answer the approvals of their workspace (`query.is_approver`)."""
     time_zone: Callable[[str], Zone] = _utc
     """A person's time zone from Slack, cached and never slow (see Zone)."""
     env: Mapping[str, str] = field(default_factory=dict)

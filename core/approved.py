@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from wakeful.core import effects as fx
@@ -52,10 +53,17 @@ class Approved:
 
 
 def run_approved(
-    services: RunServices, settings: Settings, inbox: str, event: Event, now: int, into: Approved
+    services: RunServices,
+    settings: Settings,
+    inbox: str,
+    event: Event,
+    now: int,
+    into: Approved,
+    heartbeat: Callable[[], None] = lambda: None,
 ) -> None:
     """Run `event`'s approved call if it is a yes (once: a recorded outcome is read back) and
-    add the answer, or the call's wait, to `into`."""
+    add the answer, or the call's wait, to `into`. The lease is renewed just before the call
+    (`heartbeat`), so the call has the whole WAKEFUL_LEASE_TTL however long the batch took."""
     if not isinstance(event, ApprovalAnswer) or event.answer != "yes":
         into.events.append(event)
         return
@@ -78,6 +86,7 @@ def run_approved(
             into.effects.tool_outcomes[event.request_id] = (outcome, recorded.error)
             into.events.append(replace(event, error=recorded.error))
         return
+    heartbeat()  # LeaseLost, raised: another worker has the inbox; nothing is called
     try:
         value = tool.fn(event.args, event.request_id)
     except (LeaseLost, StoreUnavailable):
@@ -146,7 +155,7 @@ def _stand(
     into.effects.tool_outcomes[event.request_id] = (outcome, error)
     if ops:
         into.effects.ops.append(
-            f"{inbox}: approved {event.tool} ({event.summary or event.request_id}, request "
+            f"approved {event.tool} ({event.summary or event.tool}, request "
             f"{event.request_id}) {'given up' if outcome == 'given_up' else 'failed'}: {error}"
         )
     into.events.append(replace(event, error=error))
@@ -191,7 +200,7 @@ def _wait(
     if not told & TOLD_OPS and now - first >= OPS_AFTER:
         told |= TOLD_OPS
         effects.ops.append(
-            f"{inbox}: approved {event.tool} ({event.summary or event.request_id}, request "
+            f"approved {event.tool} ({event.summary or event.tool}, request "
             f"{event.request_id}) has waited {span(now - first)}: {verdict.reason}; retried "
             f"until {until(ends, now)}"
         )

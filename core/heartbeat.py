@@ -109,14 +109,14 @@ class Heartbeat(Loop):
     def tick(self, now: int) -> int:
         try:
             self._beat(now)
+            if self._watching_since is None:
+                self._watching_since = now
+            silence = silence_for(self.store.settings.heartbeat)
+            watch = Watch(self.here, silence, self._watching_since, self.pid_start)
+            reaped = self.store.reap(watch, now)
         except StoreUnavailable:
-            self._watching_since = None
+            self._watching_since = None  # others' silence counts again once it is back
             raise
-        if self._watching_since is None:
-            self._watching_since = now
-        silence = silence_for(self.store.settings.heartbeat)
-        watch = Watch(self.here, silence, self._watching_since, self.pid_start)
-        reaped = self.store.reap(watch, now)
         for r in reaped:
             self._say(r)
         if any(r.leases for r in reaped):

@@ -7,6 +7,12 @@ JSON object per line; the default is a human line with the context appended. Eve
 every error the command line prints, goes through `redact` last: known secret values and
 anything shaped like a Slack or Anthropic token, a Slack response_url or a password in a URL
 (`user:password@` or `?password=`) becomes `[redacted]`.
+
+What a line quotes (a request's field, an exception's message) can never start a line of its
+own: in the text format every control character (newline, carriage return, ESC, C1 codes),
+U+2028 and U+2029 is written escaped (`\\n`, `\\x1b`, `\\u2028`), and a traceback's lines are
+indented under the line they belong to; in JSON, where `json` escapes only the C0 codes, U+2028,
+U+2029, DEL and the C1 codes are escaped too.
 """
 
 from __future__ import annotations
@@ -37,6 +43,13 @@ _SHAPES = re.compile(
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*):[^@\s]*@")
 _PARAM_PASSWORD = re.compile(r"([?&;\s](?:ssl)?password=)[^&;\s'\"]*", re.IGNORECASE)
 """`?password=...` in a PostgreSQL URL (and `password=...` in a libpq keyword string)."""
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""What could end a line, or drive a terminal, if written as is."""
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029]")
+"""What `json.dumps(ensure_ascii=False)` leaves raw that a line reader may split on."""
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+TRACEBACK_INDENT = "    "
+"""The start of every line of a traceback in the text format: never a line of its own."""
 _secrets: list[str] = []
 _secrets_lock = threading.Lock()
 MASK = "[redacted]"
@@ -78,6 +91,23 @@ def redact(text: str) -> str:
     return _URL_PASSWORD.sub(rf"\1:{MASK}@", text)
 
 
+def inline(text: str) -> str:
+    """`text` with every control character, U+2028 and U+2029 escaped (`\\n`, `\\x1b`,
+    `\\u2028`): one line that cannot move the cursor, however it was made."""
+    return _CONTROLS.sub(_escape, text)
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = m.group()
+    return _SHORT.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def _json_line(value: Any) -> str:
+    """One JSON object on one line, whatever its strings hold (see the module's note)."""
+    text = redact(json.dumps(value, default=str, ensure_ascii=False))
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 class _Stamp(logging.Filter):
     """Copies the run context onto the record when it is made, in the thread that made it."""
 
@@ -87,19 +117,29 @@ class _Stamp(logging.Filter):
 
 
 class TextFormatter(logging.Formatter):
-    """The classic line, then the run context as key=value pairs; redacted."""
+    """The classic line, then the run context as key=value pairs; redacted, on one line
+    (controls escaped), a traceback indented under it."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record, self.datefmt)
+        line = self.formatMessage(record)
         fields: Mapping[str, Any] = getattr(record, "wakeful", None) or {}
         if fields:
-            pairs = " ".join(f"{k}={_flat(v)}" for k, v in fields.items())
-            first, nl, rest = line.partition("\n")
-            line = f"{first} [{pairs}]{nl}{rest}"
-        return redact(line)
+            line += " [" + " ".join(f"{k}={_flat(v)}" for k, v in fields.items()) + "]"
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        more = [
+            record.exc_text or "",
+            self.formatStack(record.stack_info) if record.stack_info else "",
+        ]
+        lines = [inline(redact(line))]
+        for block in more:
+            lines += [TRACEBACK_INDENT + inline(redact(part)) for part in block.split("\n") if part]
+        return "\n".join(lines)
 
 
 class JsonFormatter(logging.Formatter):
@@ -119,7 +159,7 @@ class JsonFormatter(logging.Formatter):
             line["exc"] = self.formatException(record.exc_info)
         elif record.exc_text:
             line["exc"] = record.exc_text
-        return redact(json.dumps(line, default=str, ensure_ascii=False))
+        return _json_line(line)
 
 
 def _flat(value: Any) -> str:
@@ -161,8 +201,9 @@ def say(text: str, stream: TextIO | None = None, level: str = "info") -> None:
             "logger": "wakeful",
             "message": text.removeprefix("wakeful: "),
         }
-        text = json.dumps(line, ensure_ascii=False)
-    print(redact(text), file=out, flush=True)
+        print(_json_line(line), file=out, flush=True)
+    else:
+        print(inline(redact(text)), file=out, flush=True)
 
 
 def one_line(text: str) -> str:

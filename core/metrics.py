@@ -178,6 +178,13 @@ MODEL_COST = Counter(
     ["model"],
     registry=REGISTRY,
 )
+MODEL_BUDGET_REFUSALS = Counter(
+    "wakeful_model_budget_refusals_total",
+    "Model calls not made because a spend budget was spent, by scope: person (one inbox's "
+    "last 24 hours) or workspace.",
+    ["scope"],
+    registry=REGISTRY,
+)
 FEEDBACK = Counter(
     "wakeful_feedback_total",
     "Feedback on the agent's replies (a click stored once), by value: positive, negative.",

@@ -2,7 +2,8 @@
 
 Agents never post, finish, requeue or write: everything they do is returned through their
 run and written by the fenced finish. `Query` is the narrow window they get instead of the
-store: the reads the built-in agents and the default Home tab need, each one indexed.
+store: the reads the built-in agents and the default Home tab need, each one indexed, each
+in the workspace of the run that asks unless it says `everywhere=True` (core/tenancy.py).
 """
 
 from __future__ import annotations
@@ -10,73 +11,143 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from wakeful.core import tenancy
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import ApprovalState, DeadLetters, Event, StepRecord, TimerState
+from wakeful.core.usage import ModelSpend
 
 if TYPE_CHECKING:
     from wakeful.core.store import Store
+    from wakeful.core.tenancy import Workspace
 
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """Read-only questions about the inboxes. Each call is one short read transaction."""
+    """Read-only questions about the inboxes. Each call is one short read transaction.
+
+    Inside a run every answer is of the run's workspace (core/tenancy.py): another
+    workspace's inbox has no approvals, timers or events here, and another workspace's
+    approval or step is not found. `everywhere=True` asks across every workspace. Outside a
+    run, and in a run of an inbox of no workspace (a conversation's, where webhooks report),
+    the answers cover every workspace."""
 
     _store: Store
     approvers: tuple[str, ...] = ()
-    """WAKEFUL_APPROVERS: who may answer anyone's approvals."""
+    """WAKEFUL_APPROVERS: `T…:U…` (that person in that workspace) or `U…` (single-workspace
+    mode: that person)."""
+
+    def _scope(self, everywhere: bool) -> Workspace | None:
+        return None if everywhere else tenancy.current()
+
+    def _hidden(self, inbox: str, everywhere: bool) -> bool:
+        """Whether `inbox` is outside the workspace these answers are scoped to."""
+        workspace = self._scope(everywhere)
+        return workspace is not None and not workspace.holds(inbox)
+
+    def is_approver(self, user: str, team: str | None) -> bool:
+        """Whether `user` of workspace `team` is an approver there (core/tenancy.py
+        `is_approver`: the one rule every edge uses)."""
+        return tenancy.is_approver(self.approvers, user, team)
 
     def open_approvals(
-        self, inbox: str | None = None, *, tool: str | None = None
+        self, inbox: str | None = None, *, tool: str | None = None, everywhere: bool = False
     ) -> list[ApprovalState]:
         """Approvals nobody has answered yet: of one inbox (oldest first), or of every inbox
-        (soonest deadline first), of one tool or all."""
+        of the workspace (soonest deadline first), of one tool or all."""
+        workspace = self._scope(everywhere)
         if inbox is None:
-            return self._store.open_approvals(tool)
+            return self._store.open_approvals(tool, None if workspace is None else workspace.teams)
+        if workspace is not None and not workspace.holds(inbox):
+            return []
         return [
             a
             for a in self._store.approvals(inbox)
             if a.answer is None and (tool is None or a.tool == tool)
         ]
 
-    def approvals_to_answer(self, user: str, limit: int = 20) -> list[ApprovalState]:
-        """Open approvals `user` may answer, in any inbox: their own requests, or, for an
-        approver, everyone's (soonest deadline first)."""
-        return self._store.open_approvals_for(user, user in self.approvers, limit)
+    def approvals_to_answer(
+        self, user: str, limit: int = 20, *, everywhere: bool = False
+    ) -> list[ApprovalState]:
+        """Open approvals `user` may answer, soonest deadline first: their own requests, and
+        everyone's in each workspace where they are an approver."""
+        workspace = self._scope(everywhere)
+        if workspace is None:
+            if user in self.approvers:
+                return self._store.open_approvals_for(user, True, limit)
+            teams = tuple(e.partition(":")[0] for e in self.approvers if e.endswith(f":{user}"))
+            found = self._store.open_approvals_for(user, False, limit)
+            if teams:
+                found += self._store.open_approvals_for(user, True, limit, teams)
+        else:
+            found = [
+                a
+                for team in workspace.teams
+                for a in self._store.open_approvals_for(
+                    user, self.is_approver(user, team), limit, (team,)
+                )
+            ]
+        unique = {a.id: a for a in found}.values()
+        return sorted(unique, key=lambda a: (a.deadline, a.id))[:limit]
 
-    def timers(self, inbox: str) -> list[TimerState]:
+    def timers(self, inbox: str, *, everywhere: bool = False) -> list[TimerState]:
         """The inbox's timers with their next time (approval expiries included, named
         `approval:<id>`)."""
-        return self._store.timers(inbox)
+        return [] if self._hidden(inbox, everywhere) else self._store.timers(inbox)
 
-    def pending_events(self, inbox: str) -> list[Event]:
+    def pending_events(self, inbox: str, *, everywhere: bool = False) -> list[Event]:
         """Events waiting for a run (pending or running), oldest first."""
-        return self._store.events(inbox, "open")
+        return [] if self._hidden(inbox, everywhere) else self._store.events(inbox, "open")
 
-    def dead_events(self, inbox: str) -> list[Event]:
+    def dead_events(self, inbox: str, *, everywhere: bool = False) -> list[Event]:
         """Events of this inbox that were set aside after their attempts ran out."""
-        return self._store.events(inbox, "dead")
+        return [] if self._hidden(inbox, everywhere) else self._store.events(inbox, "dead")
 
-    def dead_letters(self, limit: int = 10) -> DeadLetters:
-        """Dead events and parked posts of every inbox (for an approver's eyes)."""
-        return self._store.dead_letters(limit=limit)
+    def dead_letters(self, limit: int = 10, *, everywhere: bool = False) -> DeadLetters:
+        """Dead events and parked posts of the workspace's inboxes (for an approver's eyes)."""
+        workspace = self._scope(everywhere)
+        teams = None if workspace is None else workspace.teams
+        return self._store.dead_letters(limit=limit, teams=teams)
 
     def deliveries(self, channel: str, since: int) -> dict[str, int]:
-        """Webhook deliveries reported to `channel` since `since`, by source."""
+        """Webhook deliveries reported to `channel` since `since`, by source (a
+        conversation's inbox names no workspace: its channel is the scope)."""
         own = {"slack", "timer", "approval"}
         counts = self._store.source_counts(InboxId.conversation(channel), since)
         return {source: n for source, n in counts.items() if source not in own}
 
     def steps(
-        self, inbox: str | None = None, name: str | None = None, limit: int = 20
+        self,
+        inbox: str | None = None,
+        name: str | None = None,
+        limit: int = 20,
+        *,
+        everywhere: bool = False,
     ) -> list[StepRecord]:
         """The latest recorded steps (newest first) of an inbox and/or a name: what the tools
-        did."""
-        return self._store.recorded_steps(inbox, name, limit)
+        did (of no inbox: in the workspace's inboxes)."""
+        workspace = self._scope(everywhere)
+        if workspace is None:
+            return self._store.recorded_steps(inbox, name, limit)
+        if inbox is not None and not workspace.holds(inbox):
+            return []
+        return self._store.recorded_steps(inbox, name, limit, workspace.teams)
 
-    def approval(self, request_id: str) -> ApprovalState | None:
-        """One approval by its request id, answered or not (None: no such request)."""
-        return self._store.approval(request_id)
+    def approval(self, request_id: str, *, everywhere: bool = False) -> ApprovalState | None:
+        """One approval by its request id, answered or not (None: no such request, or one of
+        another workspace)."""
+        found = self._store.approval(request_id)
+        return None if found is None or self._hidden(found.inbox, everywhere) else found
 
-    def step(self, key: str) -> StepRecord | None:
-        """The step recorded under `key` (an approval's request id, a `once` key), or None."""
-        return self._store.recorded_step(key)
+    def step(self, key: str, *, everywhere: bool = False) -> StepRecord | None:
+        """The step recorded under `key` (an approval's request id, a `once` key), or None:
+        in the workspace, what `steps.once(key, ...)` there would return (its own record, or
+        one made for every workspace); `everywhere=True`, the record under `key` itself."""
+        workspace = self._scope(everywhere)
+        if workspace is None:
+            return self._store.recorded_step(key)
+        return tenancy.recorded_in(workspace, key, self._store.recorded_step)
+
+    def model_spend(self, inbox: str, since: int) -> ModelSpend:
+        """What the model calls of `inbox`, and of its whole workspace, cost from `since` on,
+        in US dollars, as the run log recorded them (finished runs only)."""
+        return self._store.model_spend(inbox, since)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from wakeful.core import effects as fx
-from wakeful.core import metrics
+from wakeful.core import metrics, tenancy
 from wakeful.core.effects import ApprovalRequest, Effects, Timer, check_json
 from wakeful.core.errors import InvalidInput
 from wakeful.core.events import (
@@ -30,8 +30,10 @@ from wakeful.core.events import (
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.rules import digest as digests
 from wakeful.core.rules.approvals import ApprovalBudget
-from wakeful.core.settings import DEFAULTS
-from wakeful.core.usage import ModelUsage
+from wakeful.core.rules.timers import TimerBudget
+from wakeful.core.settings import DAY, DEFAULTS
+from wakeful.core.tenancy import Workspace
+from wakeful.core.usage import ModelUsage, OverBudget, SpendBudget
 
 if TYPE_CHECKING:
     from wakeful.core.query import Query
@@ -110,26 +112,47 @@ class RunServices:
     query: Query
     budget: Callable[[str], ApprovalBudget]
     """What a run of an inbox may still ask under the approval caps (store.approval_budget)."""
+    timers: Callable[[str], TimerBudget]
+    """What a run of an inbox may still set under the timer cap (store.timer_budget)."""
     approvers: tuple[str, ...] = ()
     approval_ttl: int = DEFAULTS.approval_ttl
     view: ApprovalView = field(default_factory=PlainApprovals)
     tools: Mapping[str, Tool] = field(default_factory=dict)
     approval: Callable[[str], ApprovalState | None] = field(default=lambda _id: None)
     """An approval's stored state (store.approval): what its approved call went through."""
+    workspace_of: Callable[[str], Workspace] = Workspace.of_team
+    """A team's workspace (store.workspace_of: an org-wide install's teams share one), what
+    the run's queries and `once` keys are scoped by (core/tenancy.py)."""
 
 
 @dataclass(frozen=True)
 class Steps:
-    """Durable steps keyed by a key of the agent's own choosing (an order id), across every
-    inbox: for a tool that must act once per business object, whoever asks."""
+    """Durable steps keyed by a key of the agent's own choosing (an order id), in the
+    workspace of the run that asks (core/tenancy.py), or in every one: for a tool that must
+    act once per business object, whoever asks."""
 
     _ledger: StepLedger
     _clock: Callable[[], int]
 
-    def once(self, key: str, fn: Callable[[str], T], *, name: str) -> T:
+    def once(self, key: str, fn: Callable[[str], T], *, name: str, everywhere: bool = False) -> T:
         """`fn(key)` unless a result is recorded under `key`; the result that stands (the
-        first recorded: two racing callers both get it). At least once, like `Run.step`."""
-        return durable_step(self._ledger, key, fn, name, None, self._clock())
+        first recorded: two racing callers both get it). At least once, like `Run.step`.
+
+        The key is the run's workspace's: `refund_order:1001` in workspace T1 is stored as
+        `T1:refund_order:1001`, and workspace T2's `refund_order:1001` is another step. A
+        record made for every workspace (`everywhere=True`, or by a wakeful from before keys
+        were scoped) counts in each. `everywhere=True`: one record for all workspaces (a key
+        that names something no two customers share). Outside a run, or in a run of an inbox
+        of no workspace (a conversation's, where webhooks report), the key is used as it is."""
+        workspace = None if everywhere else tenancy.current()
+        now = self._clock()
+        if workspace is None:
+            return durable_step(self._ledger, key, fn, name, None, now)
+        found = tenancy.recorded_in(workspace, key, self._ledger.recorded_step)
+        if found is not None:
+            return found.result  # type: ignore[no-any-return]
+        scoped = workspace.scoped(key)
+        return durable_step(self._ledger, scoped, fn, name, tenancy.serving_inbox(), now)
 
 
 def durable_step(
@@ -189,6 +212,9 @@ class Run:
         self._budget: ApprovalBudget | None = None
         self._not_asked_in: Conversation | None = None
         self._untold = 0
+        self._timers: TimerBudget | None = None
+        self._timers_in: Conversation | None = None
+        self._timers_untold = 0
         self._usage: list[ModelUsage] = []
 
     # -- reading -----------------------------------------------------------------------
@@ -377,14 +403,50 @@ class Run:
         """The model calls this run has recorded so far."""
         return tuple(self._usage)
 
-    def set_timer(self, timer: Timer, *, to: Event | Conversation | None = None) -> None:
-        """Add or replace the inbox's timer of that name; its ticks answer in `to`."""
+    def over_budget(self, budget: SpendBudget) -> OverBudget | None:
+        """Ask before each model call: None to make it, or the budget spent, and then make
+        none (counted in `wakeful_model_budget_refusals_total{scope}`). The spend is the run
+        log's for this inbox and its workspace over the last 24 hours, plus this run's calls
+        so far: the call that crosses a budget is made, the next one is not."""
+        if budget.per_person is None and budget.per_workspace is None:
+            return None
+        spent = self.query.model_spend(self.inbox, self.now - DAY)
+        over = budget.spent(spent, sum(u.cost or 0.0 for u in self._usage))
+        if over is not None:
+            metrics.MODEL_BUDGET_REFUSALS.labels(over.scope).inc()
+        return over
+
+    def set_timer(self, timer: Timer, *, to: Event | Conversation | None = None) -> bool:
+        """Add or replace the inbox's timer of that name; its ticks answer in `to`. False when
+        the cap says no (WAKEFUL_MAX_TIMERS_PER_INBOX new names; a replaced one counts once):
+        not set, and the person told once, with the finish, how many and why (`not_set_note`
+        to say it yourself)."""
         where = None if to is None else _where(to)
         if where is not None:
             timer = Timer(**{**_fields(timer), "payload": timer_payload(timer.payload, where)})
+        if self._timers is None:
+            self._timers = self._services.timers(self.inbox)
+        if not self._timers.take(timer.name):
+            self._timers_in = self._timers_in or where or self._said_in()
+            self._timers_untold += 1
+            return False
         self._effects.timers.append(timer)
+        return True
+
+    def not_set_note(self) -> str | None:
+        """The line saying how many timers the cap held back since this was last asked (None:
+        none), for an agent that says it in its own reply; wakeful then does not."""
+        if not self._timers_untold or self._timers is None:
+            return None
+        note = self._timers.note(self._timers_untold)
+        self._timers_untold = 0
+        return note
 
     def cancel_timer(self, name: str) -> None:
+        """Cancel the inbox's timer of that name (with the finish); its place under the cap
+        is free for this run's next `set_timer`."""
+        if self._timers is not None:
+            self._timers.drop(name)
         self._effects.cancel_timers.append(name)
 
     def save(self, state: Any) -> None:
@@ -395,14 +457,17 @@ class Run:
     # -- the engine's side -------------------------------------------------------------
 
     def effects(self) -> Effects:
-        """Everything asked for, with the one note about approvals the caps held back."""
-        note = self.not_asked_note()
-        where = self._not_asked_in
-        if note is not None and where is not None:
-            self._effects.messages.append(
-                fx.Message(where.channel, note, thread_ts=where.thread_ts, priority="urgent")
-            )
-            self._not_asked_in = None
+        """Everything asked for, with the one note about approvals, and the one about timers,
+        the caps held back (where the first of them would have been asked or answered)."""
+        for note, where in (
+            (self.not_asked_note(), self._not_asked_in),
+            (self.not_set_note(), self._timers_in),
+        ):
+            if note is not None and where is not None:
+                self._effects.messages.append(
+                    fx.Message(where.channel, note, thread_ts=where.thread_ts, priority="urgent")
+                )
+        self._not_asked_in = self._timers_in = None
         self._effects.usage = list(self._usage)
         return self._effects
 
@@ -415,6 +480,14 @@ class Run:
         self._asked_for[(cause.source, cause.key)] = n + 1
         origin = step_key(self.inbox, cause, f"ask:{tool}:{n}")[3:11]
         return f"{tool.replace('_', '-')}-{cause.id}-{n}-{origin}"
+
+    def _said_in(self) -> Conversation | None:
+        """Where the batch is answered: its latest person's message or command, else the
+        first event that names a conversation."""
+        for e in reversed(self.events):
+            if isinstance(e, (Message, Command)):
+                return e.reply_to
+        return next((e.reply_to for e in self.events if e.reply_to is not None), None)
 
     def _only_event(self, name: str) -> Event:
         if len(self.events) != 1:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from wakeful.core import effects as fx
+from wakeful.core import tenancy
 from wakeful.core.approved import Approved, run_approved, told_or_tell
 from wakeful.core.errors import LeaseLost, SessionUnusable, StoreUnavailable
 from wakeful.core.events import ApprovalAnswer, Command, Conversation, Event, Message, decode
@@ -135,7 +136,10 @@ class Runner:
         started: list[Run] = []
         approved = Approved()
         try:
-            return self._run(claim, session(), now, heartbeat, started, approved)
+            # Everything the agent is called for here (approved tools, the run, the surfaces'
+            # hooks) reads and keys steps in the inbox's workspace (core/tenancy.py).
+            with tenancy.serving(claim.inbox, self.services.workspace_of):
+                return self._run(claim, session(), now, heartbeat, started, approved)
         except (LeaseLost, StoreUnavailable):
             raise
         except SessionUnusable as exc:
@@ -200,8 +204,9 @@ class Runner:
         trace = None
         for stored in claim.events:
             try:
+                event = typed(stored)
                 run_approved(
-                    self.services, self.settings, claim.inbox, typed(stored), now, approved
+                    self.services, self.settings, claim.inbox, event, now, approved, heartbeat
                 )
             except (LeaseLost, StoreUnavailable):
                 raise
@@ -281,9 +286,11 @@ def runner_for(agent: Agent, store: Any) -> Runner:
         ledger=store,
         query=Query(store),
         budget=store.approval_budget,
+        timers=store.timer_budget,
         approval_ttl=store.settings.approval_ttl,
         view=PlainApprovals(),
         tools=tools,
         approval=store.approval,
+        workspace_of=store.workspace_of,
     )
     return Runner(agent, services, (), store.settings)

@@ -66,6 +66,10 @@ class Settings:
     max_open_approvals: int = 20
     """Approvals one inbox may have open at once (WAKEFUL_MAX_OPEN_APPROVALS), enforced the
     same way: one person's message cannot flood a conversation with prompts."""
+    max_timers_per_inbox: int = 50
+    """Timers one inbox may have set at once (WAKEFUL_MAX_TIMERS_PER_INBOX): reminders, digests,
+    any agent's; approvals' expiries are not counted (the approval caps bound them). The
+    finish sets no more, whatever the agent returned, and says how many were not set."""
     tool_retry_for: int = DAY
     """Seconds an approved call that fails transiently is retried (WAKEFUL_TOOL_RETRY_FOR),
     counted from its first failure; then it is given up and the person told."""
@@ -75,6 +79,10 @@ class Settings:
     ops_channel: str = ""
     """Where operators are told what went wrong (WAKEFUL_OPS_CHANNEL): a channel id `C…`, or
     `T…:C…` naming its workspace (distribution mode); empty: nobody is told (core/store/ops.py)."""
+    self_approval: bool = True
+    """Whether a requester's own click answers their approval (WAKEFUL_SELF_APPROVAL); off:
+    only another approver's does (core/rules/approvals.py `judge_answer`), whoever calls
+    the store's `answer`."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -89,6 +97,7 @@ class Settings:
             "approval_ttl",
             "max_approvals_per_run",
             "max_open_approvals",
+            "max_timers_per_inbox",
             "tool_retry_for",
         ):
             value = getattr(self, name)
@@ -107,6 +116,8 @@ class Settings:
                 f"ops_channel must be a channel id like C012AB3CD or T012AB3CD:C012AB3CD, "
                 f"got {self.ops_channel!r}"
             )
+        if not isinstance(self.self_approval, bool):
+            raise InvalidInput(f"self_approval must be True or False, got {self.self_approval!r}")
         if not isinstance(self.outbox_gap, int) or self.outbox_gap < 0:
             raise InvalidInput(f"outbox_gap must be an integer >= 0, got {self.outbox_gap!r}")
 

@@ -86,11 +86,17 @@ def classify(exc: BaseException) -> Verdict:
 
 
 def _http(status: int, headers: Any, reason: str) -> Verdict:
-    if status == 429 or status == 408:
-        return Verdict(True, _line(reason), _retry_after(headers))
-    if status >= 500:
+    if status >= 500 and _replayed(headers):
+        return Verdict(False, _line(f"{reason}, kept under the idempotency key"))
+    if status in (408, 409, 429) or status >= 500:
+        # 409: the idempotency key is still in use by an earlier try (Stripe's, and others')
         return Verdict(True, _line(reason), _retry_after(headers))
     return Verdict(False, _line(reason))
+
+
+def _replayed(headers: Any) -> bool:
+    """The destination answered from what it kept under the idempotency key."""
+    return str(_header(headers, "Idempotent-Replayed")).lower() == "true"
 
 
 def _stripe(exc: BaseException) -> Verdict | None:
@@ -107,8 +113,10 @@ def _stripe(exc: BaseException) -> Verdict | None:
         return Verdict(True, "the payment service could not be reached")
     if "RateLimitError" in kinds or status == 429:
         return Verdict(True, "the payment service asked to slow down", _retry_after(headers))
+    if status == 409:  # the key is still in use by an earlier try: its answer will come
+        return Verdict(True, "the payment service is still busy with an earlier try")
     if isinstance(status, int) and status >= 500:
-        if str(_header(headers, "Idempotent-Replayed")).lower() == "true":
+        if _replayed(headers):
             # Stripe kept this answer under the key: a retry would only replay it.
             return Verdict(False, _line(f"the payment service failed ({status}): {message}"))
         return Verdict(True, f"the payment service did not answer ({status})")

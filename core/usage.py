@@ -11,10 +11,11 @@ agent's business (the Claude agent's table is bot/agents/claude_prices.py).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 from wakeful.core.errors import InvalidInput
 
@@ -96,6 +97,13 @@ def by_model(usages: Iterable[ModelUsage]) -> dict[str, ModelUsage]:
     return out
 
 
+def known_cost(usages: Iterable[ModelUsage]) -> float | None:
+    """What the calls are estimated to have cost, the priced ones (None: no call was priced):
+    the run log keeps it beside the usage, and spend budgets add it up."""
+    costs = [u.cost for u in usages if u.cost is not None]
+    return sum(costs) if costs else None
+
+
 def to_json(usages: Iterable[ModelUsage]) -> dict[str, Any]:
     """What the run log stores: {model: {input, output, cache_write, cache_read, cost, ...}}."""
     return {model: u.to_json() for model, u in by_model(usages).items()}
@@ -112,3 +120,62 @@ def from_json(data: Any) -> dict[str, ModelUsage]:
         except (InvalidInput, TypeError):
             continue
     return out
+
+
+Scope = Literal["person", "workspace"]
+
+
+@dataclass(frozen=True, slots=True)
+class SpendBudget:
+    """What an agent lets its model calls cost in any 24 hours, in US dollars, from the costs
+    the run log recorded (`ModelUsage.cost`, from the agent's price table): `per_person` for
+    one inbox, `per_workspace` for every inbox of its workspace. None: no budget. A call of a
+    model with no price costs nothing here (its cost is unknown)."""
+
+    per_person: float | None = None
+    per_workspace: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("per_person", "per_workspace"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise InvalidInput(f"a spend budget {name} must be dollars > 0, got {value!r}")
+
+    def spent(self, spent: ModelSpend, own: float = 0.0) -> OverBudget | None:
+        """Which budget `spent` (plus `own`, the calls of the run asking) has used up, the
+        person's first; None: neither."""
+        mine = spent.inbox + own
+        if self.per_person is not None and mine >= self.per_person:
+            return OverBudget("person", mine, self.per_person)
+        if self.per_workspace is not None and spent.workspace is not None:
+            theirs = spent.workspace + own
+            if theirs >= self.per_workspace:
+                return OverBudget("workspace", theirs, self.per_workspace)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpend:
+    """What model calls cost since a time, in US dollars, as the run log recorded them."""
+
+    inbox: float
+    workspace: float | None
+    """Every inbox of the inbox's workspace; None for an inbox of no workspace (a
+    conversation's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OverBudget:
+    """A model call not to make: the `scope`'s calls of the last 24 hours cost `spent`,
+    which is `budget` or more."""
+
+    scope: Scope
+    spent: float
+    budget: float

@@ -206,7 +206,7 @@ class Demo:
             f'audit_log = "{Path(tmp) / "gateway-audit.jsonl"}"\n'
             "[destinations.stripe]\n"
             f'upstream = "{self.stripe.url}"\n'
-            'allow = ["GET /v1/payment_intents/search", "POST /v1/refunds"]\n'
+            'allow = ["GET /v1/payment_intents/search", "POST /v1/refunds", "GET /v1/refunds"]\n'
             'secret_env = "STRIPE_SECRET_KEY"\n'
         )
         url, stop = serve_in_background(config, {"STRIPE_SECRET_KEY": self.stripe.api_key}, store)

@@ -32,6 +32,7 @@ from wakeful.agents import (
     Message,
     Run,
     Setup,
+    SpendBudget,
     TimerTick,
     Tool,
     Unknown,
@@ -42,11 +43,12 @@ from wakeful.agents import (
 )
 from wakeful.bot.agents.claude_calls import (
     DIGEST_LONG_TTL,
+    BudgetSpent,
     ModelCaller,
     ModelUnavailable,
     cache_ttl,
 )
-from wakeful.bot.agents.claude_prices import Price, price_of, prices
+from wakeful.bot.agents.claude_prices import DEFAULT_BUDGET, Price, price_of, prices, spend_budget
 from wakeful.bot.agents.claude_prompt import (
     CUT_OFF_LINE,
     REFUSED_LINE,
@@ -54,13 +56,16 @@ from wakeful.bot.agents.claude_prompt import (
     TOO_MANY_STEPS_LINE,
     feedback_note,
     note_feedback,
+    over_budget_line,
 )
 from wakeful.bot.agents.claude_tools import (
     DEFAULT_POLICIES,
+    MAX_TOOL_CALLS_PER_TURN,
     TOOL_SPECS,
     ClaudeTools,
     Policy,
     RunContext,
+    max_tool_calls,
 )
 from wakeful.bot.agents.common import (
     DIGEST,
@@ -69,7 +74,6 @@ from wakeful.bot.agents.common import (
     fresh_stats,
     outage_note,
     refund_backend,
-    unusable_session,
 )
 from wakeful.bot.agents.conversation import (
     NO_REPLY,
@@ -78,6 +82,7 @@ from wakeful.bot.agents.conversation import (
     assistant_content,
     final_text,
     label_attrs,
+    load_session,
     neutralise,
     strip_old_thinking,
     text_block,
@@ -102,29 +107,6 @@ MAX_TOKENS = 4096
 """Output cap of one model call; room for adaptive thinking plus a short Slack answer."""
 MAX_STEPS = 8
 """Model calls per run; a loop of tool calls stops here instead of running up a bill."""
-
-
-def _load(session: Any, now: int) -> dict[str, Any]:
-    """The saved conversation, checked: a shape this agent did not write is an unusable
-    session (the engine retries, then sets it aside and the next run starts fresh)."""
-    if session is None:
-        session = {"v": 1, "messages": []}
-    if not isinstance(session, dict) or session.get("v") != 1:
-        version = session.get("v") if isinstance(session, dict) else type(session).__name__
-        raise unusable_session(f"the saved conversation has an unknown format ({version})")
-    if not isinstance(session.get("messages"), list) or not all(
-        isinstance(t, dict) for t in session["messages"]
-    ):
-        raise unusable_session("the saved conversation's turns are not a list of turns")
-    state: dict[str, Any] = dict(session)
-    state.setdefault("pending", {})
-    stats = state.setdefault("stats", fresh_stats())
-    stats.setdefault("feedback_positive", 0)
-    stats.setdefault("feedback_negative", 0)
-    state.setdefault("since", now)
-    state.setdefault("open", None)
-    state.setdefault("feedback", [])
-    return state
 
 
 MODEL_EVENTS = (Message, Command, ApprovalAnswer, TimerTick, WebhookDelivery, Unknown)
@@ -166,6 +148,8 @@ class ClaudeAgent(Agent, ClaudeTools):
         cache: str = "5m",
         price_table: Mapping[str, Price] | None = None,
         client: anthropic.Anthropic | None = None,
+        max_tool_calls: int = MAX_TOOL_CALLS_PER_TURN,
+        budget: SpendBudget = DEFAULT_BUDGET,
     ) -> None:
         self.setup = setup
         self.model = model
@@ -178,6 +162,9 @@ class ClaudeAgent(Agent, ClaudeTools):
         self.trim_to = min(token_budget, cut)
         self.max_tokens = max_tokens
         self.max_steps = max_steps
+        if not isinstance(max_tool_calls, int) or max_tool_calls < 1:
+            raise ValueError(f"max_tool_calls must be a whole number >= 1, got {max_tool_calls!r}")
+        self.max_tool_calls = max_tool_calls
         self.timeout = timeout
         self.cache = cache_ttl(cache)
         # max_retries=0: a failed call fails the run, and the engine's backoff and attempt
@@ -197,6 +184,7 @@ class ClaudeAgent(Agent, ClaudeTools):
             SYSTEM_PROMPT,
             self.tool_specs,
             price_of(table, model),
+            budget,
         )
         if self.caller.price is None:
             log.warning("claude: no price for model %s; its cost is counted as unknown", model)
@@ -228,11 +216,11 @@ class ClaudeAgent(Agent, ClaudeTools):
                 run.reply(said[1], to=said[0], urgent=False)
         if not any(isinstance(e, MODEL_EVENTS) for e in run.events):
             if feedback:  # counted for the digest, told to the model with the next turn
-                state = _load(run.session, run.now)
+                state = load_session(run.session, run.now)
                 note_feedback(state, feedback)
                 run.save(state)
             return  # only surface events: nothing for the model
-        ctx = RunContext(run, _load(run.session, run.now), now=run.now)
+        ctx = RunContext(run, load_session(run.session, run.now), now=run.now)
         note_feedback(ctx.state, feedback)
         self._route(ctx)
         ctx.history_end = len(ctx.state["messages"]) - 1
@@ -417,7 +405,10 @@ class ClaudeAgent(Agent, ClaudeTools):
             turns = trim_history(turns, self.token_budget, self.trim_to)
             ctx.history_end -= before - len(turns)
             ctx.state["messages"] = turns
-            answer = self.caller.call(ctx.run, step, turns, ctx.history_end, ctx.ttl, ctx.now)
+            try:
+                answer = self.caller.call(ctx.run, step, turns, ctx.history_end, ctx.ttl, ctx.now)
+            except BudgetSpent as spent:  # no call, and one line for the whole run
+                return self._say_instead(ctx, over_budget_line(spent.over, ctx.run.events))
             turns[-1] = answer.sent  # what the recorded answer followed
             ctx.now = answer.now  # a replayed run acts at the time its calls were made
             ctx.calls += 1
@@ -472,7 +463,7 @@ def factory(setup: Setup) -> ClaudeAgent:
     """WAKEFUL_AGENT=claude: the key from ANTHROPIC_API_KEY, the model from WAKEFUL_MODEL (the
     SDK reads ANTHROPIC_BASE_URL itself), the prompt cache's TTL from WAKEFUL_CLAUDE_CACHE_TTL
     and the price table's changes from WAKEFUL_CLAUDE_PRICES; a model call must end well inside
-    the lease."""
+    the lease; WAKEFUL_CLAUDE_MAX_TOOL_CALLS_PER_TURN and _BUDGET_PER_* bound a turn and a day."""
     api_key = setup.env.get("ANTHROPIC_API_KEY", "").strip()
     if not api_key:
         raise InvalidInput("ANTHROPIC_API_KEY is not set (required by WAKEFUL_AGENT=claude)")
@@ -483,6 +474,8 @@ def factory(setup: Setup) -> ClaudeAgent:
         timeout=float(min(600, max(10, setup.settings.lease_ttl * 3 // 4))),
         cache=setup.env.get("WAKEFUL_CLAUDE_CACHE_TTL", ""),
         price_table=prices(setup.env.get("WAKEFUL_CLAUDE_PRICES", "")),
+        max_tool_calls=max_tool_calls(setup.env.get("WAKEFUL_CLAUDE_MAX_TOOL_CALLS_PER_TURN", "")),
+        budget=spend_budget(setup.env),
     )
 
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import anthropic
 
-from wakeful.agents import Event, InvalidInput, ModelUsage, Run
+from wakeful.agents import Event, InvalidInput, ModelUsage, OverBudget, Run, SpendBudget
 from wakeful.bot.agents.claude_prices import Price
 from wakeful.bot.agents.common import unusable_session
 from wakeful.bot.agents.conversation import Turn
@@ -39,6 +39,14 @@ _NOT_MARKABLE = ("thinking", "redacted_thinking")
 class ModelUnavailable(RuntimeError):
     """The Messages API failed (429, 529, 5xx, timeout, connection): the run fails, so the
     worker retries its events with backoff and counts the attempt."""
+
+
+class BudgetSpent(Exception):
+    """A spend budget is spent (`Run.over_budget`): no call was made, and the run says so."""
+
+    def __init__(self, over: OverBudget) -> None:
+        super().__init__(f"{over.scope} budget spent")
+        self.over = over
 
 
 def cache_ttl(setting: str) -> str:
@@ -111,16 +119,21 @@ class ModelCaller:
     system: str
     tools: list[dict[str, Any]]
     price: Price | None
+    budget: SpendBudget = field(default_factory=SpendBudget)
+    """WAKEFUL_CLAUDE_BUDGET_PER_PERSON_DAY / _PER_WORKSPACE_DAY, asked before each call made."""
 
     def call(
         self, run: Run, index: int, turns: list[Turn], history_end: int, ttl: str, now: int
     ) -> Answer:
         """Call `index` of this run: the recorded answer when a retry finds one, else made
-        now and recorded as it arrives."""
+        now and recorded as it arrives. Raises BudgetSpent, calling nothing, when a call
+        would be made over a spend budget (a replay costs nothing, and is not asked)."""
         name = f"claude:{batch_key(run.events)}:call:{index}"
         made: list[bool] = []
 
         def make(key: str) -> dict[str, Any]:
+            if (over := run.over_budget(self.budget)) is not None:
+                raise BudgetSpent(over)
             message = self._create(turns, history_end, ttl)
             made.append(True)
             run.record_usage(self._usage(message, ttl))

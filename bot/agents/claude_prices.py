@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from wakeful.agents import InvalidInput
+from wakeful.agents import InvalidInput, SpendBudget
 
 log = logging.getLogger("wakeful")
 
@@ -110,3 +111,38 @@ def price_of(table: Mapping[str, Price], model: str) -> Price | None:
         return table[model]
     found = [name for name in table if model.startswith(name)]
     return table[max(found, key=len)] if found else None
+
+
+PER_PERSON_DAY = 5.0
+"""WAKEFUL_CLAUDE_BUDGET_PER_PERSON_DAY's default, in US dollars: a few hundred messages a day
+at Sonnet's list price with caching, far below what a flood of timers or messages runs up."""
+
+
+def spend_budget(env: Mapping[str, str]) -> SpendBudget:
+    """WAKEFUL_CLAUDE_BUDGET_PER_PERSON_DAY (default $5) and _PER_WORKSPACE_DAY (default
+    off): US dollars a person's, a workspace's, model calls may cost in any 24 hours, or
+    `off`. InvalidInput names the one that is malformed."""
+    return SpendBudget(
+        per_person=_dollars(env, "WAKEFUL_CLAUDE_BUDGET_PER_PERSON_DAY", PER_PERSON_DAY),
+        per_workspace=_dollars(env, "WAKEFUL_CLAUDE_BUDGET_PER_WORKSPACE_DAY", None),
+    )
+
+
+def _dollars(env: Mapping[str, str], name: str, default: float | None) -> float | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if raw.lower() == "off":
+        return None
+    try:
+        value = float(raw.removeprefix("$"))
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidInput(
+            f"{name} must be US dollars above 0 (e.g. 5 or 0.50) or off, got {raw!r}"
+        )
+    return value
+
+
+DEFAULT_BUDGET = SpendBudget(per_person=PER_PERSON_DAY)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from wakeful.agents import Feedback
+from wakeful.agents import Event, Feedback, OverBudget, TimerTick
 from wakeful.bot.agents.conversation import NO_REPLY, label_attrs
 
 REFUSED_LINE = "I can't help with that request."
@@ -14,6 +14,28 @@ CUT_OFF_LINE = "My answer was cut off; please ask for less at once."
 TOO_MANY_STEPS_LINE = (
     "I stopped after too many tool steps in one go; please ask again, more simply."
 )
+
+BUDGET_SETTINGS = {
+    "person": "WAKEFUL_CLAUDE_BUDGET_PER_PERSON_DAY",
+    "workspace": "WAKEFUL_CLAUDE_BUDGET_PER_WORKSPACE_DAY",
+}
+
+
+def over_budget_line(over: OverBudget, events: Sequence[Event] = ()) -> str:
+    """What the person is told, once in the run, when a spend budget stops the model: which
+    budget, and each reminder due in the run as it was written (a budget loses no reminder)."""
+    whose = "for you" if over.scope == "person" else "in this workspace"
+    lines = [
+        f"I can't answer right now: my model calls {whose} cost ${over.spent:.2f} in the last "
+        f"24 hours, and the budget is ${over.budget:.2f} ({BUDGET_SETTINGS[over.scope]}). "
+        "It frees up as those calls pass a day old."
+    ]
+    for e in events:
+        data = e.data if isinstance(e, TimerTick) and isinstance(e.data, dict) else {}
+        if data.get("kind") == "reminder":
+            lines.append(f"Reminder: {data.get('text') or ''}")
+    return "\n".join(lines)
+
 
 SYSTEM_PROMPT = f"""\
 You are wakeful, an assistant that lives in a Slack workspace. You sleep most of the time and \

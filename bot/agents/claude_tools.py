@@ -84,6 +84,9 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
     },
     GATEWAY_TOOL: GATEWAY_TOOL_SPEC,
 }
+MAX_TOOL_CALLS_PER_TURN = 10
+"""Tool calls of one model turn that run (WAKEFUL_CLAUDE_MAX_TOOL_CALLS_PER_TURN); the model is
+told the rest did not, so one answer cannot set a flood of timers or calls."""
 DEFAULT_POLICIES: dict[str, Policy] = {
     "refund_order": "ask",
     "remind_me": "allow",
@@ -126,6 +129,7 @@ class ClaudeTools:
 
     setup: Setup
     policies: dict[str, Policy]
+    max_tool_calls: int = MAX_TOOL_CALLS_PER_TURN
     refunds: Any = None
     """Where a refund goes (common.refund_backend): Stripe through the gateway, or None."""
 
@@ -133,12 +137,16 @@ class ClaudeTools:
         self, ctx: RunContext, uses: list[Block]
     ) -> tuple[list[Block], dict[str, str] | None]:
         """Run `allow` tools, refuse `deny` ones; the first `ask` one becomes an approval
-        request. Every tool_use gets a result except the one awaiting its answer."""
+        request. Every tool_use gets a result except the one awaiting its answer; past
+        `max_tool_calls` in the turn, an error result, and nothing runs."""
         results: list[Block] = []
         asked: dict[str, str] | None = None
-        for use in uses:
+        for n, use in enumerate(uses):
             uid, name = str(use["id"]), str(use["name"])
             args: Mapping[str, Any] = use["input"] if isinstance(use["input"], dict) else {}
+            if n >= self.max_tool_calls:
+                results.append(tool_result(uid, too_many_calls(self.max_tool_calls), True))
+                continue
             if name not in TOOL_SPECS or (name == GATEWAY_TOOL and self.setup.gateway is None):
                 results.append(
                     tool_result(uid, f"There is no tool {name!r}; nothing was done.", True)
@@ -271,7 +279,7 @@ class ClaudeTools:
             raise ToolInputError("There is no conversation to post the reminder in.")
         at = ctx.now + seconds
         data = {"kind": "reminder", "text": text.strip()}
-        ctx.run.set_timer(Timer.once(f"remind-{key}", at, data), to=where)
+        _capped(ctx, ctx.run.set_timer(Timer.once(f"remind-{key}", at, data), to=where))
         return f"Reminder set for {utc(at)}."
 
     def _set_digest(self, ctx: RunContext, args: Mapping[str, Any]) -> str:
@@ -290,7 +298,9 @@ class ClaudeTools:
                 raise ToolInputError("every_seconds must be a whole number.")
             if too_often := digest_too_often(every):
                 raise ToolInputError(too_often)
-            ctx.run.set_timer(Timer.every(DIGEST, every, ctx.now + every, data), to=where)
+            _capped(
+                ctx, ctx.run.set_timer(Timer.every(DIGEST, every, ctx.now + every, data), to=where)
+            )
             ctx.state["digest"] = {"every": every}
             return f"Digest set: every {every} seconds, first at {utc(ctx.now + every)}."
         if mode == "daily":
@@ -299,10 +309,40 @@ class ClaudeTools:
                 raise ToolInputError("daily_at must be HH:MM on a 24-hour clock.")
             zone = self.setup.time_zone(ctx.user)
             shown = zone_shown(zone, "ask again later to use it")
-            ctx.run.set_timer(Timer.daily(DIGEST, at, zone.name, data), to=where)
+            _capped(ctx, ctx.run.set_timer(Timer.daily(DIGEST, at, zone.name, data), to=where))
             ctx.state["digest"] = {"daily": at, "tz": zone.name}
             return f"Digest set: daily at {at} ({shown})."
         raise ToolInputError("mode must be 'every', 'daily' or 'off'.")
+
+
+def max_tool_calls(setting: str) -> int:
+    """WAKEFUL_CLAUDE_MAX_TOOL_CALLS_PER_TURN, checked: a whole number from 1 to 100 (default
+    10)."""
+    raw = setting.strip()
+    if not raw:
+        return MAX_TOOL_CALLS_PER_TURN
+    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+        raise InvalidInput(
+            f"WAKEFUL_CLAUDE_MAX_TOOL_CALLS_PER_TURN must be a whole number from 1 to 100, "
+            f"got {setting!r}"
+        )
+    return int(raw)
+
+
+def too_many_calls(cap: int) -> str:
+    """What the model is told of each tool call past the cap of one turn."""
+    return (
+        f"Not run: at most {cap} tool calls per turn (WAKEFUL_CLAUDE_MAX_TOOL_CALLS_PER_TURN); "
+        "nothing was done for this one. Tell the person what was not done."
+    )
+
+
+def _capped(ctx: RunContext, set_: bool) -> None:
+    """A timer the cap refused (WAKEFUL_MAX_TIMERS_PER_INBOX): the model is told why, and
+    tells the person (wakeful does not say it again)."""
+    if not set_:
+        note = ctx.run.not_set_note() or "Not set: too many timers."
+        raise ToolInputError(f"{note} Nothing was done; tell the person.")
 
 
 def refund_text(order: str, result: Any) -> str:

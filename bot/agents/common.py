@@ -1,5 +1,6 @@
 """What both built-in agents say and ask the same way: the facts of a digest, the status text,
-the refund rules (each order refunded once, whoever asks), and how a time zone is named. One
+the refund rules (each order refunded once per workspace, whoever asks there: order numbers
+are per customer), and how a time zone is named. One
 place, so the two agents cannot drift apart. Written on the public agent API alone
 (`wakeful.agents`), like any agent of a user's."""
 
@@ -183,9 +184,17 @@ def status_text(query: Query, inbox: str) -> str:
 
 REFUND_TOOL = "refund_order"
 ORDER_REFUNDED = "refund_order:once"
-"""The step name of the one record per refunded order (key `refund_order:<order id>`), written
-before the refund is reported: whichever request records it first is the one that refunds."""
+"""The step name of the one record per refunded order (key `refund_order:<order id>`, in the
+workspace of the run: stored as `<team>:refund_order:<order id>`), written before the refund
+is reported: whichever request of the workspace records it first is the one that refunds."""
 ALREADY_REFUNDED = "Order {order} was already refunded on {when} (request {request})."
+REFUNDED_BEFORE = (
+    "Order {order} was already refunded, before refunds were kept per workspace; ask an "
+    "operator if it must be refunded again."
+)
+"""A record from before step keys were scoped that another workspace's request made: it
+still counts (nothing is refunded twice), but whose request and when are not this
+workspace's to see."""
 ALREADY_WAITING = (
     "Order {order} is already waiting for approval (request {request}); I did not ask again."
 )
@@ -203,7 +212,7 @@ def refund_already(
     (request id, args) this run is about to ask for); None when it may be asked."""
     first = query.step(refunded_key(order))
     if first is not None:
-        return _already_refunded(order, first)
+        return _already_refunded(query, order, first)
     open_ = [(a.id, a.args) for a in query.open_approvals(tool=REFUND_TOOL) if a.deadline > now]
     for request_id, args in [*open_, *asking]:
         if isinstance(args, dict) and str(args.get("order_id")) == order:
@@ -250,24 +259,31 @@ def refund_once(
         done = query.step(refunded_key(order))
         by = done.result.get("request") if done and isinstance(done.result, dict) else None
         if done is not None and by != request_id:
-            return {"refunded": False, "order_id": order, "already": _already_refunded(order, done)}
+            already = _already_refunded(query, order, done)
+            return {"refunded": False, "order_id": order, "already": already}
         return stripe.refund(steps, query, order, request_id)
     record = {"order_id": order, "request": request_id}
     first = steps.once(refunded_key(order), lambda _key: record, name=ORDER_REFUNDED)
     if isinstance(first, dict) and first.get("request") != request_id:
         stood = query.step(refunded_key(order))
-        already = _already_refunded(order, stood) if stood else ALREADY_REFUNDED
+        already = _already_refunded(query, order, stood) if stood else ALREADY_REFUNDED
         return {"refunded": False, "order_id": order, "already": already}
     return {"refunded": True, "order_id": order}
 
 
-def _already_refunded(order: str, record: StepRecord) -> str:
+def _already_refunded(query: Query, order: str, record: StepRecord) -> str:
     first = record.result if isinstance(record.result, dict) else {}
+    request = str(first.get("request") or "?")
+    if record.inbox is None and _of_another_workspace(query, request):
+        return REFUNDED_BEFORE.format(order=inert(order))
     return ALREADY_REFUNDED.format(
-        order=inert(order),
-        when=utc(record.created_at),
-        request=inert(str(first.get("request") or "?")),
+        order=inert(order), when=utc(record.created_at), request=inert(request)
     )
+
+
+def _of_another_workspace(query: Query, request: str) -> bool:
+    """Whether the approval `request` was asked in another workspace than the run's."""
+    return query.approval(request) is None and query.approval(request, everywhere=True) is not None
 
 
 def dead_letters_text(query: Query, limit: int = 10) -> str:

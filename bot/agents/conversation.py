@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any, cast
 
+from wakeful.bot.agents.common import fresh_stats, unusable_session
+
 NO_REPLY = "NO_REPLY"
 """The whole answer the system prompt asks for when a run has nothing worth saying."""
 TEXT_CAP = 4000
@@ -155,3 +157,26 @@ def label_attrs(**values: Any) -> str:
 
 def safe_id(raw: str) -> str:
     return _UNSAFE_ID.sub("", raw)[:80] or "x"
+
+
+def load_session(session: Any, now: int) -> dict[str, Any]:
+    """The saved conversation, checked: a shape the Claude agent did not write is an unusable
+    session (the engine retries, then sets it aside and the next run starts fresh)."""
+    if session is None:
+        session = {"v": 1, "messages": []}
+    if not isinstance(session, dict) or session.get("v") != 1:
+        version = session.get("v") if isinstance(session, dict) else type(session).__name__
+        raise unusable_session(f"the saved conversation has an unknown format ({version})")
+    if not isinstance(session.get("messages"), list) or not all(
+        isinstance(t, dict) for t in session["messages"]
+    ):
+        raise unusable_session("the saved conversation's turns are not a list of turns")
+    state: dict[str, Any] = dict(session)
+    state.setdefault("pending", {})
+    stats = state.setdefault("stats", fresh_stats())
+    stats.setdefault("feedback_positive", 0)
+    stats.setdefault("feedback_negative", 0)
+    state.setdefault("since", now)
+    state.setdefault("open", None)
+    state.setdefault("feedback", [])
+    return state

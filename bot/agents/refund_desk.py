@@ -175,7 +175,7 @@ class RefundDesk(Agent):
         ask is answered by its prompt in the channel)."""
         text = e.text.strip()
         if text.lower() in ("dead-letters", "dead letters"):
-            allowed = e.user in self.approvers
+            allowed = self.query.is_approver(e.user, e.team)
             lines = [dead_letters_text(self.query) if allowed else ONLY_APPROVERS]
         else:
             lines, asked = self._commands(run, e, Conversation(e.channel), state)
@@ -213,17 +213,20 @@ class RefundDesk(Agent):
             delay = _seconds(m.group(1), m.group(2))
             what = m.group(3).strip()
             data = {"kind": "reminder", "text": what}
-            run.set_timer(Timer.once(f"remind-{e.id}", run.now + delay, data), to=where)
-            lines.append(f"I'll remind you in {m.group(1)} {m.group(2)}: {inert(what)}")
+            reminder = Timer.once(f"remind-{e.id}", run.now + delay, data)
+            # Over WAKEFUL_MAX_TIMERS_PER_INBOX it is not set: wakeful adds one line saying
+            # how many were not set and why, in the same post as this reply.
+            if run.set_timer(reminder, to=where):
+                lines.append(f"I'll remind you in {m.group(1)} {m.group(2)}: {inert(what)}")
         if m := DIGEST_EVERY.search(text):
             every = _seconds(m.group(1), m.group(2))
             if too_often := digest_too_often(every, self.min_digest):
                 lines.append(too_often)
             else:
                 timer = Timer.every(DIGEST, every, run.now + every, {"kind": DIGEST})
-                run.set_timer(timer, to=where)
-                state["digest"] = {"every": every}
-                lines.append(f"Digest set: every {m.group(1)} {m.group(2)}.")
+                if run.set_timer(timer, to=where):  # else over the timer cap, said as above
+                    state["digest"] = {"every": every}
+                    lines.append(f"Digest set: every {m.group(1)} {m.group(2)}.")
         elif m := DIGEST_DAILY.search(text):
             hh, mm = int(m.group(1)), int(m.group(2))
             if hh > 23 or mm > 59:
@@ -232,9 +235,10 @@ class RefundDesk(Agent):
                 at = f"{hh:02d}:{mm:02d}"
                 zone = self.setup.time_zone(e.user)
                 shown_zone = zone_shown(zone, f"say `digest daily at {at}` again later")
-                run.set_timer(Timer.daily(DIGEST, at, zone.name, {"kind": DIGEST}), to=where)
-                state["digest"] = {"daily": at, "tz": zone.name}
-                lines.append(f"Digest set: daily at {at} ({shown_zone}).")
+                timer = Timer.daily(DIGEST, at, zone.name, {"kind": DIGEST})
+                if run.set_timer(timer, to=where):
+                    state["digest"] = {"daily": at, "tz": zone.name}
+                    lines.append(f"Digest set: daily at {at} ({shown_zone}).")
         elif DIGEST_OFF.search(text):
             run.cancel_timer(DIGEST)
             state["digest"] = None

@@ -126,12 +126,17 @@ class StripeRefunds:
         sent = query.step(sent_key)
         payment = ""
         try:
+            made = None
             if sent is not None:
                 payment = str(sent.result["payment_intent"])
+                # An earlier attempt may have refunded and lost its answer. Stripe keeps a key
+                # for 24 h, as long as a call may wait (WAKEFUL_TOOL_RETRY_FOR): ask before
+                # sending again instead of trusting the key alone.
+                made = self._listed(payment, request_id)
             else:
                 payment = self._payment(order)
                 steps.once(sent_key, lambda _k: {"payment_intent": payment}, name=SENT)
-            refund = self.client.v1.refunds.create(
+            refund = made or self.client.v1.refunds.create(
                 params={
                     "payment_intent": payment,
                     "metadata": {"order_id": order, "wakeful_request": request_id},
@@ -183,20 +188,15 @@ class StripeRefunds:
             raise ToolFailed(
                 f"Stripe failed ({status}) and kept that answer under this request; no refund "
                 "was made under it"
-            )
-        raise failure(exc, headers, sent_before)
+            ) from exc
+        raise failure(exc, headers, sent_before) from exc
 
     def _made_under(self, payment: str, request_id: str, status: int) -> Any:
         """The refund of `payment` whose metadata names `request_id`, or None: Stripe is asked
         (its list of the PaymentIntent's refunds, newest first, every page)."""
         kept = f"Stripe failed ({status}) and kept that answer under this request"
         try:
-            found = self.client.v1.refunds.list(params={"payment_intent": payment, "limit": 100})
-            for refund in found.auto_paging_iter():
-                metadata = refund.metadata.to_dict() if refund.metadata else {}
-                if metadata.get("wakeful_request") == request_id:
-                    return refund
-            return None
+            return self._find(payment, request_id)
         except stripe.StripeError as exc:
             why = failure(exc, exc.headers or self.transport.last_headers(), False)
             if isinstance(why, ToolUnavailable):
@@ -207,6 +207,27 @@ class StripeRefunds:
             raise ToolFailed(
                 f"{kept}; whether it refunded could not be checked: {why.reason}", tell_ops=True
             ) from exc
+
+    def _find(self, payment: str, request_id: str) -> Any:
+        """The refund of `payment` whose metadata names `request_id` (Stripe's list of the
+        PaymentIntent's refunds, newest first, every page), or None."""
+        found = self.client.v1.refunds.list(params={"payment_intent": payment, "limit": 100})
+        for refund in found.auto_paging_iter():
+            metadata = refund.metadata.to_dict() if refund.metadata else {}
+            if metadata.get("wakeful_request") == request_id:
+                return refund
+        return None
+
+    def _listed(self, payment: str, request_id: str) -> Any:
+        """`_find` before a retry sends again; None too when the gateway does not allow the
+        list (an older allow rule): the idempotency key alone then stands."""
+        try:
+            return self._find(payment, request_id)
+        except stripe.StripeError as exc:
+            headers = exc.headers or self.transport.last_headers()
+            if str(_get(headers, "wakeful-gateway") or "") == "refused":
+                return None
+            raise
 
 
 def failure(

@@ -7,7 +7,7 @@ Read from the TOML file `WAKEFUL_GATEWAY_CONFIG` names, e.g.
 
     [destinations.stripe]
     upstream = "https://api.stripe.com"
-    allow = ["GET /v1/payment_intents/search", "POST /v1/refunds", "GET /v1/refunds/"]
+    allow = ["GET /v1/payment_intents/search", "POST /v1/refunds", "GET /v1/refunds"]
     credential_header = "Authorization"
     credential_format = "Bearer {secret}"
     secret_env = "STRIPE_SECRET_KEY"     # or secret_file = "/run/secrets/stripe" (mode 0600)

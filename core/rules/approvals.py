@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import AnswerOutcome, ApprovalState
+from wakeful.core.tenancy import is_approver
 
 Decision = tuple[AnswerOutcome, Literal["store", "keep"]]
 
@@ -18,19 +20,27 @@ def judge_answer(
     user: str,
     now: int,
     approvers: Sequence[str] | None = None,
+    self_approval: bool = True,
 ) -> Decision:
     """Return the outcome and whether it is a new answer to store.
 
-    Never requested: `unknown`. A user who is neither the requester nor an approver:
-    `forbidden`, nothing stored. `approvers` is the list as configured now, so someone removed
-    from it loses their say over approvals already open (None: the list stored with the
-    request). Already answered (by a person or by the expiry): that first answer. Past the
+    Never requested: `unknown`. A user who is neither the requester nor an approver of the
+    approval's workspace (core/tenancy.py `is_approver`): `forbidden`, nothing stored.
+    `approvers` is the list as configured now, so someone removed from it loses their say over
+    approvals already open (None: the list stored with the request). Already answered (by a person or by the expiry): that first answer. Past the
     deadline: `expired`, stored, even if the expiry timer has not run yet.
+
+    `self_approval` False (WAKEFUL_SELF_APPROVAL=off): a second person must answer, so the
+    requester's own click is `forbidden` too, Approve or Deny, approver or not; only another
+    approver's counts.
     """
     if state is None:
         return "unknown", "keep"
     allowed = state.approvers if approvers is None else tuple(approvers)
-    if user not in (state.requester, *allowed):
+    team = InboxId(state.inbox).team
+    if user == state.requester and not self_approval:
+        return "forbidden", "keep"
+    if user != state.requester and not is_approver(allowed, user, team):
         return "forbidden", "keep"
     if state.answer is not None:
         return state.answer, "keep"

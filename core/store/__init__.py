@@ -1,10 +1,10 @@
 """The store: every operation the engine owes, one module per concern, over one backend.
 
 `Store` is the whole contract, assembled from its concerns (inbox, claims, timers, approvals,
-outbox, admin, steps, threads, installations, gateway revocations, processes); a backend
-(`Connector`) supplies only transactions over its own named SQL. Every operation takes `now`
-in integer seconds: no backend reads a clock of its own. `open_store` picks the backend from a
-URL or a path.
+outbox, admin, steps, threads, installations, gateway revocations, processes, model spend); a
+backend (`Connector`) supplies only transactions over its own named SQL. Every operation takes
+`now` in integer seconds: no backend reads a clock of its own. `open_store` picks the backend
+from a URL or a path (`store_target`: the one rule of what names a store).
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from wakeful.core.store.processes import Processes
 from wakeful.core.store.restores import Restores
 from wakeful.core.store.retention import Retention
 from wakeful.core.store.revocations import Revocations
+from wakeful.core.store.spend import Spend
 from wakeful.core.store.steps import Steps
+from wakeful.core.store.target import ACCEPTED, Target, store_target
 from wakeful.core.store.threads import Threads
 from wakeful.core.store.timers import Timers
 
@@ -48,15 +50,17 @@ class Store(
     Revocations,
     Restores,
     Processes,
+    Spend,
 ):
     """The durable state of every inbox, and the only way the engine touches it."""
 
 
 def open_connector(target: str | Path, **options: Any) -> Connector:
     """`postgresql://...` opens PostgreSQL (needs the `postgres` extra); `sqlite:///path` or a
-    plain path opens a SQLite file. `options` go to the backend (e.g. `busy_timeout_ms`)."""
-    text = str(target)
-    if text.startswith(("postgresql://", "postgres://")):
+    plain path opens a SQLite file; anything else is refused before anything is created
+    (`store_target`). `options` go to the backend (e.g. `busy_timeout_ms`)."""
+    backend, where = store_target(target)
+    if backend == "postgres":
         try:
             from wakeful.core.store.postgres import PostgresConnector
         except ImportError as exc:
@@ -64,16 +68,10 @@ def open_connector(target: str | Path, **options: Any) -> Connector:
                 "WAKEFUL_DB is a PostgreSQL URL but psycopg is not installed: "
                 "pip install 'wakeful[postgres]'"
             ) from exc
-        return PostgresConnector(text, **options)
-    if text.startswith("sqlite:///"):
-        text = text[len("sqlite:///") :]
-    elif "://" in text:
-        raise InvalidInput(f"unsupported store URL {text!r}: use a file path or postgresql://")
-    if not text:
-        raise InvalidInput("the store path is empty")
+        return PostgresConnector(where, **options)
     from wakeful.core.store.sqlite import SQLiteConnector
 
-    return SQLiteConnector(text, **options)
+    return SQLiteConnector(where, **options)
 
 
 def open_store(target: str | Path, settings: Settings | None = None, **options: Any) -> Store:
@@ -81,4 +79,12 @@ def open_store(target: str | Path, settings: Settings | None = None, **options: 
     return Store(open_connector(target, **options), settings)
 
 
-__all__ = ["Connector", "Store", "open_connector", "open_store"]
+__all__ = [
+    "ACCEPTED",
+    "Connector",
+    "Store",
+    "Target",
+    "open_connector",
+    "open_store",
+    "store_target",
+]

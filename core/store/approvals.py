@@ -17,7 +17,7 @@ from wakeful.core.records import Answered, ApprovalState
 from wakeful.core.rules.approvals import ApprovalBudget, judge_answer, not_asked
 from wakeful.core.settings import Settings
 from wakeful.core.storable import check_name
-from wakeful.core.store.base import StoreBase, insert_event
+from wakeful.core.store.base import StoreBase, insert_event, team_match
 from wakeful.core.store.codec import PreparedApproval, approval_record, message_params, require
 from wakeful.core.store.outbox import queue
 from wakeful.core.store.sql import Tx
@@ -107,7 +107,8 @@ class Approvals(StoreBase):
 
         `approvers`: who may answer besides the requester, as configured when the answer
         arrives (the Slack front passes WAKEFUL_APPROVERS); None keeps the list stored with
-        the request."""
+        the request. With `Settings.self_approval` off (WAKEFUL_SELF_APPROVAL=off) the
+        requester's own answer is refused, whoever calls this."""
         if answer not in ("yes", "no"):
             raise InvalidInput(f"answer must be 'yes' or 'no', got {answer!r}")
         _check_id(request_id)
@@ -118,7 +119,9 @@ class Approvals(StoreBase):
         check_name("user", user)
         with self._tx(urgent=True) as tx:
             state = approval_record(tx.one("get_approval_for_update", {"id": request_id}))
-            outcome, action = judge_answer(state, answer, user, now, approvers)
+            outcome, action = judge_answer(
+                state, answer, user, now, approvers, self.settings.self_approval
+            )
             if action != "store" or state is None:
                 return Answered(outcome, False)
             if store_answer(tx, state, outcome, user, now):
@@ -137,22 +140,43 @@ class Approvals(StoreBase):
         with self._tx(write=False) as tx:
             return approval_record(tx.one("get_approval", {"id": request_id}))
 
-    def open_approvals(self, tool: str | None = None) -> list[ApprovalState]:
-        """Approvals of every inbox that no one has answered yet (expired ones too, until their
-        expiry is stored), of one tool or all, soonest deadline first."""
+    def open_approvals(
+        self, tool: str | None = None, teams: Sequence[str] | None = None
+    ) -> list[ApprovalState]:
+        """Approvals that no one has answered yet (expired ones too, until their expiry is
+        stored), of one tool or all, soonest deadline first: of every inbox, or (`teams`) of
+        those workspaces' inboxes only."""
         with self._tx(write=False) as tx:
-            rows = tx.all("open_approvals", {"tool": tool})
-        return [a for r in rows if (a := approval_record(r)) is not None]
-
-    def open_approvals_for(self, user: str, approver: bool, limit: int = 20) -> list[ApprovalState]:
-        """Open approvals `user` may answer, in every inbox, soonest deadline first: an
-        approver (as configured now) may answer every one; anyone else their own requests."""
-        with self._tx(write=False) as tx:
-            if approver:
-                rows = tx.all("open_approvals_first", {"limit": limit})
+            if teams is None:
+                rows = tx.all("open_approvals", {"tool": tool})
             else:
+                rows = [
+                    r
+                    for team in teams
+                    for r in tx.all("team_open_approvals", {"tool": tool, **team_match(team)})
+                ]
+        return _soonest([a for r in rows if (a := approval_record(r)) is not None], teams)
+
+    def open_approvals_for(
+        self, user: str, approver: bool, limit: int = 20, teams: Sequence[str] | None = None
+    ) -> list[ApprovalState]:
+        """Open approvals `user` may answer, soonest deadline first: an approver (as
+        configured now) may answer every one; anyone else their own requests. Of every inbox,
+        or (`teams`) of those workspaces' inboxes only (the caller says whether `user` is an
+        approver there: core/tenancy.py `is_approver`)."""
+        with self._tx(write=False) as tx:
+            if teams is None and approver:
+                rows = tx.all("open_approvals_first", {"limit": limit})
+            elif teams is None:
                 rows = tx.all("open_approvals_requested_by", {"user": user, "limit": limit})
-        return [a for r in rows if (a := approval_record(r)) is not None]
+            else:
+                name = (
+                    "team_open_approvals_first" if approver else "team_open_approvals_requested_by"
+                )
+                params = {"user": user, "limit": limit}
+                rows = [r for t in teams for r in tx.all(name, {**params, **team_match(t)})]
+        found = [a for r in rows if (a := approval_record(r)) is not None]
+        return _soonest(found, teams)[:limit]
 
     def approval_budget(self, inbox: str) -> ApprovalBudget:
         """What a run of `inbox` may still ask for under the approval caps (see
@@ -170,6 +194,14 @@ class Approvals(StoreBase):
         with self._tx(write=False) as tx:
             rows = tx.all("inbox_approvals", {"inbox": inbox})
         return [a for r in rows if (a := approval_record(r)) is not None]
+
+
+def _soonest(approvals: list[ApprovalState], teams: Sequence[str] | None) -> list[ApprovalState]:
+    """Approvals read a workspace at a time, in one order: soonest deadline first (one read
+    is in that order already)."""
+    if teams is None or len(teams) < 2:
+        return approvals
+    return sorted(approvals, key=lambda a: (a.deadline, a.id))
 
 
 def _check_id(request_id: str) -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 from wakeful.core.effects import Message
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import Event
 from wakeful.core.settings import Settings
 from wakeful.core.store.sql import Tx
@@ -99,6 +101,13 @@ class Connector(ABC):
         """Call `on_work` whenever any process stores an event; return a function that stops
         listening, or None when the backend cannot notify (workers elsewhere then poll)."""
         return None
+
+
+def team_match(team: str) -> dict[str, Any]:
+    """The parameters that match the inboxes of one workspace (`:prefix`, its length `:n`):
+    every person's inbox of `team` starts with `<team>:` (InboxId.team_prefix)."""
+    prefix = InboxId.team_prefix(team)
+    return {"prefix": prefix, "n": len(prefix)}
 
 
 class StoreBase:

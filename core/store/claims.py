@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from wakeful.core import metrics
 from wakeful.core.effects import Effects, RunTiming, check_json
 from wakeful.core.errors import LeaseLost, SessionUnusable
+from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import Claim, Event
 from wakeful.core.rules.lease import grant, holds
 from wakeful.core.settings import Settings
@@ -28,6 +29,7 @@ from wakeful.core.store.dead_letters import record_attempt
 from wakeful.core.store.outbox import queue
 from wakeful.core.store.restores import Restores, answer_marks
 from wakeful.core.store.sql import Tx
+from wakeful.core.store.timers import set_timers
 
 TOO_MANY_ATTEMPTS = "too many attempts"
 """The error a dead event carries when it was claimed `max_attempts` times without finishing."""
@@ -407,6 +409,8 @@ class Claims(Restores):
                 "finish_seq": finish_seq,
                 "events": check_json(claim.ids, "events"),
                 "usage": prepared.usage,
+                "cost": prepared.cost,
+                "team": InboxId(claim.inbox).team,
                 "claimed_at": claim.claimed_at,
                 "now": now,
                 "run_id": timing.run_id or None,
@@ -456,8 +460,7 @@ def _write_effects(tx: Tx, inbox: str, p: PreparedEffects, now: int, settings: S
             # `digest off` sends nothing more: what the timer earned and the gap still holds
             # goes with it (a digest is stored with its timer's name, core/run.py).
             tx.run("withdraw_held_digests", {"inbox": inbox, "ref": name})
-    for params in p.timers:
-        tx.run("upsert_timer", {**params, "now": now})
+    set_timers(tx, inbox, p.timers, now, settings)  # within WAKEFUL_MAX_TIMERS_PER_INBOX
     request_all(tx, inbox, p.approvals, now, settings)
     for outcome in p.tool_outcomes or ():
         tx.run("set_tool_outcome", outcome)

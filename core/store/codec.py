@@ -125,6 +125,8 @@ class PreparedEffects:
     approvals: list[PreparedApproval]
     traceback: str | None = None
     usage: str | None = None
+    cost: float | None = None
+    """The run's estimated model cost (the known costs of its usage): spend budgets sum it."""
     tool_waits: dict[int, Params] | None = None
     """Event id -> the wait of its approved call (core/approved.py)."""
     tool_outcomes: list[Params] | None = None
@@ -167,6 +169,7 @@ def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
         approvals=approvals,
         traceback=None if effects.traceback is None else storable(effects.traceback[-8000:]),
         usage=check_json(usage.to_json(effects.usage), "usage") if effects.usage else None,
+        cost=usage.known_cost(effects.usage),
         tool_waits={
             w.event_id: {
                 "id": w.request_id,

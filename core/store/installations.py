@@ -23,6 +23,7 @@ from wakeful.core.inbox_id import InboxId
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.codec import require
 from wakeful.core.store.sql import Row, Tx
+from wakeful.core.tenancy import Workspace
 
 Status = Literal["active", "revoked", "uninstalled"]
 ASIDE_PREFIX = "aside:"
@@ -122,6 +123,21 @@ class Installations(StoreBase):
             if found is None:
                 found = _row(tx.one("team_installation", {"team_id": team}))
         return found
+
+    def workspace_of(self, team: str) -> Workspace:
+        """The workspace a team's records and queries belong to (core/tenancy.py): the team,
+        or the org-wide installation it is under, with every team recorded under it."""
+        require(team=team)
+        with self._tx(write=False) as tx:
+            row = _row(tx.one("get_installation", {"workspace": team}))
+            if row is None:
+                row = _row(tx.one("team_installation", {"team_id": team}))
+            if row is None or not row.org_wide:
+                return Workspace.of_team(team)
+            teams = [
+                str(r["team_id"]) for r in tx.all("workspace_teams", {"workspace": row.workspace})
+            ]
+        return Workspace(row.workspace, tuple(dict.fromkeys([row.workspace, team, *teams])))
 
     def installations(self) -> list[InstallationRow]:
         """Every installation, any status, by workspace."""

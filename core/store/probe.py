@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from wakeful.core.errors import InvalidInput
 from wakeful.core.store.sql import load_migrations
+from wakeful.core.store.target import store_target
 
 NO_STORE = "no store at {path}"
 """What a read-only command says of a path where there is no store: it never creates one."""
@@ -57,11 +58,9 @@ def probe(target: str) -> Probe:
     """Read the store's schema version (and journal mode or clock) read-only. Raises
     InvalidInput when there is no SQLite file, StoreError-like driver errors when the server
     cannot be reached (the caller reports them)."""
-    if target.startswith(("postgresql://", "postgres://")):
+    backend, path = store_target(target)
+    if backend == "postgres":
         return _probe_postgres(target)
-    path = target[len("sqlite:///") :] if target.startswith("sqlite:///") else target
-    if "://" in path:
-        raise InvalidInput(f"unsupported store URL {target!r}: use a file path or postgresql://")
     if not os.path.isfile(path):
         raise InvalidInput(f"{NO_STORE.format(path=path)} (`wakeful serve` creates a new one)")
     uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"

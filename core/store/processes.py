@@ -103,9 +103,12 @@ def _end_leases(tx: Tx, process: str, now: int) -> int:
     """Let the live leases of a process that is gone lapse now, its runs' events due at once
     (their attempt stays counted: a run that kills its process is dead after MAX_ATTEMPTS
     crashes, sooner than before). Returns how many leases lapsed."""
-    params = {"process": process, "now": now}
-    tx.run("due_process_runs", params)
-    return tx.run("end_process_leases", params)
+    inboxes = [
+        str(r["inbox"]) for r in tx.all("end_process_leases", {"process": process, "now": now})
+    ]
+    for inbox in inboxes:  # the leases first, then their events: the order a worker locks them
+        tx.run("due_running_events", {"inbox": inbox, "now": now})
+    return len(inboxes)
 
 
 def process_record(row: Row) -> ProcessRecord:

@@ -83,6 +83,12 @@ WHERE id = :id;
 -- Dead events of every inbox, oldest first.
 SELECT * FROM events WHERE status = 'dead' ORDER BY id LIMIT :limit;
 
+-- name: team_dead_events
+-- Dead events of one workspace's inboxes, oldest first (the status index).
+SELECT * FROM events
+WHERE status = 'dead' AND substr(inbox, 1, CAST(:n AS INTEGER)) = :prefix
+ORDER BY id LIMIT :limit;
+
 -- name: inbox_dead_events
 -- Dead events of one inbox, oldest first.
 SELECT * FROM events WHERE status = 'dead' AND inbox = :inbox ORDER BY id;
@@ -92,6 +98,12 @@ SELECT * FROM events WHERE status = 'dead' AND inbox = :inbox ORDER BY id;
 UPDATE events SET status = 'pending', attempts = 0, not_before = 0, error = NULL, gen = 0,
     updated_at = :now
 WHERE id = :id AND status = 'dead';
+
+-- name: team_requeue_event
+-- A dead event of one workspace's inboxes back to pending (an approver of that workspace).
+UPDATE events SET status = 'pending', attempts = 0, not_before = 0, error = NULL, gen = 0,
+    updated_at = :now
+WHERE id = :id AND status = 'dead' AND substr(inbox, 1, CAST(:n AS INTEGER)) = :prefix;
 
 -- name: upsert_session
 -- Save an inbox's agent state.
@@ -126,6 +138,11 @@ DELETE FROM timers WHERE id = :id;
 -- name: inbox_timers
 -- An inbox's timers, soonest first.
 SELECT * FROM timers WHERE inbox = :inbox ORDER BY next_at, id;
+
+-- name: inbox_capped_timers
+-- The ids of an inbox's timers that count toward WAKEFUL_MAX_TIMERS_PER_INBOX: all but the
+-- approvals' expiries (inbox index).
+SELECT id FROM timers WHERE inbox = :inbox AND action = 'event';
 
 -- name: next_timer_at
 -- When the earliest timer is due.
@@ -251,11 +268,23 @@ SELECT * FROM outbox WHERE inbox = :inbox ORDER BY id;
 -- Parked outbox rows, oldest first.
 SELECT * FROM outbox WHERE status = 'failed' ORDER BY id LIMIT :limit;
 
+-- name: team_failed_outbox
+-- Parked outbox rows of one workspace's inboxes, oldest first (the failed rows index).
+SELECT * FROM outbox
+WHERE status = 'failed' AND substr(inbox, 1, CAST(:n AS INTEGER)) = :prefix
+ORDER BY id LIMIT :limit;
+
 -- name: requeue_outbox
 -- A parked row back to pending with its attempts reset.
 UPDATE outbox
 SET status = 'pending', attempts = 0, dispatch_id = NULL, in_flight_until = 0, error = NULL
 WHERE id = :id AND status = 'failed';
+
+-- name: team_requeue_outbox
+-- A parked row of one workspace's inboxes back to pending (an approver of that workspace).
+UPDATE outbox
+SET status = 'pending', attempts = 0, dispatch_id = NULL, in_flight_until = 0, error = NULL
+WHERE id = :id AND status = 'failed' AND substr(inbox, 1, CAST(:n AS INTEGER)) = :prefix;
 
 -- name: insert_step
 -- Record a durable step's result under its key, unless one is recorded.
@@ -275,6 +304,14 @@ WHERE (CAST(:inbox AS TEXT) IS NULL OR inbox = CAST(:inbox AS TEXT))
 ORDER BY created_at DESC, key DESC
 LIMIT :limit;
 
+-- name: team_steps
+-- Recorded steps of one workspace's inboxes, of one name or all, newest first.
+SELECT * FROM steps
+WHERE substr(inbox, 1, CAST(:n AS INTEGER)) = :prefix
+  AND (CAST(:name AS TEXT) IS NULL OR name = CAST(:name AS TEXT))
+ORDER BY created_at DESC, key DESC
+LIMIT :limit;
+
 -- name: open_approvals_first
 -- Open approvals of every inbox, soonest deadline first (what an approver may answer).
 SELECT * FROM approvals WHERE answer IS NULL ORDER BY deadline, id LIMIT :limit;
@@ -290,6 +327,27 @@ SELECT * FROM approvals
 WHERE answer IS NULL AND (CAST(:tool AS TEXT) IS NULL OR tool = CAST(:tool AS TEXT))
 ORDER BY deadline, id;
 
+-- name: team_open_approvals
+-- Open approvals of one workspace's inboxes (those starting with its `<team>:`), of one tool
+-- or all, soonest deadline first (the open approvals index).
+SELECT * FROM approvals
+WHERE answer IS NULL AND substr(inbox, 1, CAST(:n AS INTEGER)) = :prefix
+  AND (CAST(:tool AS TEXT) IS NULL OR tool = CAST(:tool AS TEXT))
+ORDER BY deadline, id;
+
+-- name: team_open_approvals_first
+-- Open approvals of one workspace's inboxes, soonest deadline first (what its approvers may
+-- answer).
+SELECT * FROM approvals
+WHERE answer IS NULL AND substr(inbox, 1, CAST(:n AS INTEGER)) = :prefix
+ORDER BY deadline, id LIMIT :limit;
+
+-- name: team_open_approvals_requested_by
+-- Open approvals one person asked for in one workspace, soonest deadline first.
+SELECT * FROM approvals
+WHERE answer IS NULL AND requester = :user AND substr(inbox, 1, CAST(:n AS INTEGER)) = :prefix
+ORDER BY deadline LIMIT :limit;
+
 -- name: next_lease_seq
 -- Take the next number of the inbox's lease sequence.
 UPDATE leases SET seq = seq + 1 WHERE inbox = :inbox RETURNING seq;
@@ -297,9 +355,19 @@ UPDATE leases SET seq = seq + 1 WHERE inbox = :inbox RETURNING seq;
 -- name: insert_run
 -- Log a finished run with its claim and finish sequence numbers.
 INSERT INTO runs (inbox, holder, gen, claim_seq, finish_seq, events, usage, claimed_at,
-                  finished_at, run_id, outcome, started_ms, finished_ms)
+                  finished_at, run_id, outcome, started_ms, finished_ms, cost, team)
 VALUES (:inbox, :holder, :gen, :claim_seq, :finish_seq, :events, :usage,
-        :claimed_at, :now, :run_id, :outcome, :started_ms, :finished_ms);
+        :claimed_at, :now, :run_id, :outcome, :started_ms, :finished_ms, :cost, :team);
+
+-- name: inbox_model_spend
+-- What an inbox's model calls cost since a time, as its run log recorded (spend index).
+SELECT COALESCE(SUM(cost), 0) AS spent FROM runs
+WHERE inbox = :inbox AND finished_at >= :since AND cost > 0;
+
+-- name: team_model_spend
+-- What a workspace's model calls cost since a time, every inbox of the team (spend index).
+SELECT COALESCE(SUM(cost), 0) AS spent FROM runs
+WHERE team = :team AND finished_at >= :since AND cost > 0;
 
 -- name: inbox_runs
 -- One inbox's run log, in claim order.
@@ -876,17 +944,17 @@ DELETE FROM processes WHERE id = :id AND seen_at = :seen_at;
 -- A process that stops cleanly.
 DELETE FROM processes WHERE id = :id;
 
--- name: due_process_runs
--- The events a gone process was running are due at once (the attempt stays counted): their
--- run ended with its process, and the backoff fixed at their claim would only add to that.
-UPDATE events SET not_before = :now
-WHERE status = 'running' AND not_before > :now
-  AND inbox IN (SELECT inbox FROM leases WHERE process = :process AND expires_at > :now);
-
 -- name: end_process_leases
 -- The live leases of a process that is gone lapse now; their generation stays, so the next
 -- holder takes the next one and the gone process's finish is refused as before.
-UPDATE leases SET expires_at = :now WHERE process = :process AND expires_at > :now;
+UPDATE leases SET expires_at = :now WHERE process = :process AND expires_at > :now
+RETURNING inbox;
+
+-- name: due_running_events
+-- The events a gone process was running in an inbox are due at once (the attempt stays
+-- counted): their run ended with its process; the backoff fixed at their claim would add to it.
+UPDATE events SET not_before = :now
+WHERE status = 'running' AND inbox = :inbox AND not_before > :now;
 
 -- name: all_processes
 -- Every process that says it runs, oldest first.

@@ -5,7 +5,8 @@ The first result recorded under a key stands: a second recording (a stale worker
 same call, a race of two answers) changes nothing and gets the first back. An approved tool's
 step is keyed by the approval's request id; an agent's own step by its inbox, cause and name
 (core/run.py `step_key`); a step may also be keyed by a business key of the agent's choosing
-(`refund_order:<order>`), across every inbox.
+(`refund_order:<order>`), in the workspace of the run that asks (stored as
+`<team>:refund_order:<order>`, core/tenancy.py) or across every one.
 
 A step recorded only so that a retried run can replay it (a model's answer: `replay`) is pruned
 once older than the retention; one recording a side effect is kept for good.
@@ -14,12 +15,13 @@ once older than the retention; one recording a side effect is kept for good.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from wakeful.core.effects import check_json
 from wakeful.core.records import StepRecord
 from wakeful.core.storable import check_name, is_storable
-from wakeful.core.store.base import StoreBase
+from wakeful.core.store.base import StoreBase, team_match
 from wakeful.core.store.codec import require
 from wakeful.core.store.sql import Row
 
@@ -69,12 +71,24 @@ class Steps(StoreBase):
         return None if row is None else step_record(row)
 
     def recorded_steps(
-        self, inbox: str | None = None, name: str | None = None, limit: int = 1000
+        self,
+        inbox: str | None = None,
+        name: str | None = None,
+        limit: int = 1000,
+        teams: Sequence[str] | None = None,
     ) -> list[StepRecord]:
-        """Recorded steps, newest first, of one inbox and/or one name."""
+        """Recorded steps, newest first, of one inbox and/or one name; with no inbox, `teams`
+        keeps those workspaces' inboxes' steps only."""
         with self._tx(write=False) as tx:
-            rows = tx.all("list_steps", {"inbox": inbox, "name": name, "limit": limit})
-        return [step_record(r) for r in rows]
+            if teams is None or inbox is not None:
+                rows = tx.all("list_steps", {"inbox": inbox, "name": name, "limit": limit})
+            else:
+                params = {"name": name, "limit": limit}
+                rows = [r for t in teams for r in tx.all("team_steps", {**params, **team_match(t)})]
+        found = [step_record(r) for r in rows]
+        if inbox is None and teams is not None and len(teams) > 1:
+            found.sort(key=lambda s: (s.created_at, s.key), reverse=True)
+        return found[:limit]
 
 
 def step_record(row: Row) -> StepRecord:

@@ -4,24 +4,89 @@ in the same transaction that advances the timer, under the key `<timer id>@<sche
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 from wakeful.core import metrics
-from wakeful.core.effects import Timer, check_json
+from wakeful.core.effects import Message, Timer, check_json
 from wakeful.core.events import TimerTick
 from wakeful.core.records import TimerFired, TimerState
 from wakeful.core.rules.schedule import missed
+from wakeful.core.rules.timers import TimerBudget, not_set
+from wakeful.core.settings import Settings
 from wakeful.core.store.approvals import store_answer
 from wakeful.core.store.base import StoreBase, insert_event
-from wakeful.core.store.codec import approval_record, require, timer_params, timer_record
+from wakeful.core.store.codec import (
+    Params,
+    approval_record,
+    message_params,
+    require,
+    timer_params,
+    timer_record,
+)
+from wakeful.core.store.outbox import queue
+from wakeful.core.store.sql import Tx
+
+log = logging.getLogger("wakeful")
 
 DUE_PAGE = 500
 """Timers one scheduler transaction fires at most; the scheduler pages through the rest."""
 
 
+def set_timers(tx: Tx, inbox: str, timers: Sequence[Params], now: int, settings: Settings) -> None:
+    """A run's timers, within WAKEFUL_MAX_TIMERS_PER_INBOX whatever the agent returned: one the
+    inbox has already (by name) is replaced, a new one is set while the inbox has fewer than
+    `max_timers_per_inbox` (approvals' expiries aside). The ones over the cap are not set, and
+    the person is told so in one line, where the first of them would have answered (a run's
+    own budget keeps a built-in agent within the cap, so this line is for one that does not)."""
+    if not timers:
+        return
+    have = {str(r["id"]) for r in tx.all("inbox_capped_timers", {"inbox": inbox})}
+    cap, skipped, where = settings.max_timers_per_inbox, 0, None
+    for params in timers:
+        if params["id"] in have or len(have) < cap:
+            tx.run("upsert_timer", {**params, "now": now})
+            have.add(str(params["id"]))
+        else:
+            skipped += 1
+            where = where or _conversation(params["payload"])
+    if not skipped:
+        return
+    text = not_set(skipped, cap)
+    tx.after_commit(lambda: log.warning("%s: %s", inbox, text))
+    if where is None:
+        return  # no conversation to answer in: the log line is all there is
+    notice = Message(where[0], text, thread_ts=where[1], priority="urgent")
+    queue(tx, [message_params(inbox, notice)], now)
+
+
+def _conversation(payload: Any) -> tuple[str, str | None] | None:
+    """The conversation a timer's ticks answer in, from its stored payload (`timer_payload`)."""
+    data = json.loads(payload) if isinstance(payload, str) else payload
+    to = data.get("to") if isinstance(data, dict) and "v" in data else None
+    if not isinstance(to, dict) or not isinstance(to.get("channel"), str):
+        return None
+    thread = to.get("thread_ts")
+    return to["channel"], thread if isinstance(thread, str) and thread else None
+
+
 class Timers(StoreBase):
+    def timer_budget(self, inbox: str) -> TimerBudget:
+        """What a run of `inbox` may still set under WAKEFUL_MAX_TIMERS_PER_INBOX (see
+        `TimerBudget`); read when the run starts: only the inbox's own runs set its timers,
+        one at a time, so the count can only fall (a timer fires and ends) before the finish."""
+        require(inbox=inbox)
+        with self._tx(write=False) as tx:
+            rows = tx.all("inbox_capped_timers", {"inbox": inbox})
+        prefix = f"{inbox}/"
+        names = {str(r["id"]).removeprefix(prefix) for r in rows}
+        return TimerBudget(self.settings.max_timers_per_inbox, names)
+
     def add_timer(self, inbox: str, timer: Timer, now: int) -> str:
-        """Register or replace a timer outside a run (a run adds them through finish)."""
+        """Register or replace a timer outside a run (a run adds them through finish): an
+        operator's or a test's, not capped by WAKEFUL_MAX_TIMERS_PER_INBOX."""
         require(inbox=inbox)
         params = timer_params(inbox, timer, now)
         with self._tx() as tx:

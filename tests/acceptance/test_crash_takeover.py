@@ -108,6 +108,8 @@ def test_a_restart_after_sigkill_resumes_the_run_within_seconds_of_healthz(
         app = start(tmp_path, emu, db, ops)
         try:
             request_id = run_held(app, ops)
+            dead = app.proc.popen.pid
+            assert [p.pid for p in app.store.processes()] == [dead]
             app.proc.popen.send_signal(signal.SIGKILL)
             killed = time.monotonic()
             assert app.proc.stop() == -signal.SIGKILL
@@ -118,6 +120,8 @@ def test_a_restart_after_sigkill_resumes_the_run_within_seconds_of_healthz(
         try:
             assert eventually(lambda: healthy(again), 30), f"no /healthz:\n{again.tail()}"
             answered = time.monotonic()
+            # Its first /healthz answer comes after the dead process was found and forgotten.
+            assert [p.pid for p in again.store.processes()] == [again.proc.popen.pid] != [dead]
             again.wait_post(dm(ALICE), "Restarted web", timeout=RESUME_AFTER_RESTART + 30)
             resumed = time.monotonic() - answered
             print(

@@ -9,7 +9,8 @@ one workspace uninstalls (its timer cancelled, its inbox set aside, nothing more
 while the other carries on, and a re-install resumes it; no token it was ever given shows in
 the DEBUG log, /metrics, `inspect` or `dead-letters`. An Enterprise Grid org installs the
 app org-wide: people in two of its workspaces are answered with the org's one token, and a
-click from another org's workspace cannot answer. On both stores.
+click from another org's workspace cannot answer. Two workspaces refund the same order number
+apart, and an approver sees their own workspace's approvals only (issue 34). On both stores.
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ def running(tmp: Path, db: str) -> Iterator[App]:
         WAKEFUL_PORT="0",
         WAKEFUL_BATCH_WINDOW="0.2",
         WAKEFUL_OUTBOX_GAP="0",
-        WAKEFUL_APPROVERS="UA9,UB9,WE9,WF9",
+        # Distribution mode names each approver with their workspace (issue 34).
+        WAKEFUL_APPROVERS="TA:UA9,TB:UB9,TE1:WE9,TF1:WF9",
         WAKEFUL_LOG_LEVEL="DEBUG",  # every line a token could slip into
     )
     proc = Proc(wakeful_cmd("serve"), env, tmp, tmp / f"dist-{uuid.uuid4().hex[:6]}.log")
@@ -337,3 +339,53 @@ def test_an_org_wide_install_answers_its_workspaces_with_the_orgs_token(app: App
         assert lease is not None and lease["holder"] == "aside:E1", (inbox, lease)
     row_f = app.store.installation("EF")
     assert row_f is not None and row_f.status == "active"
+
+
+def test_two_workspaces_refund_one_order_number_apart_and_approve_their_own(app: App) -> None:
+    """Issue 34, items 1 and 2, as Slack shows them: A refunds order 1001; B's `refund order
+    1001` gets B's own prompt, and nothing B is sent names A's request or says the order was
+    refunded until B's approver says yes; B's open approval for 2002 does not hold A's back;
+    A's approver's Home tab lists A's open approval, never B's."""
+    emu = app.emu
+    for team in ("TA", "TB"):
+        assert app.install(team)[0] == 200
+    a, b = app.sender("TA"), app.sender("TB")
+
+    a.message("UA1", "refund order 1001")
+    rid_a, ts_a = approval_prompt(emu, "DA1", "refund order 1001 for")
+    assert a.block_action("UA9", "approve", rid_a, channel="DA1", message_ts=ts_a).status == 200
+    app.wait_reply("DA1", "Refunded order 1001.")
+
+    b.message("UB1", "refund order 1001")
+    rid_b, ts_b = approval_prompt(emu, "DB1", "refund order 1001 for")
+    assert rid_b != rid_a
+    shown_b = json.dumps(emu.messages("DB1"))
+    assert rid_a not in shown_b and "already" not in shown_b and "refunded" not in shown_b
+    assert b.block_action("UB9", "approve", rid_b, channel="DB1", message_ts=ts_b).status == 200
+    app.wait_reply("DB1", "Refunded order 1001.")
+
+    b.message("UB1", "refund order 2002")
+    rid_b2, _ = approval_prompt(emu, "DB1", "refund order 2002 for")
+    a.message("UA1", "refund order 2002")
+    rid_a2, _ = approval_prompt(emu, "DA1", "refund order 2002 for")
+
+    # A's approver opens the Home tab in A: A's open approval, none of B's.
+    assert a.home_opened("UA9").status == 200
+
+    def home() -> str:
+        views = emu.homes("UA9")
+        return json.dumps(views[-1]) if views else ""
+
+    assert eventually(lambda: rid_a2 in home()), home()
+    assert rid_b2 not in home() and "TB:" not in home()
+
+    # Neither workspace was ever sent the other's request ids.
+    shown_a, shown_b = json.dumps(emu.messages("DA1")), json.dumps(emu.messages("DB1"))
+    assert [r for r in (rid_b, rid_b2) if r in shown_a] == []
+    assert [r for r in (rid_a, rid_a2) if r in shown_b] == []
+    refunds = [
+        (team, row)
+        for team in ("TA", "TB")
+        if (row := app.store.recorded_step(f"{team}:refund_order:1001")) is not None
+    ]
+    assert [(t, r.result["request"]) for t, r in refunds] == [("TA", rid_a), ("TB", rid_b)]

@@ -7,6 +7,9 @@ The rules under test (bot/front.py, bot/payloads.py, bot/signature.py):
 - a correctly signed body that is not what Slack sends is a 400 (a non-UTF-8 body is a 401:
   slack_sdk decodes the body as UTF-8 to compute the signature), and stores nothing;
 - a correctly signed body of a kind this app does not handle is a 200 that stores nothing;
+- a correctly signed body naming a user, team, org or conversation by something that is not a
+  Slack id (`[A-Z0-9]{1,32}`: a newline, an escape, a colon...) is a 400 that stores nothing
+  and that no log line quotes (issue 34, item 6 a);
 - a body over BODY_CAP is a 413; HTTP-level garbage is a 4xx (404, 405, 400);
 - never a 5xx, never a hang (client timeout CLIENT_TIMEOUT), never a dropped connection.
 
@@ -42,7 +45,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.support.approvals import ApprovalRequest
-from wakeful.bot import blocks
+from wakeful.bot import blocks, payloads
 from wakeful.bot.front import BODY_CAP, EVENTS_PATH, SlackFront
 from wakeful.bot.runtime import http_server, serve_in_thread
 from wakeful.core.effects import Effects
@@ -404,7 +407,7 @@ def assert_well_typed(event: Event, sent: dict[str, Any]) -> None:
     for name in ("text", "channel", "user", "team"):
         assert isinstance(p[name], str), f"stored {name} is {type(p[name]).__name__}: {p}"
     for name in ("channel", "user", "team"):
-        assert p[name], f"stored {name} is empty: {p}"
+        assert payloads.SLACK_ID.fullmatch(p[name]), f"stored {name} is no Slack id: {p}"
     for name in ("ts", "thread_ts", "channel_type"):
         assert p[name] is None or isinstance(p[name], str), (
             f"stored {name} is {type(p[name]).__name__}: {p}"
@@ -935,6 +938,208 @@ def test_signed_body_of_the_wrong_shape_is_refused_not_5xx(live: Live, shape: st
         assert_only_ephemerals_for(live, before, INTRUDER, answer)
     else:
         assert_nothing_stored(live, before, answer)
+
+
+# -- forged ids (issue 34, item 6 a) -------------------------------------------------------
+
+FORGED_IDS = {
+    "newline-log-line": "U0DM\n2026-01-01 00:00:00,000 INFO wakeful: \x1b[2Jall clear",
+    "trailing-newline": "U0DM\n",
+    "esc": "U0DM\x1b[31m",
+    "carriage-return": "U0DM\rU0OWNER",
+    "line-separator": "U0DM\u2028x",
+    "nul": "U0DM\x00",
+    "lower-case": "u0dm",
+    "colon": "U0DM:U0OWNER",
+    "slash": "U0DM/../x",
+    "space": "U0 DM",
+    "33-chars": "U" + "0" * 32,
+    "fullwidth-digit": "U\uff10DM",
+    "empty": "",
+}
+"""What a signed body once carried in `user` (a newline and an escape forged a log line and
+became an inbox name), and the other ways a string can fail to be a Slack id."""
+
+
+def _command_form(**changes: str) -> bytes:
+    form = {
+        "token": "verification-token",
+        "team_id": TEAM,
+        "team_domain": "hx",
+        "channel_id": DM_CHANNEL,
+        "channel_name": "directmessage",
+        "user_id": DM_USER,
+        "user_name": "dm",
+        "command": "/wakeful",
+        "text": "status",
+        "api_app_id": "A0HX",
+        "response_url": "https://hooks.slack.com/commands/T0HX/1/x",
+        "trigger_id": "1.2.3",
+        **changes,
+    }
+    return urllib.parse.urlencode(form).encode()
+
+
+def _home_event(**changes: Any) -> dict[str, Any]:
+    event = {"type": "app_home_opened", "user": DM_USER, "channel": DM_CHANNEL, "tab": "home"}
+    return envelope({**event, "event_ts": "1700000000.000500", **changes})
+
+
+def _thread_started(user: str = DM_USER, channel: str = DM_CHANNEL) -> dict[str, Any]:
+    thread = {"user_id": user, "channel_id": channel, "thread_ts": "1700000000.000600"}
+    return envelope({"type": "assistant_thread_started", "assistant_thread": thread})
+
+
+def _owner_click(path: str, value: Any) -> dict[str, Any]:
+    """OWNER's own Approve on the standing approval (it would answer it), one id forged."""
+    doc = click(OWNER, STANDING)
+    node = doc
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value
+    return doc
+
+
+def _at(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    node: Any = doc
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    node[keys[-1]] = value
+    return doc
+
+
+FORGED_FIELDS: dict[str, Any] = {
+    "message.event.user": lambda v: (as_json(envelope(message_event(user=v))), JSON_CT),
+    "message.event.channel": lambda v: (as_json(envelope(message_event(channel=v))), JSON_CT),
+    "message.event.team": lambda v: (
+        as_json(_at(envelope(message_event()), "event.team", v)),
+        JSON_CT,
+    ),
+    "message.team_id": lambda v: (as_json(_at(envelope(message_event()), "team_id", v)), JSON_CT),
+    "message.enterprise_id": lambda v: (
+        as_json({**envelope(message_event()), "enterprise_id": v}),
+        JSON_CT,
+    ),
+    "message.authorizations.team_id": lambda v: (
+        as_json(_at(envelope(message_event()), "authorizations.0.team_id", v)),
+        JSON_CT,
+    ),
+    "message.authorizations.enterprise_id": lambda v: (
+        as_json(_at(envelope(message_event()), "authorizations.0.enterprise_id", v)),
+        JSON_CT,
+    ),
+    "mention.event.user": lambda v: (as_json(envelope(mention_event(user=v))), JSON_CT),
+    "home-opened.event.user": lambda v: (as_json(_home_event(user=v)), JSON_CT),
+    "assistant-thread.user_id": lambda v: (as_json(_thread_started(user=v)), JSON_CT),
+    "assistant-thread.channel_id": lambda v: (as_json(_thread_started(channel=v)), JSON_CT),
+    "tokens-revoked.bot": lambda v: (
+        as_json(envelope({"type": "tokens_revoked", "tokens": {"oauth": [], "bot": [v]}})),
+        JSON_CT,
+    ),
+    "rate-limited.team_id": lambda v: (
+        as_json({"type": "app_rate_limited", "team_id": v, "minute_rate_limited": 1}),
+        JSON_CT,
+    ),
+    "click.user.id": lambda v: (as_form(_owner_click("user.id", v)), FORM_CT),
+    "click.user.team_id": lambda v: (
+        as_form({**_owner_click("user.team_id", v), "team": None}),
+        FORM_CT,
+    ),
+    "click.team.id": lambda v: (as_form(_owner_click("team.id", v)), FORM_CT),
+    "click.enterprise.id": lambda v: (
+        as_form(_owner_click("enterprise", {"id": v, "name": "hx"})),
+        FORM_CT,
+    ),
+    "click.channel.id": lambda v: (as_form(_owner_click("channel.id", v)), FORM_CT),
+    "click.container.channel_id": lambda v: (
+        as_form(_owner_click("container.channel_id", v)),
+        FORM_CT,
+    ),
+    "home-requeue.user.id": lambda v: (
+        as_form(
+            {
+                **click(v, "event:1", payloads.REQUEUE),
+                "container": {"type": "view", "view_id": "V0HOME"},
+            }
+        ),
+        FORM_CT,
+    ),
+    "command.user_id": lambda v: (_command_form(user_id=v), FORM_CT),
+    "command.team_id": lambda v: (_command_form(team_id=v), FORM_CT),
+    "command.channel_id": lambda v: (_command_form(channel_id=v), FORM_CT),
+    "command.enterprise_id": lambda v: (_command_form(enterprise_id=v), FORM_CT),
+}
+"""Every place a handled body (and the one logged unhandled body) names a Slack id."""
+
+
+class _Lines(logging.Handler):
+    """Every log record's text, as written while a request is served."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.texts.append(record.getMessage() + (record.exc_text or ""))
+
+
+FORGED_CASES = [
+    (field, forged)
+    for field in FORGED_FIELDS
+    for forged in FORGED_IDS
+    # An empty org id is no org: Slack's own bodies outside Enterprise Grid may carry one.
+    if not (forged == "empty" and field.endswith("enterprise_id"))
+]
+
+
+@pytest.mark.parametrize(("field", "forged"), FORGED_CASES)
+def test_a_forged_slack_id_is_400_stored_nowhere_and_logged_nowhere(
+    live: Live, field: str, forged: str
+) -> None:
+    """A signed body whose id is not `[A-Z0-9]{1,32}` is refused before anything reads it:
+    400, nothing stored (no event, no inbox named after it, no note to a clicker, no answer
+    to the standing approval OWNER's click would give), and no log line quotes it."""
+    value = FORGED_IDS[forged]
+    body, ctype = FORGED_FIELDS[field](value)
+    lines = _Lines()
+    root = logging.getLogger()
+    loggers = [root, *(logging.getLogger(n) for n in ("wakeful", "wakeful.bolt", "waitress"))]
+    levels = [logger.level for logger in loggers]
+    root.addHandler(lines)
+    for logger in loggers:  # every level: DEBUG lines quote requests too
+        logger.setLevel(logging.DEBUG)
+    before = snapshot(live)
+    try:
+        answer = send(live, body, signed(body, ctype))
+    finally:
+        root.removeHandler(lines)
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+    assert answer.status == 400, f"{field} = {value!r}: {answer}"
+    assert b"not a Slack id" in answer.body, answer
+    assert not value or value.encode() not in answer.body, answer
+    assert_nothing_stored(live, before, answer)
+    state = live.store.approval(STANDING)
+    assert state is not None and state.answer is None, state
+    if value:
+        assert not [t for t in lines.texts if value in t], lines.texts
+
+
+@pytest.mark.parametrize(
+    "field", ["message.event.user", "command.user_id", "click.user.id", "message.team_id"]
+)
+def test_the_same_body_with_a_real_id_is_served(live: Live, field: str) -> None:
+    """The control: the bodies above are served when their id is one (32 characters, the
+    cap, included), so what refuses them is the id alone."""
+    value = "T" + "0" * 31 if field.endswith("team_id") else "W" + "0" * 31
+    body, ctype = FORGED_FIELDS[field](value)
+    before = snapshot(live)
+    answer = send(live, body, signed(body, ctype))
+    assert answer.status == 200, f"{field} = {value!r}: {answer}"
+    after = snapshot(live)
+    assert after.events + after.outbox > before.events + before.outbox, answer
 
 
 # -- fuzzing -------------------------------------------------------------------------------

@@ -147,8 +147,8 @@ def test_a_refund_through_serves_gateway_child_and_the_worker_never_holds_the_se
     )
     try:
         stripe.add_payment("1001")
-        # The first attempt meets a rate limit: an error logged and stored, then retried.
-        stripe.fail_next(429, "invalid_request_error", "Request rate limit exceeded.", "rate_limit")
+        # The first try meets Stripe's rate limit: a wait, logged, then retried under the key.
+        stripe.rate_limit(1, method="POST")
         request_id = refund_and_wait(app, stripe, "1001")
         check_once(app, stripe, "1001", request_id)
         assert stripe.keys_seen() == [request_id, request_id]
@@ -158,7 +158,8 @@ def test_a_refund_through_serves_gateway_child_and_the_worker_never_holds_the_se
         assert b"WAKEFUL_GATEWAY_URL=http://127.0.0.1:" in worker
         assert stripe.api_key not in everything_stored(db)
         log = app.proc.log.read_bytes() + "\n".join(list(app.proc.lines.queue)).encode()
-        assert b"gateway started" in log and b"tool failed on" in log, "an error was logged"
+        assert b"gateway started" in log, log
+        assert f"(request {request_id}) failed (transient)".encode() in log, "the wait was logged"
         assert secret not in log
         audit = (tmp_path / "gateway-audit.jsonl").read_bytes()
         assert request_id.encode() in audit and secret not in audit

@@ -353,13 +353,16 @@ OPERATOR_READS = [
     "inspect_inbox_outbox",
     "inspect_inbox_timers",
     "inspect_inbox_approvals",
+    # read before each model call of an agent with a spend budget (issue 34)
+    "inbox_model_spend",
+    "team_model_spend",
 ]
 TABLES = ("events", "outbox", "approvals", "timers", "runs")
 
 
 @pytest.mark.parametrize("name", OPERATOR_READS)
 def test_every_scrape_and_inspect_read_searches_an_index(store: Store, name: str) -> None:
-    params = {"now": T0, "limit": 20, "inbox": INBOX}
+    params = {"now": T0, "limit": 20, "inbox": INBOX, "since": T0, "team": "T1"}
     if isinstance(store.db, SQLiteConnector):
         from wakeful.core.store.sqlite import _QUERIES
 

@@ -47,7 +47,7 @@ def test_open_store_picks_the_backend_and_rejects_unknown_urls(tmp_path: Path) -
     store = open_store(f"sqlite:///{tmp_path / 'b.db'}")
     assert isinstance(store.db, SQLiteConnector)
     store.close()
-    with pytest.raises(InvalidInput, match="unsupported store URL"):
+    with pytest.raises(InvalidInput, match="must be a file path or a postgresql:// URL"):
         open_store("mysql://localhost/x")
 
 

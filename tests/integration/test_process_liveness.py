@@ -331,82 +331,95 @@ def test_a_process_found_reaped_after_a_stall_records_itself_again(
     assert store.lease_process("T1:U2", T0 + SILENCE + 2) == back
 
 
-@contextlib.contextmanager
-def unavailable(
-    backend: str, tmp_path: Path
-) -> Iterator[tuple[Store, threading.Event, threading.Event]]:
-    """A store whose writes are refused until the first event is set (SQLite: another
-    connection holds the write lock; PostgreSQL: the server's port refuses connections); the
-    second is set once they are accepted again."""
-    refuse, accepting = threading.Event(), threading.Event()
-    if backend == "sqlite":
-        db = tmp_path / "locked.db"
-        store = open_store(db, busy_timeout_ms=200)
-        lite = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
-        lite.execute("BEGIN IMMEDIATE")
+class Outage:
+    """Writes to a store refused between `begin` and `end`, as a real store refuses them
+    (SQLite: another connection holds the write lock; PostgreSQL: the server's port refuses
+    connections, through a loopback proxy)."""
 
-        def let_go() -> None:
-            refuse.wait(30)
-            lite.execute("ROLLBACK")
-            accepting.set()
+    def __init__(self, backend: str, tmp_path: Path, stack: contextlib.ExitStack) -> None:
+        self.lite: sqlite3.Connection | None = None
+        self.proxy: TcpProxy | None = None
+        if backend == "sqlite":
+            db = tmp_path / "outage.db"
+            self.store = open_store(db, busy_timeout_ms=200)
+            self.lite = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+            stack.callback(self.lite.close)
+        else:
+            need_pg()
+            seed = fresh_postgres(PG_DSN)
+            stack.callback(seed.close)
+            self.proxy = stack.enter_context(TcpProxy(("127.0.0.1", 5432)))
+            host, port = self.proxy.address
+            dsn = PG_DSN.replace("127.0.0.1:5432", f"{host}:{port}")
+            schema = seed.db.schema  # type: ignore[attr-defined]
+            self.store = open_store(dsn, schema=schema, pool_size=2, connect_timeout=1)
+        stack.callback(self.store.close)
 
-        releaser = threading.Thread(target=let_go)
-        releaser.start()
-        try:
-            yield store, refuse, accepting
-        finally:
-            refuse.set()
-            releaser.join(10)
-            lite.close()
-            store.close()
-        return
-    need_pg()
-    seed = fresh_postgres(PG_DSN)
-    schema = seed.db.schema  # type: ignore[attr-defined]
-    with TcpProxy(("127.0.0.1", 5432)) as proxy:
-        host, port = proxy.address
-        dsn = PG_DSN.replace("127.0.0.1:5432", f"{host}:{port}")
-        store = open_store(dsn, schema=schema, pool_size=2, connect_timeout=1)
-        proxy.refuse()
+    def begin(self) -> None:
+        if self.lite is not None:
+            self.lite.execute("BEGIN IMMEDIATE")
+        else:
+            assert self.proxy is not None
+            self.proxy.refuse()
 
-        def open_again() -> None:
-            refuse.wait(30)
-            proxy.accept()
-            accepting.set()
-
-        opener = threading.Thread(target=open_again)
-        opener.start()
-        try:
-            yield store, refuse, accepting
-        finally:
-            refuse.set()
-            opener.join(10)
-            store.close()
-            seed.close()
+    def end(self) -> None:
+        if self.lite is not None:
+            self.lite.execute("ROLLBACK")
+        else:
+            assert self.proxy is not None
+            self.proxy.accept()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
+def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outage]:
+    with contextlib.ExitStack() as stack:
+        yield Outage(request.param, tmp_path, stack)
+
+
 def test_a_heartbeat_the_store_refuses_never_stops_its_process(
-    backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    outage: Outage, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, "wakeful")
-    with unavailable(backend, tmp_path) as (store, refuse, accepting):
-        beat = heartbeat(store, ManualClock(T0), 111, {111}, poll=0.05)
-        beat.start(T0)  # refused: said, not raised
-        assert "heartbeat: store unavailable at start-up" in caplog.text
-        with pytest.raises(StoreUnavailable):
-            beat.tick(T0 + 2)
-        stop = threading.Event()
-        loop = threading.Thread(target=beat.run, args=(stop,))
-        loop.start()
-        try:
-            refuse.set()  # the loop has been refused meanwhile, and goes on
-            assert accepting.wait(30)
-            assert eventually(lambda: store_has(store, 111)), "never recorded once back"
-            assert loop.is_alive(), "the heartbeat loop ended"
-        finally:
-            stop.set()
-            loop.join(10)
+    store = outage.store
+    beat = heartbeat(store, ManualClock(T0), 111, {111}, poll=0.05)
+    outage.begin()
+    beat.start(T0)  # refused: said, not raised
+    assert "heartbeat: store unavailable at start-up" in caplog.text
+    with pytest.raises(StoreUnavailable):
+        beat.tick(T0 + 2)
+    stop = threading.Event()
+    loop = threading.Thread(target=beat.run, args=(stop,))
+    loop.start()
+    try:
+        assert eventually(lambda: "Heartbeat: store unavailable" in caplog.text)
+        outage.end()
+        assert eventually(lambda: store_has(store, 111)), "never recorded once back"
+        assert loop.is_alive(), "the heartbeat loop ended"
+    finally:
+        stop.set()
+        loop.join(10)
+
+
+def test_after_an_outage_others_get_three_heartbeats_to_come_back(outage: Outage) -> None:
+    # The store went away for everyone: a process elsewhere, silent through the outage, is
+    # not dead the moment this one's beats land again; it is once silent 3 heartbeats more.
+    store = outage.store
+    beat = heartbeat(store, ManualClock(T0), 111, {111})
+    beat.start(T0)
+    other = twin(store)
+    far = register(other, 222, host=ELSEWHERE, at=T0)
+    assert other.acquire(INBOX, "worker-b", T0) == 1
+    outage.begin()
+    with pytest.raises(StoreUnavailable):
+        beat.tick(T0 + 2)
+    outage.end()
+    back = T0 + 60
+    beat.tick(back)  # silent for 60 s, but this process could not see it for most of them
+    beat.tick(back + SILENCE)
+    assert [p.id for p in store.processes() if p.pid == 222] == [far.id]
+    beat.tick(back + SILENCE + 1)
+    assert [p.pid for p in store.processes()] == [111]
+    assert store.acquire(INBOX, "worker-a", back + SILENCE + 1) == 2
 
 
 def store_has(store: Store, pid: int) -> bool:

@@ -204,6 +204,7 @@ def test_a_factory_gets_a_setup_with_no_way_to_write(make_store: MakeStore) -> N
         "dead_events",
         "dead_letters",
         "deliveries",
+        "is_approver",
         "open_approvals",
         "pending_events",
         "step",

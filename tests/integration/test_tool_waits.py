@@ -304,3 +304,49 @@ def test_stripe_errors_are_read_by_what_stripe_kept() -> None:
     assert (classify(limited).transient, classify(limited).retry_after) == (True, 2.0)
     assert classify(declined).transient is False
     assert classify(unreachable).transient is True
+
+
+def test_operators_hear_of_a_long_wait_once_and_of_giving_up(make_store: MakeStore) -> None:
+    """WAKEFUL_OPS_CHANNEL: a call waiting on its destination for over a minute is said once
+    there, and so is giving it up."""
+    store = make_store(backoff_base=10, backoff_cap=30, tool_retry_for=300, ops_channel="C0OPS")
+    tool = Flaky(lambda _n: ConnectionRefusedError(111, "Connection refused"))
+    world = World(store, Asker(tool))
+    request_id = world.ask_and_approve()
+    world.until_idle(world.clock.now, step=5)
+    lines = [r.text for r in store.outbox(status=None) if r.channel == "C0OPS"]
+    waited = [t for t in lines if "has waited" in t]
+    given_up = [t for t in lines if "given up" in t]
+    assert len(waited) == 1 and len(given_up) == 1, lines
+    assert request_id in waited[0] and "refused the connection" in waited[0]
+    assert f"inbox {INBOX}" in given_up[0] and "gave up after 5 min" in given_up[0]
+
+
+def test_each_call_gets_a_whole_lease_however_long_the_batch_took(make_store: MakeStore) -> None:
+    """The lease is renewed just before each approved call: two answers in one batch whose
+    calls take 25 s each (a 30 s lease) both finish, instead of the second outliving the
+    lease and the whole run being fenced and repeated."""
+    store = make_store(lease_ttl=30)
+    world: World
+
+    def slow(args: Any, key: str) -> Any:
+        world.clock.now += 25  # the call takes 25 s
+        return {"done": args["what"]}
+
+    agent = Asker(Flaky(lambda _n: None))
+    agent.tools = [Tool("restart", slow, "Restart a service")]
+    world = World(store, agent)
+    world.say("ask web")
+    world.say("ask db")
+    world.tick(world.clock.now)
+    approvals = [a for a in store.approvals(INBOX) if a.answer is None]
+    assert len(approvals) == 2
+    for approval in approvals:
+        assert store.answer(approval.id, "yes", BOSS, world.clock.now).outcome == "yes"
+    world.worker.tick(world.clock.now)  # one batch: both answers, 50 s of calls
+    done = [e for e in store.events(INBOX) if e.source == "approval"]
+    assert [e.status for e in done] == ["done", "done"]
+    assert sorted(str(a.result) for a in agent.answers) == [
+        "{'done': 'db'}",
+        "{'done': 'web'}",
+    ]

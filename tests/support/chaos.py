@@ -243,7 +243,7 @@ def run_chaos(
         f'audit_log = "{workdir / "gateway-audit.jsonl"}"\n'
         "[destinations.stripe]\n"
         f'upstream = "{stripe.url}"\n'
-        'allow = ["GET /v1/payment_intents/search", "POST /v1/refunds"]\n'
+        'allow = ["GET /v1/payment_intents/search", "POST /v1/refunds", "GET /v1/refunds"]\n'
         'secret_env = "STRIPE_SECRET_KEY"\n'
         "timeout = 5\nrate_limit = 1000\n"
     )

@@ -47,3 +47,24 @@ def test_first_answer_stands() -> None:
 def test_deadline_is_checked_by_the_answer_itself() -> None:
     assert judge_answer(state(), "yes", "U1", 100) == ("expired", "store")
     assert judge_answer(state(), "yes", "U1", 99) == ("yes", "store")
+
+
+def test_self_approval_is_allowed_by_default() -> None:
+    """Issue 34, item 6 (e): a requester approving their own request is allowed, as
+    documented (docs/slack.md), unless WAKEFUL_SELF_APPROVAL=off."""
+    assert judge_answer(state(), "yes", "U1", 10, approvers=("U9",)) == ("yes", "store")
+    assert judge_answer(state(), "yes", "U1", 10, self_approval=True) == ("yes", "store")
+
+
+def test_with_self_approval_off_only_another_approvers_answer_counts() -> None:
+    def judge(answer: str, user: str, approvers: tuple[str, ...] | None = None) -> object:
+        return judge_answer(state(), answer, user, 10, approvers, self_approval=False)
+
+    for answer in ("yes", "no"):  # the requester may not answer at all, not even Deny
+        assert judge(answer, "U1") == ("forbidden", "keep")
+        assert judge(answer, "U1", ("U1", "U9")) == ("forbidden", "keep")  # an approver who asked
+    assert judge("yes", "U9") == ("yes", "store")
+    assert judge("no", "U9", ("U1", "U9")) == ("no", "store")
+    assert judge("yes", "U2") == ("forbidden", "keep")
+    answered = judge_answer(state("yes"), "no", "U1", 10, self_approval=False)
+    assert answered == ("forbidden", "keep")

@@ -75,6 +75,15 @@ def test_the_approval_caps_default_to_5_per_run_and_20_open() -> None:
     assert (s.max_approvals_per_run, s.max_open_approvals) == (5, 20)
 
 
+def test_self_approval_is_on_by_default_and_off_takes_a_second_person() -> None:
+    """Issue 34, item 6 (e): WAKEFUL_SELF_APPROVAL, on unless set off."""
+    assert Config.from_env(BASE).settings.self_approval is True
+    for off in ("off", "OFF", "0", "false", "no"):
+        env = {**BASE, "WAKEFUL_SELF_APPROVAL": off}
+        assert Config.from_env(env).settings.self_approval is False
+    assert Config.from_env({**BASE, "WAKEFUL_SELF_APPROVAL": "on"}).settings.self_approval
+
+
 @pytest.mark.parametrize(
     ("env", "need", "named"),
     [
@@ -96,6 +105,7 @@ def test_the_approval_caps_default_to_5_per_run_and_20_open() -> None:
         ({**BASE, "WAKEFUL_BATCH_WINDOW": "soon"}, (), "WAKEFUL_BATCH_WINDOW"),
         ({**BASE, "WAKEFUL_STARTUP_WAIT": "a minute"}, (), "WAKEFUL_STARTUP_WAIT"),
         ({**BASE, "WAKEFUL_STARTUP_WAIT": "-1"}, (), "WAKEFUL_STARTUP_WAIT"),
+        ({**BASE, "WAKEFUL_SELF_APPROVAL": "never"}, (), "WAKEFUL_SELF_APPROVAL"),
     ],
 )
 def test_a_bad_setting_is_named_in_one_line(

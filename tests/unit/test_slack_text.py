@@ -9,6 +9,9 @@ tab, the status text, the webhook report line, and the Claude agent's reply and 
 Every text that would reach Slack must hold no active control sequence but the bot's own
 (`<@requester>` in a prompt, `<!date^…>` tokens), and the person's words must still read as
 they typed them.
+
+Issue 34, item 6 (b): the texts mix in bidirectional controls (U+202A–U+202E, U+2066–U+2069),
+which reorder what Slack shows after them; none may reach Slack, each shown as its code point.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from wakeful.core.runner import Runner
 from wakeful.core.store import Store, open_store
 
 USER = "U0PERSON"
+BIDI = [chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))]
+"""The bidirectional embedding, override and isolate controls."""
 CONTROL = [
     "<!channel>",
     "<!here>",
@@ -58,6 +63,7 @@ CONTROL = [
     "<http://evil.example>",
     "<mailto:boss@evil.example|boss>",
     "<!date^1700000000^{date_short}|today>",
+    *BIDI,
 ]
 ORDINARY = ["payroll", "moved,", "sign in at", "a", "b", "&", "<", ">", "&amp;", "&lt;", "&gt;"]
 piece = st.sampled_from(CONTROL) | st.sampled_from(ORDINARY)
@@ -76,7 +82,9 @@ _ENTITY = re.compile(r"&(amp|lt|gt);")
 
 
 def shown(text: str) -> str:
-    """What Slack displays for `text` once its control sequences are inert: the entities."""
+    """What Slack displays for `text` once its control sequences are inert: the entities as
+    their characters, a bidirectional control as its code point."""
+    text = "".join(f"[U+{ord(c):04X}]" if c in BIDI else c for c in text)
     return _ENTITY.sub(lambda m: {"amp": "&", "lt": "<", "gt": ">"}[m.group(1)], text)
 
 
@@ -103,6 +111,7 @@ def assert_inert(out: Any, words: str | None = None) -> None:
         left = OWN.sub("", text)
         assert ACTIVE.search(left) is None, f"active control sequence in {text!r}"
         assert "<" not in left and ">" not in left, f"raw angle bracket in {text!r}"
+        assert not any(c in BIDI for c in text), f"bidirectional control in {text!r}"
     if words is not None:
         assert any(shown(words) in shown(t) for t in texts), f"{words!r} unreadable in {texts!r}"
 
@@ -127,6 +136,18 @@ def test_the_issue_text_is_shown_never_obeyed() -> None:
         "&lt;!channel&gt; &lt;!here&gt; &lt;!subteam^S0ADMINS|@admins&gt; payroll moved, "
         "sign in at &lt;https://evil.example/login|https://slack.com/signin&gt;"
     )
+
+
+def test_bidirectional_controls_are_shown_as_code_points_never_applied() -> None:
+    """U+202E (right-to-left override) shows the digits after it backwards, so an order id
+    reads as another; U+202A to U+202D embed or override a run, U+2066 to U+2069 isolate one.
+    inert writes each as its code point, and leaves other text alone (right-to-left letters and
+    the U+200F mark, which reorder nothing by themselves, included)."""
+    for c in BIDI:
+        out = inert(f"refund order 7{c}0001 <!here>")
+        assert out == f"refund order 7[U+{ord(c):04X}]0001 &lt;!here&gt;"
+        assert inert(out) == out
+    assert inert("שלום \u200f مرحبا") == "שלום \u200f مرحبا"
 
 
 # -- every path that echoes it ---------------------------------------------------------------

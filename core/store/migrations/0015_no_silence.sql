@@ -45,3 +45,13 @@ CREATE INDEX leases_process ON leases (process) WHERE process IS NOT NULL;
 -- that post (wakeful_unanswered_seconds, and the gauge of people waiting in silence).
 ALTER TABLE events ADD COLUMN waiting_since BIGINT;
 CREATE INDEX events_waiting ON events (waiting_since) WHERE waiting_since IS NOT NULL;
+
+-- Limits (issue 34, item 5): a model spend budget per person and per workspace, read before
+-- each model call. A run's estimated model cost (the sum of its usage's known costs; NULL when
+-- it made no priced call) and the workspace of its inbox (NULL for a conversation's inbox) are
+-- logged with it, so the spend of the last 24 hours is one sum over an index (rows of runs
+-- logged before this migration carry no cost, and count as none).
+ALTER TABLE runs ADD COLUMN cost DOUBLE PRECISION;
+ALTER TABLE runs ADD COLUMN team TEXT;
+CREATE INDEX runs_spend ON runs (inbox, finished_at, cost) WHERE cost > 0;
+CREATE INDEX runs_team_spend ON runs (team, finished_at, cost) WHERE cost > 0;
