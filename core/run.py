@@ -213,8 +213,7 @@ class Run:
         self._not_asked_in: Conversation | None = None
         self._untold = 0
         self._timers: TimerBudget | None = None
-        self._timers_in: Conversation | None = None
-        self._timers_untold = 0
+        self._said_in = next((e.reply_to for e in reversed(self.events) if e.reply_to), None)
         self._usage: list[ModelUsage] = []
 
     # -- reading -----------------------------------------------------------------------
@@ -404,48 +403,33 @@ class Run:
         return tuple(self._usage)
 
     def over_budget(self, budget: SpendBudget) -> OverBudget | None:
-        """Ask before each model call: None to make it, or the budget spent, and then make
-        none (counted in `wakeful_model_budget_refusals_total{scope}`). The spend is the run
-        log's for this inbox and its workspace over the last 24 hours, plus this run's calls
-        so far: the call that crosses a budget is made, the next one is not."""
-        if budget.per_person is None and budget.per_workspace is None:
+        """Before each model call: None to make it, else the budget the inbox's (or its
+        workspace's) last 24 hours of calls, this run's included, spent: make none."""
+        if budget == SpendBudget():
             return None
         spent = self.query.model_spend(self.inbox, self.now - DAY)
-        over = budget.spent(spent, sum(u.cost or 0.0 for u in self._usage))
-        if over is not None:
+        if over := budget.spent(spent, sum(u.cost or 0.0 for u in self._usage)):
             metrics.MODEL_BUDGET_REFUSALS.labels(over.scope).inc()
         return over
 
     def set_timer(self, timer: Timer, *, to: Event | Conversation | None = None) -> bool:
-        """Add or replace the inbox's timer of that name; its ticks answer in `to`. False when
-        the cap says no (WAKEFUL_MAX_TIMERS_PER_INBOX new names; a replaced one counts once):
-        not set, and the person told once, with the finish, how many and why (`not_set_note`
-        to say it yourself)."""
+        """Add or replace the inbox's timer of that name; its ticks answer in `to`. False: past
+        WAKEFUL_MAX_TIMERS_PER_INBOX, not set (the finish tells the person, docs/agents.md)."""
         where = None if to is None else _where(to)
         if where is not None:
             timer = Timer(**{**_fields(timer), "payload": timer_payload(timer.payload, where)})
-        if self._timers is None:
-            self._timers = self._services.timers(self.inbox)
-        if not self._timers.take(timer.name):
-            self._timers_in = self._timers_in or where or self._said_in()
-            self._timers_untold += 1
+        self._timers = self._timers or self._services.timers(self.inbox)
+        if not self._timers.take(timer.name, where or self._said_in):
             return False
         self._effects.timers.append(timer)
         return True
 
     def not_set_note(self) -> str | None:
-        """The line saying how many timers the cap held back since this was last asked (None:
-        none), for an agent that says it in its own reply; wakeful then does not."""
-        if not self._timers_untold or self._timers is None:
-            return None
-        note = self._timers.note(self._timers_untold)
-        self._timers_untold = 0
-        return note
+        """The line about timers the cap held back since last asked, to say it yourself."""
+        return None if self._timers is None else self._timers.told()
 
     def cancel_timer(self, name: str) -> None:
-        """Cancel the inbox's timer of that name (with the finish); its place under the cap
-        is free for this run's next `set_timer`."""
-        if self._timers is not None:
+        if self._timers is not None:  # its place under the cap is free
             self._timers.drop(name)
         self._effects.cancel_timers.append(name)
 
@@ -457,17 +441,15 @@ class Run:
     # -- the engine's side -------------------------------------------------------------
 
     def effects(self) -> Effects:
-        """Everything asked for, with the one note about approvals, and the one about timers,
-        the caps held back (where the first of them would have been asked or answered)."""
+        """Everything asked for, with one note each about approvals and timers the caps held."""
         for note, where in (
             (self.not_asked_note(), self._not_asked_in),
-            (self.not_set_note(), self._timers_in),
+            (self.not_set_note(), self._timers.where if self._timers else None),
         ):
             if note is not None and where is not None:
                 self._effects.messages.append(
                     fx.Message(where.channel, note, thread_ts=where.thread_ts, priority="urgent")
                 )
-        self._not_asked_in = self._timers_in = None
         self._effects.usage = list(self._usage)
         return self._effects
 
@@ -480,14 +462,6 @@ class Run:
         self._asked_for[(cause.source, cause.key)] = n + 1
         origin = step_key(self.inbox, cause, f"ask:{tool}:{n}")[3:11]
         return f"{tool.replace('_', '-')}-{cause.id}-{n}-{origin}"
-
-    def _said_in(self) -> Conversation | None:
-        """Where the batch is answered: its latest person's message or command, else the
-        first event that names a conversation."""
-        for e in reversed(self.events):
-            if isinstance(e, (Message, Command)):
-                return e.reply_to
-        return next((e.reply_to for e in self.events if e.reply_to is not None), None)
 
     def _only_event(self, name: str) -> Event:
         if len(self.events) != 1:

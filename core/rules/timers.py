@@ -8,6 +8,7 @@ A timer of a name the inbox has already is replaced, and counts once; an approva
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 CAP_SETTING = "WAKEFUL_MAX_TIMERS_PER_INBOX"
 
@@ -32,15 +33,26 @@ class TimerBudget:
     names: set[str] = field(default_factory=set)
     """The inbox's timers (approval expiries aside) when the run started, with this run's."""
     skipped: int = 0
+    untold: int = 0
+    """Refused since the person was last told (`told`)."""
+    where: Any = None
+    """Where the first refused timer would have answered: where the person is told."""
 
-    def take(self, name: str) -> bool:
+    def take(self, name: str, where: Any = None) -> bool:
         """True: set (or replace) the timer `name`. False: a new one over the cap, counted as
-        not set."""
+        not set (and `where` kept, for the line that says so)."""
         if name in self.names or len(self.names) < self.cap:
             self.names.add(name)
             return True
         self.skipped += 1
+        self.untold += 1
+        self.where = self.where or where
         return False
+
+    def told(self) -> str | None:
+        """The line for the timers refused since this was last asked (None: none)."""
+        n, self.untold = self.untold, 0
+        return self.note(n)
 
     def drop(self, name: str) -> None:
         """The run cancelled `name`: its place is free."""
