@@ -27,8 +27,9 @@ def judge_answer(
     Never requested: `unknown`. A user who is neither the requester nor an approver of the
     approval's workspace (core/tenancy.py `is_approver`): `forbidden`, nothing stored.
     `approvers` is the list as configured now, so someone removed from it loses their say over
-    approvals already open (None: the list stored with the request). Already answered (by a person or by the expiry): that first answer. Past the
-    deadline: `expired`, stored, even if the expiry timer has not run yet.
+    approvals already open (None: the list stored with the request). Already answered (by a
+    person or by the expiry): that first answer. Past the deadline: `expired`, stored, even if
+    the expiry timer has not run yet.
 
     `self_approval` False (WAKEFUL_SELF_APPROVAL=off): a second person must answer, so the
     requester's own click is `forbidden` too, Approve or Deny, approver or not; only another

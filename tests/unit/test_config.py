@@ -162,3 +162,39 @@ def test_the_start_up_wait_defaults_to_a_minute_and_zero_means_at_once() -> None
     assert Config.from_env(BASE).startup_wait == 60.0
     assert Config.from_env({**BASE, "WAKEFUL_STARTUP_WAIT": "0"}).startup_wait == 0.0
     assert Config.from_env({**BASE, "WAKEFUL_STARTUP_WAIT": "2.5"}).startup_wait == 2.5
+
+
+# -- WAKEFUL_APPROVERS names each approver's workspace (issue 34, item 2) -----------------------
+
+
+def _distribution(approvers: str) -> dict[str, str]:
+    from cryptography.fernet import Fernet
+
+    return {
+        "SLACK_CLIENT_ID": "1.2",
+        "SLACK_CLIENT_SECRET": "s",
+        "SLACK_SIGNING_SECRET": "s",
+        "WAKEFUL_TOKEN_KEY": Fernet.generate_key().decode(),
+        "WAKEFUL_APPROVERS": approvers,
+    }
+
+
+def test_an_approver_is_named_with_their_workspace_or_alone_in_one_workspace() -> None:
+    env = {**BASE, "WAKEFUL_APPROVERS": "T01ABC:U01ABC, U02DEF,TE1:W03GHI"}
+    assert Config.from_env(env).approvers == ("T01ABC:U01ABC", "U02DEF", "TE1:W03GHI")
+    both = Config.from_env(_distribution("T01ABC:U01ABC,T02XYZ:W02DEF"), need={"secret"})
+    assert both.approvers == ("T01ABC:U01ABC", "T02XYZ:W02DEF")
+
+
+def test_distribution_mode_refuses_an_approver_without_a_workspace_in_one_line() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Config.from_env(_distribution("T01ABC:U01ABC,U02DEF"), need={"secret"})
+    said = str(caught.value)
+    assert "\n" not in said and said.startswith("WAKEFUL_APPROVERS:") and "U02DEF" in said
+
+
+@pytest.mark.parametrize("entry", ["t1:U1", "T1:bob", "T1:", ":U1", "T1:U1:U2", "E01:U1"])
+def test_a_malformed_approver_is_named_in_one_line(entry: str) -> None:
+    with pytest.raises(ConfigError, match="WAKEFUL_APPROVERS") as caught:
+        Config.from_env({**BASE, "WAKEFUL_APPROVERS": entry})
+    assert entry in str(caught.value)
