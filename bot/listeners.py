@@ -290,11 +290,7 @@ class Listeners:
         user = (body.get("user") or {}).get("id")
         team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id")
         what, _, raw_id = str(action.get("value") or "").partition(":")
-        allowed = (
-            isinstance(user, str)
-            and isinstance(team, str)
-            and is_approver(self.approvers, user, team)
-        )
+        allowed = isinstance(team, str) and is_approver(self.approvers, str(user or ""), team)
         if not allowed or not raw_id.isdigit() or what not in ("event", "outbox"):
             logging.getLogger("wakeful").warning(
                 "requeue refused for %s: %r", user, action.get("value")

@@ -147,7 +147,10 @@ class Query:
             return self._store.recorded_step(key)
         return tenancy.recorded_in(workspace, key, self._store.recorded_step)
 
-    def model_spend(self, inbox: str, since: int) -> ModelSpend:
-        """What the model calls of `inbox`, and of its whole workspace, cost from `since` on,
-        in US dollars, as the run log recorded them (finished runs only)."""
+    def model_spend(self, inbox: str, since: int, *, everywhere: bool = False) -> ModelSpend:
+        """What the model calls of `inbox`, and of every inbox of its team, cost from `since`
+        on, in US dollars, as the run log recorded them (finished runs only); nothing for an
+        inbox of another workspace."""
+        if self._hidden(inbox, everywhere):
+            return ModelSpend(0.0, None)
         return self._store.model_spend(inbox, since)

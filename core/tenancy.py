@@ -8,7 +8,8 @@ which inbox the run it serves is for (`serving`, around everything it calls on t
 agent's `Query` and `Steps` read it (`current`), so its reads and its `once` keys stay in that
 workspace unless it asks for every one (`everywhere=True`). A run of an inbox that names no
 workspace (a conversation's `channel:<id>`, where webhook reports go; an engine test's `i1`)
-and code outside any run are not scoped: they see every workspace, as before.
+and code outside any run are not scoped: they see every workspace, as before. In
+single-workspace mode the one workspace also holds the inboxes that name none (`Workspace.only`).
 
 Approvers are per workspace too: a `WAKEFUL_APPROVERS` entry `T…:U…` is that person in that
 workspace; a bare `U…` (single-workspace mode only) is that person wherever they are.
@@ -22,27 +23,48 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from wakeful.core.inbox_id import InboxId
+from wakeful.core.inbox_id import CONVERSATION_PREFIX, OPS_PREFIX, InboxId
 from wakeful.core.records import StepRecord
 
 
 @dataclass(frozen=True, slots=True)
 class Workspace:
     """One customer's part of the store: `key` is the team, or the enterprise id of the
-    org-wide install the team is under; `teams` are the teams whose inboxes it holds."""
+    org-wide install the team is under; `teams` are the teams whose people's inboxes it holds.
+
+    `unowned`: it also holds the inboxes that name no workspace (a conversation's, where
+    webhooks report; the operators' `ops`): single-workspace mode, where there is one
+    workspace for them to be in. In distribution mode they are the operators' alone."""
 
     key: str
     teams: tuple[str, ...]
+    unowned: bool = False
 
     @classmethod
     def of_team(cls, team: str) -> Workspace:
-        """A team on its own (single-workspace mode, or a workspace's own install)."""
+        """A team on its own (a workspace's own install, in distribution mode)."""
         return cls(team, (team,))
 
+    @classmethod
+    def only(cls, team: str) -> Workspace:
+        """The one workspace of single-workspace mode: the team, and every inbox that names
+        no workspace."""
+        return cls(team, (team,), unowned=True)
+
     def holds(self, inbox: str | None) -> bool:
-        """Whether `inbox` is a person's inbox (or `ops:<team>`) of this workspace."""
-        team = InboxId(inbox).team if inbox else None
-        return team is not None and team in self.teams
+        """Whether `inbox` is this workspace's: a person's inbox of one of its teams, or
+        (`unowned`) an inbox that names no workspace."""
+        key = InboxId(inbox or "")
+        if key.user is not None:
+            return key.team in self.teams
+        return self.unowned and (key.channel is not None or key.is_ops)
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        """What the store matches this workspace's inboxes by: each team's `<team>:`, and
+        (`unowned`) `channel:` and `ops` (the only inboxes that are no person's)."""
+        unowned = (f"{CONVERSATION_PREFIX}:", OPS_PREFIX) if self.unowned else ()
+        return (*(InboxId.team_prefix(t) for t in self.teams), *unowned)
 
     def scoped(self, key: str) -> str:
         """The key an agent's `once` step `key` is stored under in this workspace: the

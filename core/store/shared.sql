@@ -305,10 +305,17 @@ ORDER BY created_at DESC, key DESC
 LIMIT :limit;
 
 -- name: team_steps
--- Recorded steps of one workspace's inboxes, of one name or all, newest first.
+-- Recorded steps of one workspace's inboxes, newest first (a scan, as `list_steps` of no
+-- inbox and no name is: an agent's look over all it did).
 SELECT * FROM steps
 WHERE substr(inbox, 1, CAST(:n AS INTEGER)) = :prefix
-  AND (CAST(:name AS TEXT) IS NULL OR name = CAST(:name AS TEXT))
+ORDER BY created_at DESC, key DESC
+LIMIT :limit;
+
+-- name: team_named_steps
+-- Recorded steps of one name in one workspace's inboxes, newest first (the name index).
+SELECT * FROM steps
+WHERE name = :name AND substr(inbox, 1, CAST(:n AS INTEGER)) = :prefix
 ORDER BY created_at DESC, key DESC
 LIMIT :limit;
 

@@ -83,8 +83,9 @@ class Steps(StoreBase):
             if teams is None or inbox is not None:
                 rows = tx.all("list_steps", {"inbox": inbox, "name": name, "limit": limit})
             else:
-                params = {"name": name, "limit": limit}
-                rows = [r for t in teams for r in tx.all("team_steps", {**params, **team_match(t)})]
+                params: dict[str, Any] = {"limit": limit, "name": name}
+                query = "team_steps" if name is None else "team_named_steps"
+                rows = [r for t in teams for r in tx.all(query, {**params, **team_match(t)})]
         found = [step_record(r) for r in rows]
         if inbox is None and teams is not None and len(teams) > 1:
             found.sort(key=lambda s: (s.created_at, s.key), reverse=True)

@@ -255,8 +255,9 @@ def test_no_secret_reaches_an_error_or_a_log_line(tmp_path: Path) -> None:
             assert "store error" in unreachable.stderr
         odd_url = run("inspect", WAKEFUL_DB=f"mysql://wakeful:{DB_PASSWORD}@db/wakeful")
         assert odd_url.returncode == 2
+        # Refused unshown (issue 34, item 6 c): once it was printed with its password masked.
         assert "WAKEFUL_DB must be a file path or a postgresql:// URL" in odd_url.stderr
-        assert "not a URL of another kind" in odd_url.stderr and "mysql" not in odd_url.stderr
+        assert "(its value is not shown)" in odd_url.stderr and "mysql" not in odd_url.stderr
         doctor = run(
             "doctor",
             SLACK_BOT_TOKEN=BOT_TOKEN,
@@ -285,6 +286,5 @@ def test_no_secret_reaches_an_error_or_a_log_line(tmp_path: Path) -> None:
         outputs.append(app.proc.log.read_text())
         outputs.append("\n".join(app.proc.lines.queue))
     everything = "\n".join(outputs)
-    assert "[redacted]" in everything
     for secret in SECRETS:
         assert secret not in everything, secret

@@ -226,8 +226,14 @@ def test_sigkill_of_the_gateway_mid_request_refunds_once(
         gateway = GatewayProcess(config, env, db, tmp_path / "gateway.log")  # restarted
         check_once(app, stripe, "3001", request_id)
         assert stripe.keys_seen()[0] == request_id and set(stripe.keys_seen()) == {request_id}
-        keys = [a["idempotency_key"] for a in audit_lines(tmp_path) if a["method"] == "POST"]
-        assert len(keys) >= 2 and set(keys) == {request_id}, "the repeated key, in the audit"
+        # Stripe's answer was cut off: either the SDK sent again at once under the same key
+        # (Stripe replayed its answer), or, the gateway still down, the call waited and its
+        # retry asked Stripe first and found the refund. Either way one key, one refund.
+        audit = audit_lines(tmp_path)
+        keys = [a["idempotency_key"] for a in audit if a["method"] == "POST"]
+        asked = [a for a in audit if a["method"] == "GET" and a["path"].startswith("/v1/refunds")]
+        assert set(keys) == {request_id}, "only the request's own key, in the audit"
+        assert len(keys) >= 2 or asked, [(a["method"], a["path"]) for a in audit]
     finally:
         shut_down(app)
         gateway.stop()

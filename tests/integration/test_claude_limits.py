@@ -288,8 +288,10 @@ def test_the_limits_are_read_from_the_environment_and_checked(make_store: MakeSt
 
 def test_the_spend_read_is_the_run_logs_and_a_team_apart(store: Store) -> None:
     """`Query.model_spend`: the run log's costs of an inbox and its workspace since a time."""
+    from wakeful.core import tenancy
     from wakeful.core.effects import Effects
-    from wakeful.core.usage import ModelUsage
+    from wakeful.core.query import Query
+    from wakeful.core.usage import ModelSpend, ModelUsage
 
     def run(inbox: str, cost: float | None, at: int) -> None:
         n = next(_ids)
@@ -312,6 +314,12 @@ def test_the_spend_read_is_the_run_logs_and_a_team_apart(store: Store) -> None:
     conversation = store.model_spend("channel:C1", T0)
     assert (conversation.inbox, conversation.workspace) == (pytest.approx(8.0), None)
     assert store.model_spend("T9:U9", T0).inbox == 0.0
+    # An agent's query, in a run of workspace T2, sees nothing of T1's unless it asks for all.
+    query = Query(store)
+    with tenancy.serving("T2:U1"):
+        assert query.model_spend("T1:U1", T0) == ModelSpend(0.0, None)
+        assert query.model_spend("T2:U1", T0) == ModelSpend(4.0, 4.0)
+        assert query.model_spend("T1:U1", T0, everywhere=True).workspace == pytest.approx(3.75)
 
 
 def test_the_pages_show_the_lines_as_they_are() -> None:

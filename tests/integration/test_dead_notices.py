@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from tests.conftest import T0, MakeStore
+from tests.support.webhook_front import RecordingSender
 from wakeful.agents import Agent, Command, Message, Run, Tool
 from wakeful.bot.config import Config
 from wakeful.bot.events import Feedback, HomeOpened
@@ -19,7 +20,6 @@ from wakeful.core import metrics
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.inbox_id import InboxId
-from wakeful.core.rules.outbox import Part
 from wakeful.core.runner import FAILURE_TEXT
 from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store
@@ -29,15 +29,6 @@ TEAM, USER, BOSS = "T1", "U1", "UBOSS"
 INBOX = InboxId.person(TEAM, USER)
 _ids = itertools.count(1)
 TOLD = FAILURE_TEXT.replace("{attempts}", "2")
-
-
-class Sender:
-    def __init__(self) -> None:
-        self.parts: list[Part] = []
-
-    def send(self, part: Part) -> str:
-        self.parts.append(part)
-        return f"1.{len(self.parts):06d}"
 
 
 class Boom(Agent):
@@ -58,7 +49,7 @@ class World:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.clock = ManualClock(T0)
-        self.sender = Sender()
+        self.sender = RecordingSender()
         config = Config(approvers=(BOSS,), settings=store.settings)
         runner = build_runner(
             config, store, None, factory=lambda _s: Boom(), env={}, clock=self.clock

@@ -356,6 +356,13 @@ OPERATOR_READS = [
     # read before each model call of an agent with a spend budget (issue 34)
     "inbox_model_spend",
     "team_model_spend",
+    # an agent's queries and an approver's lists, of one workspace (issue 34, items 1 and 2)
+    "team_open_approvals",
+    "team_open_approvals_first",
+    "team_open_approvals_requested_by",
+    "team_dead_events",
+    "team_failed_outbox",
+    "team_named_steps",
 ]
 TABLES = ("events", "outbox", "approvals", "timers", "runs")
 
@@ -363,6 +370,7 @@ TABLES = ("events", "outbox", "approvals", "timers", "runs")
 @pytest.mark.parametrize("name", OPERATOR_READS)
 def test_every_scrape_and_inspect_read_searches_an_index(store: Store, name: str) -> None:
     params = {"now": T0, "limit": 20, "inbox": INBOX, "since": T0, "team": "T1"}
+    params.update(prefix="T1:", n=3, tool="refund_order", user="U1", name="refund_order")
     if isinstance(store.db, SQLiteConnector):
         from wakeful.core.store.sqlite import _QUERIES
 

@@ -205,6 +205,7 @@ def test_a_factory_gets_a_setup_with_no_way_to_write(make_store: MakeStore) -> N
         "dead_letters",
         "deliveries",
         "is_approver",
+        "model_spend",
         "open_approvals",
         "pending_events",
         "step",

@@ -264,7 +264,7 @@ def test_a_revoked_destination_fails_the_refund_clearly_and_nothing_is_half_done
     )
     assert world.fake.requests == [], "nothing reached Stripe"
     assert world.store.recorded_step(f"{TEAM}:refund_order:4001") is None, "no order refunded"
-    assert world.store.recorded_step(f"stripe_refund:sent:{request_id}") is None
+    assert world.store.recorded_step(f"{TEAM}:stripe_refund:sent:{request_id}") is None
     assert world.store.restore_destination("stripe")
     time.sleep(0.6)
     again = world.ask_and_approve("4001")
@@ -272,6 +272,9 @@ def test_a_revoked_destination_fails_the_refund_clearly_and_nothing_is_half_done
     [refund] = world.fake.refunds.values()
     assert refund["metadata"]["wakeful_request"] == again
     assert world.replies("Refunded order 4001 through Stripe")
+    # The keys read above are the ones a refund records (its workspace's, issue 34).
+    for key in ("refund_order:4001", f"stripe_refund:sent:{again}"):
+        assert world.store.recorded_step(f"{TEAM}:{key}") is not None, key
 
 
 def test_stripe_confirms_the_refund_once_in_its_conversation_merged_with_the_reply(

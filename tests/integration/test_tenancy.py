@@ -42,6 +42,7 @@ from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import OutboxRow
 from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store
+from wakeful.core.store.installations import InstallationRow
 from wakeful.core.worker import Worker
 from wakeful.devtools.emulator import EventSender
 
@@ -117,12 +118,9 @@ class World:
             self.scheduler.tick(self.clock.now)
             self.worker.tick(self.clock.now)
             self.dispatcher.tick(self.clock.now)
-            if not any(self.store.events(i, "open") for i in (ALICE, BOB, AMY, *self.homes())):
+            if self.store.ready_list(self.clock.now).inboxes == []:
                 return
         raise AssertionError("events still open")
-
-    def homes(self) -> list[InboxId]:
-        return [InboxId.person(t, u) for t, u in (("TA", "UA9"), ("TB", "UB9"), ("TA", "UB9"))]
 
     def open_approval(self, inbox: InboxId, order: str) -> str:
         [found] = [
@@ -136,6 +134,11 @@ class World:
         """The workspace's approver says yes (as configured), and the answer's run runs."""
         approver = {A: "UA9", B: "UB9"}[str(inbox.team)]
         answered = self.store.answer(request_id, "yes", approver, self.clock.now, self.approvers)
+        assert answered.outcome == "yes", answered
+        self.settle(self.clock.now + 1)
+
+    def approve_as(self, approver: str, request_id: str) -> None:
+        answered = self.store.answer(request_id, "yes", approver, self.clock.now, (approver,))
         assert answered.outcome == "yes", answered
         self.settle(self.clock.now + 1)
 
@@ -318,6 +321,25 @@ def test_claude_refunds_the_same_order_number_in_two_workspaces(claude: ClaudeWo
     claude.tool_ask(ALICE, "2002", "toolu_a2")
     assert claude.open_approval(ALICE, "2002") != claude.open_approval(BOB, "2002")
     assert claude.open_approval(BOB, "2002") not in claude.shown(ALICE)
+
+
+def test_the_workspaces_of_an_org_wide_install_share_its_order_numbers(store: Store) -> None:
+    """Enterprise Grid: one org-wide installation is one customer; an order refunded in one
+    of its workspaces is refunded for all of them, and a standalone workspace is apart."""
+    org = InstallationRow("E1", "E1", None, True, "{}", "sealed", None)
+    store.save_installation(org, T0)
+    for team in ("TE1", "TE2"):
+        store.note_team(team, "E1")
+    world = World(store)
+    one, two = InboxId.person("TE1", "WE1"), InboxId.person("TE2", "WE2")
+    firsts = ask(world, one, "1001")
+    world.approve_as("WE9", firsts)
+    world.say(two, "refund order 1001")
+    world.settle(T0 + 60)
+    done = f"Order 1001 was already refunded on {utc(T0 + 1)} (request {firsts})."
+    assert [r.text for r in world.rows(two, "post")] == [f"Handled 1 message.\n{done}"]
+    assert store.recorded_step("E1:refund_order:1001") is not None
+    ask(world, ALICE, "1001")  # a workspace of its own: its order 1001 is another
 
 
 # -- the agent's contract: queries and `once` keys are the run's workspace ---------------------

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0, MakeStore
+from tests.support.webhook_front import RecordingSender
 from wakeful.agents import (
     Agent,
     ApprovalAnswer,
@@ -29,7 +30,6 @@ from wakeful.bot.loading import build_runner
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.inbox_id import InboxId
-from wakeful.core.rules.outbox import Part
 from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store
 from wakeful.core.tool_failures import classify
@@ -39,17 +39,6 @@ TEAM, USER, BOSS = "T1", "U1", "UBOSS"
 INBOX = InboxId.person(TEAM, USER)
 NOT_DONE_YET = re.compile(r"not (been )?done yet")
 _ids = itertools.count(1)
-
-
-class Sender:
-    """Stands in for Slack: keeps every part."""
-
-    def __init__(self) -> None:
-        self.parts: list[Part] = []
-
-    def send(self, part: Part) -> str:
-        self.parts.append(part)
-        return f"1.{len(self.parts):06d}"
 
 
 class Flaky:
@@ -94,7 +83,7 @@ class World:
     def __init__(self, store: Store, agent: Any) -> None:
         self.store = store
         self.clock = ManualClock(T0)
-        self.sender = Sender()
+        self.sender = RecordingSender()
         config = Config(approvers=(BOSS,), settings=store.settings)
         runner = build_runner(
             config, store, None, factory=lambda _s: agent, env={}, clock=self.clock
