@@ -28,7 +28,7 @@ from wakeful.core.rules.approvals import EXPIRY_PREFIX
 from wakeful.core.rules.schedule import first_occurrence
 from wakeful.core.run import Run
 from wakeful.core.store import Store
-from wakeful.core.tenancy import is_approver
+from wakeful.core.tenancy import Workspace, is_approver
 
 SHOWN = 5
 """Rows shown per list: the Home tab is a glance, `wakeful inspect` has the rest."""
@@ -154,15 +154,21 @@ def as_text(view: Sequence[Block]) -> str:
 
 
 def build_view(
-    store: Store, inbox: str, approvers: Sequence[str], now: int, effects: Effects
+    store: Store,
+    inbox: str,
+    approvers: Sequence[str],
+    now: int,
+    effects: Effects,
+    unowned: bool = False,
 ) -> HomeView | None:
     """The Home view of a person's inbox after a run that asked for `effects`; None for a
-    conversation's inbox."""
+    conversation's inbox. An approver's lists are of the workspace the tab is open in, and of
+    nowhere else (`unowned`: with the inboxes of no workspace, single-workspace mode)."""
     key = InboxId(inbox)
     if key.user is None or key.team is None:
         return None
-    user, here = key.user, (key.team,)
-    # An approver's lists are of the workspace the tab is opened in, and nowhere else.
+    user = key.user
+    here = Workspace(key.team, (key.team,), unowned)
     approver = is_approver(approvers, user, key.team)
     own = [_pending(a) for a in store.approvals(inbox) if a.answer is None]
     own += [
@@ -195,7 +201,7 @@ def build_view(
             (t for name, t in timers.items() if name not in cancelled), key=lambda t: t.at
         ),
         session=session,
-        dead_letters=store.dead_letters(limit=SHOWN, teams=here) if approver else None,
+        dead_letters=store.dead_letters(limit=SHOWN, scope=here) if approver else None,
         query=Query(store, tuple(approvers)),
     )
 
@@ -207,6 +213,8 @@ class HomeHook:
     store: Store
     agent: Any
     approvers: tuple[str, ...] = ()
+    unowned: bool = False
+    """Single-workspace mode: approvers also see the rows of inboxes of no workspace."""
 
     def before(self, run: Run) -> None:
         return None
@@ -214,7 +222,9 @@ class HomeHook:
     def after(self, run: Run, effects: Effects) -> None:
         if run.inbox.user is None or not self.store.has_opened_home(run.inbox):
             return
-        view = build_view(self.store, run.inbox, self.approvers, run.now, effects)
+        view = build_view(
+            self.store, run.inbox, self.approvers, run.now, effects, unowned=self.unowned
+        )
         if view is None:
             return
         drawn = self.agent.home(view) if hasattr(self.agent, "home") else default_home(view)

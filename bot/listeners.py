@@ -34,7 +34,7 @@ from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Kicker, Wakeup
 from wakeful.core.store import Store
 from wakeful.core.store.installations import Status
-from wakeful.core.tenancy import is_approver
+from wakeful.core.tenancy import Workspace, is_approver
 
 log = logging.getLogger("wakeful")
 IGNORED_SUBTYPES = frozenset({"message_changed", "message_deleted", "bot_message"})
@@ -285,8 +285,8 @@ class Listeners:
 
     def _on_requeue(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         """Requeue from the Home tab: an approver of the presser's workspace, and a row of
-        that workspace only, through the store's requeue; the Home tab is refreshed by a run
-        of the presser's inbox."""
+        that workspace only (with one workspace, or of no workspace's inbox), through the
+        store's requeue; the Home tab is refreshed by a run of the presser's inbox."""
         user = (body.get("user") or {}).get("id")
         team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id")
         what, _, raw_id = str(action.get("value") or "").partition(":")
@@ -298,10 +298,11 @@ class Listeners:
             ack()
             return
         now = self.clock()
+        scope = Workspace(str(team), (str(team),), unowned=self.installations is None)
         if what == "event":
-            done = self.store.requeue_event(int(raw_id), now, team=str(team))
+            done = self.store.requeue_event(int(raw_id), now, scope)
         else:
-            done = self.store.requeue_outbox(int(raw_id), now, team=str(team))
+            done = self.store.requeue_outbox(int(raw_id), now, scope)
         if done:
             self.wake_worker.kick()
             self.wake_dispatcher.kick()

@@ -25,6 +25,7 @@ from wakeful.core.rules.schedule import zone as check_zone
 from wakeful.core.run import RunServices, Steps, Tool
 from wakeful.core.runner import Agent, RunHook, Runner
 from wakeful.core.store import Store
+from wakeful.core.tenancy import Workspace
 
 BUILT_IN = {
     "refund-desk": "wakeful.bot.agents.refund_desk:factory",
@@ -203,7 +204,8 @@ def build_runner(
         view=SlackApprovals(config.settings.self_approval),
         tools=tools,
         approval=store.approval,
-        workspace_of=store.workspace_of,
+        # One workspace holds every inbox; in distribution mode, each team (or its org).
+        workspace_of=store.workspace_of if config.distribution else Workspace.only,
     )
     hooks: list[RunHook] = surface_hooks(store, config, agent, wake_dispatcher)
     if tokens is not None:

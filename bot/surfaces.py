@@ -208,7 +208,8 @@ def surface_hooks(
 ) -> list[RunHook]:
     """The hooks every agent's runs get: the Home tab, the greeting, and (with
     WAKEFUL_ASSISTANT) the "is thinking…" status (`kick` wakes the dispatcher for it)."""
-    hooks: list[RunHook] = [HomeHook(store, agent, config.approvers), GreetingHook(agent, store)]
+    home = HomeHook(store, agent, config.approvers, unowned=not config.distribution)
+    hooks: list[RunHook] = [home, GreetingHook(agent, store)]
     if config.assistant:
         hooks.append(StatusHook(store, agent, kick))
     return hooks

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 from wakeful.core import tenancy
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import ApprovalState, DeadLetters, Event, StepRecord, TimerState
+from wakeful.core.tenancy import Workspace
 from wakeful.core.usage import ModelSpend
 
 if TYPE_CHECKING:
     from wakeful.core.store import Store
-    from wakeful.core.tenancy import Workspace
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class Query:
         of the workspace (soonest deadline first), of one tool or all."""
         workspace = self._scope(everywhere)
         if inbox is None:
-            return self._store.open_approvals(tool, None if workspace is None else workspace.teams)
+            return self._store.open_approvals(tool, workspace)
         if workspace is not None and not workspace.holds(inbox):
             return []
         return [
@@ -74,16 +74,21 @@ class Query:
         if workspace is None:
             if user in self.approvers:
                 return self._store.open_approvals_for(user, True, limit)
-            teams = tuple(e.partition(":")[0] for e in self.approvers if e.endswith(f":{user}"))
+            teams = [e.partition(":")[0] for e in self.approvers if e.endswith(f":{user}")]
             found = self._store.open_approvals_for(user, False, limit)
-            if teams:
-                found += self._store.open_approvals_for(user, True, limit, teams)
+            for team in teams:
+                found += self._store.open_approvals_for(user, True, limit, Workspace.of_team(team))
         else:
+            # An approver approves in the teams that name them: one read per team (and one for
+            # the inboxes of no workspace, in single-workspace mode).
+            parts = [(Workspace(t, (t,)), t) for t in workspace.teams]
+            if workspace.unowned:
+                parts.append((Workspace(workspace.key, (), unowned=True), None))
             found = [
                 a
-                for team in workspace.teams
+                for part, team in parts
                 for a in self._store.open_approvals_for(
-                    user, self.is_approver(user, team), limit, (team,)
+                    user, self.is_approver(user, team), limit, part
                 )
             ]
         unique = {a.id: a for a in found}.values()
@@ -104,9 +109,7 @@ class Query:
 
     def dead_letters(self, limit: int = 10, *, everywhere: bool = False) -> DeadLetters:
         """Dead events and parked posts of the workspace's inboxes (for an approver's eyes)."""
-        workspace = self._scope(everywhere)
-        teams = None if workspace is None else workspace.teams
-        return self._store.dead_letters(limit=limit, teams=teams)
+        return self._store.dead_letters(limit=limit, scope=self._scope(everywhere))
 
     def deliveries(self, channel: str, since: int) -> dict[str, int]:
         """Webhook deliveries reported to `channel` since `since`, by source (a
@@ -130,7 +133,7 @@ class Query:
             return self._store.recorded_steps(inbox, name, limit)
         if inbox is not None and not workspace.holds(inbox):
             return []
-        return self._store.recorded_steps(inbox, name, limit, workspace.teams)
+        return self._store.recorded_steps(inbox, name, limit, workspace)
 
     def approval(self, request_id: str, *, everywhere: bool = False) -> ApprovalState | None:
         """One approval by its request id, answered or not (None: no such request, or one of

@@ -3,25 +3,24 @@ another go. Nothing here runs on its own."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from wakeful.core.records import DeadLetters, SetAsideSession
-from wakeful.core.store.base import StoreBase, team_match
+from wakeful.core.store.base import StoreBase, prefix_match
 from wakeful.core.store.codec import event_record, outbox_record
+from wakeful.core.tenancy import Workspace
 
 
 class Admin(StoreBase):
-    def dead_letters(self, limit: int = 100, teams: Sequence[str] | None = None) -> DeadLetters:
+    def dead_letters(self, limit: int = 100, scope: Workspace | None = None) -> DeadLetters:
         """Dead events and failed outbox rows with their errors: a quiet agent's first clue.
-        Of every inbox, or (`teams`) of those workspaces' inboxes only, oldest first."""
+        Of every inbox, or of the inboxes of one workspace (`scope`), oldest first."""
         with self._tx(write=False) as tx:
-            if teams is None:
+            if scope is None:
                 events = [event_record(r) for r in tx.all("dead_events", {"limit": limit})]
                 rows = [outbox_record(r) for r in tx.all("failed_outbox", {"limit": limit})]
                 return DeadLetters(events=events, outbox=rows)
             events, rows = [], []
-            for team in teams:
-                params = {"limit": limit, **team_match(team)}
+            for prefix in scope.prefixes:
+                params = {"limit": limit, **prefix_match(prefix)}
                 events += [event_record(r) for r in tx.all("team_dead_events", params)]
                 rows += [outbox_record(r) for r in tx.all("team_failed_outbox", params)]
         events.sort(key=lambda e: e.id)
@@ -46,20 +45,23 @@ class Admin(StoreBase):
             for r in rows
         ]
 
-    def requeue_event(self, event_id: int, now: int, team: str | None = None) -> bool:
-        """Give a dead event a fresh start (attempts reset); `team`: only one of that
+    def requeue_event(self, event_id: int, now: int, scope: Workspace | None = None) -> bool:
+        """Give a dead event a fresh start (attempts reset); `scope`: only one of that
         workspace's inboxes (an approver's Requeue, which covers their workspace alone)."""
-        params = {"id": event_id, "now": now}
-        with self._tx() as tx:
-            if team is None:
-                return tx.run("requeue_event", params) > 0
-            return tx.run("team_requeue_event", {**params, **team_match(team)}) > 0
+        return self._requeue(("requeue_event", "team_requeue_event"), event_id, now, scope)
 
-    def requeue_outbox(self, row_id: int, now: int, team: str | None = None) -> bool:
-        """Send a failed outbox row again (attempts reset); `team`: only one of that
+    def requeue_outbox(self, row_id: int, now: int, scope: Workspace | None = None) -> bool:
+        """Send a failed outbox row again (attempts reset); `scope`: only one of that
         workspace's inboxes."""
+        return self._requeue(("requeue_outbox", "team_requeue_outbox"), row_id, now, scope)
+
+    def _requeue(
+        self, names: tuple[str, str], row_id: int, now: int, scope: Workspace | None
+    ) -> bool:
+        """`names`: the statement for any row, and the one for a row of one workspace."""
         params = {"id": row_id, "now": now}
+        anywhere, within = names
         with self._tx() as tx:
-            if team is None:
-                return tx.run("requeue_outbox", params) > 0
-            return tx.run("team_requeue_outbox", {**params, **team_match(team)}) > 0
+            if scope is None:
+                return tx.run(anywhere, params) > 0
+            return any(tx.run(within, {**params, **prefix_match(p)}) > 0 for p in scope.prefixes)

@@ -17,10 +17,11 @@ from wakeful.core.records import Answered, ApprovalState
 from wakeful.core.rules.approvals import ApprovalBudget, judge_answer, not_asked
 from wakeful.core.settings import Settings
 from wakeful.core.storable import check_name
-from wakeful.core.store.base import StoreBase, insert_event, team_match
+from wakeful.core.store.base import StoreBase, insert_event, prefix_match
 from wakeful.core.store.codec import PreparedApproval, approval_record, message_params, require
 from wakeful.core.store.outbox import queue
 from wakeful.core.store.sql import Tx
+from wakeful.core.tenancy import Workspace
 
 log = logging.getLogger("wakeful")
 
@@ -141,42 +142,44 @@ class Approvals(StoreBase):
             return approval_record(tx.one("get_approval", {"id": request_id}))
 
     def open_approvals(
-        self, tool: str | None = None, teams: Sequence[str] | None = None
+        self, tool: str | None = None, scope: Workspace | None = None
     ) -> list[ApprovalState]:
         """Approvals that no one has answered yet (expired ones too, until their expiry is
-        stored), of one tool or all, soonest deadline first: of every inbox, or (`teams`) of
-        those workspaces' inboxes only."""
+        stored), of one tool or all, soonest deadline first: of every inbox, or of the
+        inboxes of one workspace (`scope`)."""
         with self._tx(write=False) as tx:
-            if teams is None:
+            if scope is None:
                 rows = tx.all("open_approvals", {"tool": tool})
             else:
                 rows = [
                     r
-                    for team in teams
-                    for r in tx.all("team_open_approvals", {"tool": tool, **team_match(team)})
+                    for prefix in scope.prefixes
+                    for r in tx.all("team_open_approvals", {"tool": tool, **prefix_match(prefix)})
                 ]
-        return _soonest([a for r in rows if (a := approval_record(r)) is not None], teams)
+        return _soonest([a for r in rows if (a := approval_record(r)) is not None], scope)
 
     def open_approvals_for(
-        self, user: str, approver: bool, limit: int = 20, teams: Sequence[str] | None = None
+        self, user: str, approver: bool, limit: int = 20, scope: Workspace | None = None
     ) -> list[ApprovalState]:
         """Open approvals `user` may answer, soonest deadline first: an approver (as
         configured now) may answer every one; anyone else their own requests. Of every inbox,
-        or (`teams`) of those workspaces' inboxes only (the caller says whether `user` is an
-        approver there: core/tenancy.py `is_approver`)."""
+        or of one workspace's (`scope`: the caller says whether `user` is an approver there,
+        core/tenancy.py `is_approver`)."""
         with self._tx(write=False) as tx:
-            if teams is None and approver:
+            if scope is None and approver:
                 rows = tx.all("open_approvals_first", {"limit": limit})
-            elif teams is None:
+            elif scope is None:
                 rows = tx.all("open_approvals_requested_by", {"user": user, "limit": limit})
             else:
                 name = (
                     "team_open_approvals_first" if approver else "team_open_approvals_requested_by"
                 )
                 params = {"user": user, "limit": limit}
-                rows = [r for t in teams for r in tx.all(name, {**params, **team_match(t)})]
+                rows = [
+                    r for p in scope.prefixes for r in tx.all(name, {**params, **prefix_match(p)})
+                ]
         found = [a for r in rows if (a := approval_record(r)) is not None]
-        return _soonest(found, teams)[:limit]
+        return _soonest(found, scope)[:limit]
 
     def approval_budget(self, inbox: str) -> ApprovalBudget:
         """What a run of `inbox` may still ask for under the approval caps (see
@@ -196,10 +199,10 @@ class Approvals(StoreBase):
         return [a for r in rows if (a := approval_record(r)) is not None]
 
 
-def _soonest(approvals: list[ApprovalState], teams: Sequence[str] | None) -> list[ApprovalState]:
-    """Approvals read a workspace at a time, in one order: soonest deadline first (one read
-    is in that order already)."""
-    if teams is None or len(teams) < 2:
+def _soonest(approvals: list[ApprovalState], scope: Workspace | None) -> list[ApprovalState]:
+    """Approvals read a prefix at a time, in one order: soonest deadline first (one read is
+    in that order already)."""
+    if scope is None or len(scope.prefixes) < 2:
         return approvals
     return sorted(approvals, key=lambda a: (a.deadline, a.id))
 

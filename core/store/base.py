@@ -14,7 +14,6 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from wakeful.core.effects import Message
-from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import Event
 from wakeful.core.settings import Settings
 from wakeful.core.store.sql import Tx
@@ -103,10 +102,10 @@ class Connector(ABC):
         return None
 
 
-def team_match(team: str) -> dict[str, Any]:
-    """The parameters that match the inboxes of one workspace (`:prefix`, its length `:n`):
-    every person's inbox of `team` starts with `<team>:` (InboxId.team_prefix)."""
-    prefix = InboxId.team_prefix(team)
+def prefix_match(prefix: str) -> dict[str, Any]:
+    """The parameters that match the inboxes starting with `prefix` (`:prefix`, its length
+    `:n`): a workspace's are matched a prefix at a time (core/tenancy.py
+    `Workspace.prefixes`; a team's people's inboxes start with `<team>:`)."""
     return {"prefix": prefix, "n": len(prefix)}
 
 

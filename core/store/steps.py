@@ -15,15 +15,15 @@ once older than the retention; one recording a side effect is kept for good.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from wakeful.core.effects import check_json
 from wakeful.core.records import StepRecord
 from wakeful.core.storable import check_name, is_storable
-from wakeful.core.store.base import StoreBase, team_match
+from wakeful.core.store.base import StoreBase, prefix_match
 from wakeful.core.store.codec import require
 from wakeful.core.store.sql import Row
+from wakeful.core.tenancy import Workspace
 
 
 class Steps(StoreBase):
@@ -75,19 +75,21 @@ class Steps(StoreBase):
         inbox: str | None = None,
         name: str | None = None,
         limit: int = 1000,
-        teams: Sequence[str] | None = None,
+        scope: Workspace | None = None,
     ) -> list[StepRecord]:
-        """Recorded steps, newest first, of one inbox and/or one name; with no inbox, `teams`
-        keeps those workspaces' inboxes' steps only."""
+        """Recorded steps, newest first, of one inbox and/or one name; with no inbox, `scope`
+        keeps one workspace's inboxes' steps only."""
         with self._tx(write=False) as tx:
-            if teams is None or inbox is not None:
+            if scope is None or inbox is not None:
                 rows = tx.all("list_steps", {"inbox": inbox, "name": name, "limit": limit})
             else:
                 params: dict[str, Any] = {"limit": limit, "name": name}
                 query = "team_steps" if name is None else "team_named_steps"
-                rows = [r for t in teams for r in tx.all(query, {**params, **team_match(t)})]
+                rows = [
+                    r for p in scope.prefixes for r in tx.all(query, {**params, **prefix_match(p)})
+                ]
         found = [step_record(r) for r in rows]
-        if inbox is None and teams is not None and len(teams) > 1:
+        if inbox is None and scope is not None and len(scope.prefixes) > 1:
             found.sort(key=lambda s: (s.created_at, s.key), reverse=True)
         return found[:limit]
 

@@ -176,3 +176,46 @@ def test_on_postgres_the_survivor_of_two_resumes_the_killed_one_s_run(
                     shut_down(app)
                 else:
                     app.store.close()
+
+
+def test_sigkill_mid_refund_and_a_restart_say_refunded_once_within_seconds_of_healthz(
+    emu: SlackEmulator, db: str, tmp_path: Path
+) -> None:
+    """The issue's refund: `wakeful serve` killed while Stripe holds the answer to its refund
+    (Stripe refunded; the worker recorded nothing), restarted at once with the default lease:
+    the one "Refunded" post comes within 10 s of /healthz, one refund in Stripe."""
+    from tests.acceptance.test_refund_gateway import check_once, refund_and_wait
+    from tests.acceptance.test_refund_gateway import start as start_refunds
+    from tests.support.gateway import GatewayProcess, write_config
+    from wakeful.devtools.fake_stripe import FakeStripe
+
+    with FakeStripe(webhook_secret="whsec_acceptance") as stripe:
+        config = write_config(tmp_path, stripe.url, listen=f"unix:{tmp_path / 'gateway.sock'}")
+        env = {"STRIPE_SECRET_KEY": stripe.api_key}
+        gateway = GatewayProcess(config, env, db, tmp_path / "gateway.log")
+        more = {"WAKEFUL_GATEWAY_URL": gateway.url, "WAKEFUL_LEASE_TTL": "120"}
+        try:
+            stripe.add_payment("2001")
+            app = start_refunds(tmp_path, emu, db, stripe, **more)
+            try:
+                stripe.hold_next("answer")
+                request_id = refund_and_wait(app, stripe, "2001")
+                assert stripe.held.wait(15), f"Stripe was never called:\n{app.tail()}"
+                app.proc.popen.send_signal(signal.SIGKILL)
+                assert app.proc.stop() == -signal.SIGKILL
+            finally:
+                app.store.close()
+                stripe.release()
+            again = start_refunds(tmp_path, emu, db, stripe, **more)
+            try:
+                assert eventually(lambda: healthy(again), 30), f"no /healthz:\n{again.tail()}"
+                answered = time.monotonic()
+                again.wait_post(dm(ALICE), "Refunded order 2001", timeout=RESUME_AFTER_RESTART + 30)
+                resumed = time.monotonic() - answered
+                print(f"refund takeover[{again.backend}]: /healthz to 'Refunded' {resumed:.1f} s")
+                assert resumed < RESUME_AFTER_RESTART, f"resumed {resumed:.1f} s after /healthz"
+                check_once(again, stripe, "2001", request_id)
+            finally:
+                shut_down(again)
+        finally:
+            gateway.stop()
