@@ -2,7 +2,9 @@
 
 With `WAKEFUL_GATEWAY_CONFIG` set and no `WAKEFUL_GATEWAY_URL` (a gateway run elsewhere),
 `serve` starts `wakeful gateway` as a child, waits until it listens, and tells its own worker
-where (`WAKEFUL_GATEWAY_URL`). The child gets the environment with the gateway's secret
+where (`WAKEFUL_GATEWAY_URL`) and with which token (`WAKEFUL_GATEWAY_TOKEN`: made anew at each
+start, handed over in the two processes' environments, which other users cannot read, never in
+an argument list, which they can). The child gets the environment with the gateway's secret
 variables in it and without Slack's and Anthropic's; when serve's own environment held a gateway
 secret, serve then re-executes itself (same pid, same arguments) without it, so the process
 that runs agents never holds the secret, not even in /proc/<pid>/environ. Serve stops when
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -24,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from wakeful.bot.config import SECRET_VARIABLES, ConfigError, switch
 from wakeful.core import logs
-from wakeful.core.gateway.config import secret_variables
+from wakeful.core.gateway.config import TOKEN, secret_variables
 
 log = logging.getLogger("wakeful")
 CHILD_PID = "WAKEFUL_GATEWAY_CHILD_PID"
@@ -48,7 +51,10 @@ def start(env: dict[str, str], argv: Sequence[str]) -> dict[str, str]:
         return env
     config = env["WAKEFUL_GATEWAY_CONFIG"].strip()
     held = [name for name in secret_variables(config) if env.get(name)]
+    token = secrets.token_urlsafe(32)
+    logs.add_secrets([token])
     child_env = {k: v for k, v in env.items() if k not in SECRET_VARIABLES}
+    child_env[TOKEN] = token
     read, write = os.pipe()
     cmd = [sys.executable, "-m", "wakeful.bot.cli", "gateway", "--config", config]
     cmd += ["--ready-fd", str(write), "--parent", str(os.getpid())]
@@ -60,13 +66,13 @@ def start(env: dict[str, str], argv: Sequence[str]) -> dict[str, str]:
         os.close(read)
     logs.say(f"wakeful: gateway started (pid {proc.pid}) on {url}", sys.stderr)
     after = {k: v for k, v in env.items() if k not in held}
-    after["WAKEFUL_GATEWAY_URL"] = url
-    after[CHILD_PID] = str(proc.pid)
+    given = {"WAKEFUL_GATEWAY_URL": url, TOKEN: token, CHILD_PID: str(proc.pid)}
+    after.update(given)
     if held:
         # Same pid, same arguments, an environment without the secret: the gateway stays
         # this process's child.
         os.execve(sys.executable, [sys.executable, "-m", "wakeful.bot.cli", *argv], after)
-    os.environ.update({"WAKEFUL_GATEWAY_URL": url, CHILD_PID: str(proc.pid)})
+    os.environ.update(given)
     return after
 
 

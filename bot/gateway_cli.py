@@ -3,7 +3,9 @@
 - `wakeful gateway` runs it (config from `--config` or WAKEFUL_GATEWAY_CONFIG, the store
   from `--db` or WAKEFUL_DB, where the revocations live);
 - `wakeful gateway revoke <name> [--reason ...]` cuts a destination off at every gateway
-  reading this store, within a second; `restore <name>` lets it through again;
+  reading this store, and returns once they all refuse it (a second after its commit: every
+  gateway has read the revocation by then, or refuses everything as it cannot read the store);
+  `restore <name>` lets it through again;
 - `wakeful gateway status` lists what is revoked.
 """
 
@@ -17,6 +19,9 @@ from collections.abc import Callable
 from wakeful.bot.config import Config, ConfigError
 from wakeful.core.store import open_store
 
+MARGIN = 0.05
+"""Seconds `revoke` waits beyond FRESH: clocks of two hosts tick at rates a little apart."""
+
 
 def _run(args: argparse.Namespace, env: dict[str, str]) -> int:
     from wakeful.bot.gateway_serve import serve
@@ -29,15 +34,23 @@ def _run(args: argparse.Namespace, env: dict[str, str]) -> int:
 
 
 def _revoke(args: argparse.Namespace, env: dict[str, str]) -> int:
+    from wakeful.core.gateway.server import FRESH
+
     store = open_store(Config.from_env(env).db)
     try:
         fresh = store.revoke_destination(args.name, int(time.time()), _who(), args.reason or "")
     finally:
         store.close()
+    # Committed. A gateway trusts a read of the revocations for FRESH seconds from when the
+    # read began: once they have passed, each has read this one or refuses everything.
+    # (Already revoked: an earlier revoke may have been stopped before its wait.)
+    until = time.monotonic() + FRESH + MARGIN
+    while (left := until - time.monotonic()) > 0:
+        time.sleep(left)
     print(
-        f"revoked {args.name}: every gateway refuses it within 1 s"
+        f"revoked {args.name}: every gateway on this store refuses it now"
         if fresh
-        else f"{args.name} was already revoked"
+        else f"{args.name} was already revoked: every gateway on this store refuses it"
     )
     return 0
 

@@ -139,7 +139,8 @@ def make_setup(
 
     gateway_url = env.get("WAKEFUL_GATEWAY_URL", "").strip()
     try:
-        gateway = Gateway(gateway_url) if gateway_url else None
+        token = env.get("WAKEFUL_GATEWAY_TOKEN")
+        gateway = Gateway(gateway_url, token) if gateway_url else None
     except InvalidInput as exc:
         raise ConfigError(str(exc)) from None
     return Setup(

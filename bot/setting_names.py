@@ -64,6 +64,7 @@ KNOWN = frozenset(
         "WAKEFUL_GATEWAY",
         "WAKEFUL_GATEWAY_CONFIG",
         "WAKEFUL_GATEWAY_URL",
+        "WAKEFUL_GATEWAY_TOKEN",
         "WAKEFUL_GATEWAY_CHILD_PID",
     }
 )

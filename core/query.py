@@ -81,7 +81,9 @@ class Query:
         else:
             # An approver approves in the teams that name them: one read per team (and one for
             # the inboxes of no workspace, in single-workspace mode).
-            parts = [(Workspace(t, (t,)), t) for t in workspace.teams]
+            parts: list[tuple[Workspace, str | None]] = [
+                (Workspace.of_team(t), t) for t in workspace.teams
+            ]
             if workspace.unowned:
                 parts.append((Workspace(workspace.key, (), unowned=True), None))
             found = [

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import sys
 import tempfile
 import threading
@@ -209,9 +210,14 @@ class Demo:
             'allow = ["GET /v1/payment_intents/search", "POST /v1/refunds", "GET /v1/refunds"]\n'
             'secret_env = "STRIPE_SECRET_KEY"\n'
         )
-        url, stop = serve_in_background(config, {"STRIPE_SECRET_KEY": self.stripe.api_key}, store)
-        self.saved_env = {k: os.environ.get(k) for k in ("WAKEFUL_REFUNDS", "WAKEFUL_GATEWAY_URL")}
-        os.environ.update(WAKEFUL_REFUNDS="stripe", WAKEFUL_GATEWAY_URL=url)
+        token = secrets.token_urlsafe(32)  # a gateway on TCP answers its token's holders only
+        env = {"STRIPE_SECRET_KEY": self.stripe.api_key, "WAKEFUL_GATEWAY_TOKEN": token}
+        url, stop = serve_in_background(config, env, store)
+        names = ("WAKEFUL_REFUNDS", "WAKEFUL_GATEWAY_URL", "WAKEFUL_GATEWAY_TOKEN")
+        self.saved_env = {k: os.environ.get(k) for k in names}
+        os.environ.update(
+            WAKEFUL_REFUNDS="stripe", WAKEFUL_GATEWAY_URL=url, WAKEFUL_GATEWAY_TOKEN=token
+        )
         self.stripe.add_payment("1001", amount=4200)
         self.gateway_line = (
             f"(Stripe: a fake API at {self.stripe.url}, reached through the gateway at {url})"

@@ -1,11 +1,13 @@
 """How a tool reaches a destination through the gateway (`wakeful.agents.Gateway`).
 
-The worker knows only where the gateway is (`WAKEFUL_GATEWAY_URL`: `http://127.0.0.1:<port>`
-or `unix:/path/to/socket`), never a secret. A request goes to `<gateway>/<destination>/<path>`
-and carries the run it belongs to (`Wakeful-Inbox`, `Wakeful-Run`, from the worker's log
-context) for the gateway's audit line. The client connects to the gateway and nowhere else:
-a URL on another host is refused before anything is sent, and no proxy setting of the
-environment is honoured (the standard library's http.client reads none).
+The worker knows where the gateway is (`WAKEFUL_GATEWAY_URL`: `http://127.0.0.1:<port>` or
+`unix:/path/to/socket`) and the token it answers (`WAKEFUL_GATEWAY_TOKEN`: it lets a process
+use the gateway, never see a secret). A request goes to `<gateway>/<destination>/<path>`
+with `Authorization: Bearer <token>` in place of whatever the caller (an SDK's placeholder
+key) put there, and carries the run it belongs to (`Wakeful-Inbox`, `Wakeful-Run`, from the
+worker's log context) for the gateway's audit line. The client connects to the gateway and
+nowhere else: a URL on another host is refused before anything is sent, and no proxy setting
+of the environment is honoured (the standard library's http.client reads none).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from urllib.parse import urlsplit
 
 from wakeful.core import logs
 from wakeful.core.errors import InvalidInput
-from wakeful.core.gateway.config import is_loopback
+from wakeful.core.gateway.config import GatewayConfigError, check_token, is_loopback
 
 UNIX_HOST = "gateway"
 """The host name URLs to a gateway on a Unix socket carry (`http://gateway/<destination>/`)."""
@@ -69,7 +71,11 @@ class Gateway:
     """The credential gateway as a tool sees it: `url(destination)` for an SDK's base URL,
     `request(...)` for a call of your own, `send(...)` for an SDK's transport."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, token: str | None = None) -> None:
+        try:
+            self._token = check_token(token, "WAKEFUL_GATEWAY_TOKEN")
+        except GatewayConfigError as exc:
+            raise InvalidInput(str(exc)) from None
         url = url.strip()
         if url.startswith("unix:"):
             path = url[len("unix:") :].removeprefix("//")
@@ -132,7 +138,13 @@ class Gateway:
         if f"{parts.scheme}://{parts.netloc}" != self.base:
             raise InvalidInput(f"not a URL on the gateway ({self.base}): {url[:100]!r}")
         target = parts.path + (f"?{parts.query}" if parts.query else "")
-        sent = {k: v for k, v in headers.items() if not k.lower().startswith("wakeful-")}
+        sent = {
+            k: v
+            for k, v in headers.items()
+            if not k.lower().startswith("wakeful-") and k.lower() != "authorization"
+        }
+        if self._token is not None:
+            sent["Authorization"] = f"Bearer {self._token}"
         context = logs.current()
         for header, key in (("Wakeful-Inbox", "inbox"), ("Wakeful-Run", "run_id")):
             if context.get(key) is not None:

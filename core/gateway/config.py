@@ -7,7 +7,9 @@ Read from the TOML file `WAKEFUL_GATEWAY_CONFIG` names, e.g.
 
     [destinations.stripe]
     upstream = "https://api.stripe.com"
-    allow = ["GET /v1/payment_intents/search", "POST /v1/refunds", "GET /v1/refunds"]
+    allow = ["GET /v1/payment_intents/search", "POST /v1/refunds",
+             "GET /v1/refunds?payment_intent&limit&starting_after"]
+    headers = ["Content-Type", "Accept", "User-Agent", "Idempotency-Key", "Stripe-Version"]
     credential_header = "Authorization"
     credential_format = "Bearer {secret}"
     secret_env = "STRIPE_SECRET_KEY"     # or secret_file = "/run/secrets/stripe" (mode 0600)
@@ -16,7 +18,9 @@ Read from the TOML file `WAKEFUL_GATEWAY_CONFIG` names, e.g.
 
 Every mistake stops start-up with one line naming the setting (GatewayConfigError). A secret
 is read here, in the gateway's process only: from its own environment, or from a file that no
-other user can read.
+other user can read. So is the callers' token (`WAKEFUL_GATEWAY_TOKEN`): a gateway on TCP
+answers only callers presenting it (any local user can connect to a loopback port), and does
+not start without one; on a Unix socket (mode 0600) it is optional.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from wakeful.core.errors import InvalidInput
 from wakeful.core.store.revocations import DESTINATION_NAME
@@ -41,8 +45,42 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _PREFIX = re.compile(r"^/[A-Za-z0-9._~!$&'()*+,;=:@/-]*$")
+_QUERY_NAME = re.compile(r"^[A-Za-z0-9._~\[\]-]{1,64}$")
 MAX_BODY = 1024 * 1024
 """Bytes a request or an answer may carry through the gateway."""
+TOKEN = "WAKEFUL_GATEWAY_TOKEN"
+"""The variable holding the token callers present (`Authorization: Bearer <token>`)."""
+MIN_TOKEN = 32
+_TOKEN = re.compile(r"^[\x21-\x7e]+$")
+HEADERS = ("Content-Type", "Accept", "User-Agent", "Idempotency-Key")
+"""The caller's headers a destination passes on when its `headers` says nothing."""
+DEFAULT_HEADERS = {"stripe": (*HEADERS, "Stripe-Version")}
+"""Per destination name, when it differs from HEADERS."""
+NEVER_FORWARDED = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-connection",
+        "expect",
+        "forwarded",
+        "x-http-method-override",
+        "x-http-method",
+        "x-method-override",
+    }
+)
+"""Headers no `headers` list may name: the caller's credentials (the gateway's token among
+them), hop-by-hop and framing headers, forwarding headers, and method overrides (they would
+turn an allowed POST into a DELETE upstream). `X-Forwarded-*`, `Wakeful-*` and `Proxy-*` too."""
+NEVER_PREFIXES = ("x-forwarded-", "wakeful-", "proxy-")
 
 
 class GatewayConfigError(InvalidInput):
@@ -53,19 +91,30 @@ class GatewayConfigError(InvalidInput):
 class Rule:
     """One allowed method on one path prefix. `POST /v1/refunds` allows that path and the
     paths under it (`/v1/refunds/re_1`), never `/v1/refunds_x`; a prefix ending in `/` allows
-    only the paths under it."""
+    only the paths under it. `GET /v1/refunds?payment_intent&limit` allows those query
+    parameters only (each any number of times, in any order), `GET /v1/x?` no query at all;
+    without a `?` any query passes."""
 
     method: str
     prefix: str
+    query: frozenset[str] | None = None
+    """The query parameters allowed, or None for any."""
 
-    def allows(self, method: str, path: str) -> bool:
+    def allows(self, method: str, path: str, query: str = "") -> bool:
         if method != self.method:
             return False
         under = self.prefix if self.prefix.endswith("/") else self.prefix + "/"
-        return path == self.prefix or path.startswith(under)
+        if not (path == self.prefix or path.startswith(under)):
+            return False
+        if self.query is None or not query:
+            return True
+        names = [name for name, _ in parse_qsl(query, keep_blank_values=True)]
+        return bool(names) and all(name in self.query for name in names)
 
     def __str__(self) -> str:
-        return f"{self.method} {self.prefix}"
+        if self.query is None:
+            return f"{self.method} {self.prefix}"
+        return f"{self.method} {self.prefix}?{'&'.join(sorted(self.query))}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +143,11 @@ class Destination:
     secret: str = field(repr=False)
     timeout: float = 30.0
     rate_limit: float = 25.0
+    headers: frozenset[str] = frozenset(h.lower() for h in HEADERS)
+    """The caller's headers passed on (lower case); every other one is dropped."""
 
-    def allows(self, method: str, path: str) -> bool:
-        return any(rule.allows(method, path) for rule in self.rules)
+    def allows(self, method: str, path: str, query: str = "") -> bool:
+        return any(rule.allows(method, path, query) for rule in self.rules)
 
 
 @dataclass(frozen=True)
@@ -106,6 +157,9 @@ class GatewayConfig:
     audit_log: str
     """A file the audit lines are appended to, or `-` for standard output."""
     destinations: Mapping[str, Destination]
+    token: str | None = field(default=None, repr=False)
+    """What callers present as `Authorization: Bearer <token>`; None: any caller that can
+    connect (a Unix socket only this user can open)."""
 
     @property
     def unix_socket(self) -> str | None:
@@ -116,7 +170,7 @@ class GatewayConfig:
         return host, port
 
     def secrets(self) -> list[str]:
-        return [d.secret for d in self.destinations.values()]
+        return [d.secret for d in self.destinations.values()] + [self.token or ""]
 
 
 def load(path: str | Path, env: Mapping[str, str]) -> GatewayConfig:
@@ -136,7 +190,28 @@ def load(path: str | Path, env: Mapping[str, str]) -> GatewayConfig:
     unknown = set(doc) - {"listen", "audit_log", "destinations"}
     if unknown:
         raise GatewayConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
-    return GatewayConfig(listen, audit, destinations)
+    token = check_token(env.get(TOKEN, ""), TOKEN)
+    if token is None and not listen.startswith("unix:"):
+        raise GatewayConfigError(
+            f"{TOKEN} is not set: a gateway on TCP ({listen}) answers only callers presenting "
+            "it, since any local user can reach a loopback port (make one with: python -c "
+            "'import secrets; print(secrets.token_urlsafe(32))'; give it to the workers too)"
+        )
+    return GatewayConfig(listen, audit, destinations, token)
+
+
+def check_token(raw: str | None, where: str) -> str | None:
+    """The callers' token from `raw`, None when unset; GatewayConfigError for one too short to
+    resist guessing or holding what a header cannot carry. The value is never shown."""
+    token = (raw or "").strip()
+    if not token:
+        return None
+    if len(token) < MIN_TOKEN or not _TOKEN.match(token):
+        raise GatewayConfigError(
+            f"{where} must be at least {MIN_TOKEN} visible ASCII characters, no spaces (make "
+            "one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    return token
 
 
 def secret_variables(path: str | Path) -> list[str]:
@@ -174,7 +249,7 @@ def _destination(name: str, table: Any, env: Mapping[str, str]) -> Destination:
     if not isinstance(table, dict):
         raise GatewayConfigError(f"{where} must be a table")
     known = {"upstream", "allow", "credential_header", "credential_format"}
-    known |= {"secret_env", "secret_file", "timeout", "rate_limit"}
+    known |= {"secret_env", "secret_file", "timeout", "rate_limit", "headers"}
     unknown = set(table) - known
     if unknown:
         raise GatewayConfigError(f"{where}: unknown setting(s): {', '.join(sorted(unknown))}")
@@ -192,7 +267,26 @@ def _destination(name: str, table: Any, env: Mapping[str, str]) -> Destination:
         raise GatewayConfigError(f"{where}: the secret holds a line break or a NUL")
     timeout = _number(where, table, "timeout", 30.0, 0.1, 600)
     rate = _number(where, table, "rate_limit", 25.0, 0.1, 100_000)
-    return Destination(name, upstream, rules, header, value, secret, timeout, rate)
+    default = DEFAULT_HEADERS.get(name, HEADERS)
+    passed = _headers(where, table.get("headers", list(default)), header)
+    return Destination(name, upstream, rules, header, value, secret, timeout, rate, passed)
+
+
+def _headers(where: str, raw: Any, credential: str) -> frozenset[str]:
+    if not isinstance(raw, list) or not all(isinstance(h, str) for h in raw):
+        raise GatewayConfigError(f'{where}.headers must list header names, e.g. ["Accept"]')
+    out = set()
+    for name in raw:
+        low = name.strip().lower()
+        if not _HEADER_NAME.match(low):
+            raise GatewayConfigError(f"{where}.headers: {name!r} is not a header name")
+        if low in NEVER_FORWARDED or low.startswith(NEVER_PREFIXES) or low == credential.lower():
+            raise GatewayConfigError(
+                f"{where}.headers: {name} is never passed on (credentials, framing, forwarding "
+                "and method-override headers are the gateway's own)"
+            )
+        out.add(low)
+    return frozenset(out)
 
 
 def _upstream(where: str, raw: Any) -> Upstream:
@@ -217,16 +311,21 @@ def _rules(where: str, raw: Any) -> tuple[Rule, ...]:
         raise GatewayConfigError(f'{where}.allow must list "METHOD /path/prefix" rules')
     rules = []
     for entry in raw:
-        method, _, prefix = str(entry).strip().partition(" ")
-        prefix = prefix.strip()
+        method, _, target = str(entry).strip().partition(" ")
+        prefix, question, names = target.strip().partition("?")
         if method not in METHODS or not _PREFIX.match(prefix) or "//" in prefix:
             raise GatewayConfigError(
-                f'{where}.allow: {entry!r} is not "METHOD /path/prefix" (methods: '
+                f'{where}.allow: {entry!r} is not "METHOD /path/prefix[?name&name]" (methods: '
                 f"{', '.join(sorted(METHODS))})"
             )
         if any(seg in (".", "..") for seg in prefix.split("/")):
             raise GatewayConfigError(f"{where}.allow: {entry!r} has a . or .. segment")
-        rules.append(Rule(method, prefix))
+        query = frozenset(n for n in names.split("&") if n) if question else None
+        if query and not all(_QUERY_NAME.match(n) for n in query):
+            raise GatewayConfigError(
+                f"{where}.allow: {entry!r}: after ? come parameter names joined by &"
+            )
+        rules.append(Rule(method, prefix, query))
     return tuple(rules)
 
 

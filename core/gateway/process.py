@@ -53,8 +53,9 @@ class Watch:
         self.thread = threading.Thread(target=self._run, name="wakeful-gateway-watch", daemon=True)
 
     def read(self) -> bool:
+        started = self.revocations.started()
         try:
-            self.revocations.update(self.store.revoked_destinations())
+            self.revocations.update(self.store.revoked_destinations(), started)
             return True
         except StoreError as exc:
             if time.monotonic() - self._warned_at > 10:

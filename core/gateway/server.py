@@ -3,30 +3,38 @@
 A request to `/<destination>/<path>` is checked in an order that lets nothing through that is
 not allowed, and sends nothing upstream on a refusal:
 
-1. the path is plain: no `..`, no empty or `.` segment, no encoded `/`, `\\` or `.`, no
-   absolute URL (the gateway is never an open proxy; it talks to its upstreams only);
-2. the destination is configured (403 `unknown_destination`);
-3. the revocations are known, read from the store within the last second (503
+1. the caller presents the gateway's token, `Authorization: Bearer <token>` (401
+   `unauthenticated`), when the gateway has one (always on TCP); `/healthz` and `/metrics`
+   need none;
+2. the path is plain: no `..`, no empty or `.` segment, no encoded `/`, `\\` or `.`, no
+   absolute URL (403 `not_allowed`: the gateway is never an open proxy);
+3. the destination is configured (403 `unknown_destination`);
+4. the revocations are known, read from the store within the last second (503
    `revocations_unknown`: a kill switch that cannot be read is not assumed off);
-4. the destination is not revoked (403 `destination_revoked`);
-5. the method and path match one of its `allow` rules (403 `not_allowed`);
-6. its rate limit has room (429 `rate_limited`), the body fits (413 `too_large`).
+5. the destination is not revoked (403 `destination_revoked`);
+6. the method, path and query match one of its `allow` rules (403 `not_allowed`);
+7. its rate limit has room (429 `rate_limited`);
+8. the body fits (413 `too_large`; 400 `bad_request` for a Content-Length that is no number).
 
 A refusal answers JSON in the shape of Stripe's errors (`{"error": {"type": "gateway_error",
 "code": ..., "message": ...}}`, which Stripe's SDK reads as a PermissionError), with the header
-`Wakeful-Gateway: refused`. A forwarded request loses the caller's `Authorization`, cookies,
-hop-by-hop and forwarding headers, gains the destination's credential, and goes to the
-upstream's own host with redirects never followed; the answer comes back with
-`Wakeful-Gateway: forwarded` (`upstream_error` with 502 / 504 when the upstream could not be
-reached or did not answer in time) and the secret masked should the upstream echo it.
+`Wakeful-Gateway: refused`. A forwarded request carries only the caller's headers its
+destination lists (`headers`; never the caller's `Authorization`, which holds the token, nor
+cookies, hop-by-hop, forwarding or method-override headers), gains the destination's
+credential, and goes to the upstream's own host with redirects never followed; the answer
+comes back with `Wakeful-Gateway: forwarded` (`upstream_error` with 502 / 504 when the upstream
+could not be reached or did not answer in time) and the secret masked should the upstream echo
+it.
 
-Each request writes one audit line once its status is known: time, inbox and run (as the caller
-names them, `Wakeful-Inbox` / `Wakeful-Run`), destination, method, path (no query), status,
-idempotency key, duration, outcome and reason. Never the credential, never a body.
+Each request writes one audit line once its status is known: time, the inbox and run the
+caller claims (`Wakeful-Inbox` / `Wakeful-Run`: any holder of the token can claim any, so they
+are `claimed_inbox` / `claimed_run`), destination, method, path (no query), status,
+idempotency key, duration, outcome and reason. Never the credential or the token, never a body.
 """
 
 from __future__ import annotations
 
+import hmac
 import http.client
 import json
 import logging
@@ -39,7 +47,13 @@ from typing import Any
 from urllib.parse import unquote
 
 from wakeful.core.gateway.audit import AuditLog, Metrics
-from wakeful.core.gateway.config import MAX_BODY, Destination, GatewayConfig
+from wakeful.core.gateway.config import (
+    MAX_BODY,
+    NEVER_FORWARDED,
+    NEVER_PREFIXES,
+    Destination,
+    GatewayConfig,
+)
 
 log = logging.getLogger("wakeful.gateway")
 
@@ -47,24 +61,6 @@ REFUSED, FORWARDED, UPSTREAM_ERROR = "refused", "forwarded", "upstream_error"
 MARK = "Wakeful-Gateway"
 """The header saying what the gateway did: refused, forwarded or upstream_error."""
 CALLER_HEADERS = ("Wakeful-Inbox", "Wakeful-Run")
-_DROP = frozenset(
-    {
-        "host",
-        "authorization",
-        "proxy-authorization",
-        "cookie",
-        "connection",
-        "keep-alive",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "proxy-connection",
-        "forwarded",
-        "expect",
-        "content-length",
-    }
-)
 _DROP_BACK = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "set-cookie", "trailer"}
 )
@@ -86,12 +82,21 @@ class Revocations:
         self._read_at = float("-inf")
         self._clock = clock
 
-    def update(self, revoked: Iterable[str]) -> None:
+    def started(self) -> float:
+        """The time to pass to `update` for a read beginning now."""
+        return self._clock()
+
+    def update(self, revoked: Iterable[str], started: float | None = None) -> None:
+        """The names a read of the store found. Fresh for FRESH seconds from when that read
+        `started`, not from its answer: a revocation committed after the read began may be
+        missing from it, and `wakeful gateway revoke` returns FRESH seconds after its commit,
+        when every gateway either read it or refuses everything."""
+        at = self._clock() if started is None else started
         with self._lock:
-            self._revoked, self._read_at = frozenset(revoked), self._clock()
+            self._revoked, self._read_at = frozenset(revoked), at
 
     def state(self) -> tuple[bool, frozenset[str]]:
-        """(read within the last second, the revoked names)."""
+        """(read begun within the last second, the revoked names)."""
         with self._lock:
             return self._clock() - self._read_at <= FRESH, self._revoked
 
@@ -140,6 +145,7 @@ class GatewayApp:
         self.clock = clock
         self.buckets = {n: Bucket(d.rate_limit, clock) for n, d in self.destinations.items()}
         self.tls = ssl.create_default_context()
+        self._token = f"Bearer {config.token}".encode() if config.token else None
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> list[bytes]:
         raw = str(environ.get("REQUEST_URI") or environ.get("PATH_INFO") or "")
@@ -152,8 +158,8 @@ class GatewayApp:
         rest = "/" + rest
         caller = {h: _header(environ, h) for h in (*CALLER_HEADERS, "Idempotency-Key")}
         record = {
-            "inbox": caller["Wakeful-Inbox"],
-            "run": caller["Wakeful-Run"],
+            "claimed_inbox": caller["Wakeful-Inbox"],
+            "claimed_run": caller["Wakeful-Run"],
             "destination": name if name in self.destinations else "",
             "asked_for": "" if name in self.destinations else _cut(name, 64),
             "method": method,
@@ -161,7 +167,8 @@ class GatewayApp:
             "idempotency_key": caller["Idempotency-Key"],
         }
         try:
-            destination = self._check(raw, path, name, rest, method)
+            self._authenticate(environ)
+            destination = self._check(raw, path, name, rest, query, method)
             body = _body(environ)
         except Refusal as refused:
             self._done(record, refused.status, REFUSED, refused.code, started)
@@ -172,7 +179,22 @@ class GatewayApp:
 
     # -- the checks ------------------------------------------------------------------------
 
-    def _check(self, raw: str, path: str, name: str, rest: str, method: str) -> Destination:
+    def _authenticate(self, environ: Environ) -> None:
+        """The caller holds the token (compared in constant time), when the gateway has one."""
+        if self._token is None:
+            return
+        presented = str(environ.get("HTTP_AUTHORIZATION", "")).strip().encode("latin-1", "replace")
+        if not hmac.compare_digest(presented, self._token):
+            raise Refusal(
+                401,
+                "unauthenticated",
+                "the gateway answers callers presenting its token (Authorization: Bearer "
+                "<WAKEFUL_GATEWAY_TOKEN>) only; nothing was sent",
+            )
+
+    def _check(
+        self, raw: str, path: str, name: str, rest: str, query: str, method: str
+    ) -> Destination:
         if not raw.startswith("/") or not _plain(path):
             raise Refusal(403, "not_allowed", "the path is not a plain path on this gateway")
         destination = self.destinations.get(name)
@@ -198,12 +220,9 @@ class GatewayApp:
                 f"destination {name!r} is revoked by an operator (wakeful gateway restore "
                 f"{name} lets it through again); nothing was sent",
             )
-        if not destination.allows(method, unquote(rest)):
-            raise Refusal(
-                403,
-                "not_allowed",
-                f"{method} {_cut(rest, 120)} is not allowed for destination {name!r}",
-            )
+        if not destination.allows(method, unquote(rest), query):
+            asked = f"{method} {_cut(rest, 120)}" + (" with its query" if query else "")
+            raise Refusal(403, "not_allowed", f"{asked} is not allowed for destination {name!r}")
         if not self.buckets[name].take():
             raise Refusal(429, "rate_limited", f"destination {name!r} is over its rate limit")
         return destination
@@ -338,17 +357,20 @@ def _header(environ: Environ, name: str) -> str:
 
 
 def _headers_out(environ: Environ, destination: Destination) -> dict[str, str]:
-    skip = _DROP | {destination.header.lower()}
+    """The caller's headers the destination lists, and no other (the config refuses a list
+    naming a credential, framing, forwarding or method-override header; checked again here)."""
     out: dict[str, str] = {}
     for key, value in environ.items():
         if not key.startswith("HTTP_"):
             continue
         name = key[5:].replace("_", "-").title()
         low = name.lower()
-        if low in skip or low.startswith(("x-forwarded-", "wakeful-", "proxy-")):
+        if low not in destination.headers or low in NEVER_FORWARDED:
+            continue
+        if low.startswith(NEVER_PREFIXES) or low == destination.header.lower():
             continue
         out[name] = str(value)
-    if environ.get("CONTENT_TYPE"):
+    if environ.get("CONTENT_TYPE") and "content-type" in destination.headers:
         out["Content-Type"] = str(environ["CONTENT_TYPE"])
     return out
 
@@ -377,6 +399,8 @@ def _refuse(start_response: StartResponse, refused: Refusal) -> list[bytes]:
     ]
     if refused.status == 429:
         headers.append(("Retry-After", "1"))
+    if refused.status == 401:
+        headers.append(("WWW-Authenticate", 'Bearer realm="wakeful-gateway"'))
     start_response(f"{refused.status} {http.client.responses[refused.status]}", headers)
     return [body]
 

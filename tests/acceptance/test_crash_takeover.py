@@ -193,7 +193,7 @@ def test_sigkill_mid_refund_and_a_restart_say_refunded_once_within_seconds_of_he
         config = write_config(tmp_path, stripe.url, listen=f"unix:{tmp_path / 'gateway.sock'}")
         env = {"STRIPE_SECRET_KEY": stripe.api_key}
         gateway = GatewayProcess(config, env, db, tmp_path / "gateway.log")
-        more = {"WAKEFUL_GATEWAY_URL": gateway.url, "WAKEFUL_LEASE_TTL": "120"}
+        more = {**gateway.worker_env, "WAKEFUL_LEASE_TTL": "120"}
         try:
             stripe.add_payment("2001")
             app = start_refunds(tmp_path, emu, db, stripe, **more)

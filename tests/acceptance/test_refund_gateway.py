@@ -176,7 +176,7 @@ def test_sigkill_of_the_worker_between_stripe_and_the_record_refunds_once(
     config = write_config(tmp_path, stripe.url, listen=f"unix:{socket_path}")
     env = {"STRIPE_SECRET_KEY": stripe.api_key}
     gateway = GatewayProcess(config, env, db, tmp_path / "gateway.log")
-    url = {"WAKEFUL_GATEWAY_URL": gateway.url}
+    url = gateway.worker_env
     try:
         stripe.add_payment("2001")
         app = start(tmp_path, emu, db, stripe, **url)
@@ -213,7 +213,7 @@ def test_sigkill_of_the_gateway_mid_request_refunds_once(
     env = {"STRIPE_SECRET_KEY": stripe.api_key}
     gateway = GatewayProcess(config, env, db, tmp_path / "gateway.log")
     stripe.add_payment("3001")
-    app = start(tmp_path, emu, db, stripe, WAKEFUL_GATEWAY_URL=gateway.url)
+    app = start(tmp_path, emu, db, stripe, **gateway.worker_env)
     try:
         stripe.hold_next("body")  # Stripe refunds, sends its status, holds the body
         request_id = refund_and_wait(app, stripe, "3001")

@@ -230,7 +230,7 @@ def test_a_gateway_blink_is_one_wait_told_once_then_one_refund(
     env = {"STRIPE_SECRET_KEY": stripe.api_key}
     gateway = GatewayProcess(config, env, db, tmp_path / "gateway.log")
     stripe.add_payment(ORDER)
-    app = start(tmp_path, emu, db, stripe, WAKEFUL_GATEWAY_URL=gateway.url, **FAST)
+    app = start(tmp_path, emu, db, stripe, **gateway.worker_env, **FAST)
     try:
         gateway.proc.send_signal(signal.SIGKILL)  # the gateway blinks
         assert gateway.stop() == -signal.SIGKILL

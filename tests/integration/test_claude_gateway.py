@@ -56,7 +56,7 @@ def test_a_tool_call_to_another_host_or_outside_the_allowlist_is_refused_at_the_
         with gateway_in_thread(config, env, store) as gateway:
             clock = ManualClock(T0)
             settings = Config(settings=store.settings)
-            agent_env = {"WAKEFUL_GATEWAY_URL": gateway.url}
+            agent_env = gateway.worker_env
             setup = make_setup(settings, store, ZoneLookup(None), agent_env, clock)
             assert setup.gateway is not None
             agent = ClaudeAgent(setup, api_key="k", base_url=fake.base_url, model="claude-test")

@@ -46,7 +46,7 @@ def refund(gw: Gateway, payment: str, key: str) -> GatewayResponse:
 def test_a_5xx_stripe_keeps_under_the_key_comes_back_replayed_as_stripe_sent_it(
     gateway: Running, stripe: FakeStripe
 ) -> None:
-    gw = Gateway(gateway.url)
+    gw = gateway.client()
     pi = stripe.add_payment("A")
     stripe.fail_next(500, "api_error", "An unknown error occurred.")
     first, again = refund(gw, pi, "k1"), refund(gw, pi, "k1")
@@ -64,7 +64,7 @@ def test_a_5xx_stripe_keeps_under_the_key_comes_back_replayed_as_stripe_sent_it(
 def test_the_load_balancers_503_comes_back_as_it_was_and_the_retry_runs_for_real(
     gateway: Running, stripe: FakeStripe, tmp_path: Path
 ) -> None:
-    gw = Gateway(gateway.url)
+    gw = gateway.client()
     pi = stripe.add_payment("B")
     stripe.unavailable(1, retry_after=2)
     front = refund(gw, pi, "k2")
@@ -84,7 +84,7 @@ def test_the_load_balancers_503_comes_back_as_it_was_and_the_retry_runs_for_real
 def test_stripes_429_comes_back_with_retry_after_and_nothing_kept(
     gateway: Running, stripe: FakeStripe
 ) -> None:
-    gw = Gateway(gateway.url)
+    gw = gateway.client()
     pi = stripe.add_payment("C")
     stripe.rate_limit(1, retry_after=3)
     limited = refund(gw, pi, "k3")
@@ -102,7 +102,7 @@ def test_stripes_429_comes_back_with_retry_after_and_nothing_kept(
 def test_an_upstream_refusing_connections_is_the_gateways_502_and_passes_when_it_is_back(
     gateway: Running, stripe: FakeStripe, tmp_path: Path
 ) -> None:
-    gw = Gateway(gateway.url)
+    gw = gateway.client()
     stripe.down()
     got = gw.request("GET", "stripe", "/v1/refunds/re_x")
     assert (got.status, got.headers["wakeful-gateway"]) == (502, "upstream_error")
@@ -131,7 +131,7 @@ def test_an_upstream_refusing_connections_is_the_gateways_502_and_passes_when_it
 def test_an_upstream_too_slow_is_the_gateways_504_saying_it_may_have_acted(
     gateway: Running, stripe: FakeStripe
 ) -> None:
-    gw = Gateway(gateway.url)
+    gw = gateway.client()
     pi = stripe.add_payment("D")
     stripe.hold_next("answer")
     try:

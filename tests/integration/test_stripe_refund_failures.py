@@ -66,7 +66,7 @@ def tool(
     `gateway`'s settings."""
     config = write_config(tmp_path, fake.url, **gateway)
     with gateway_in_thread(config, {"STRIPE_SECRET_KEY": fake.api_key}, store) as running:
-        env = {"WAKEFUL_GATEWAY_URL": running.url}
+        env = running.worker_env
         setup = make_setup(
             Config(settings=store.settings), store, ZoneLookup(None), env, ManualClock(T0)
         )

@@ -47,11 +47,11 @@ class ProcessDied(BaseException):
 class World:
     """The desk behind a worker, a gateway in front of the fake Stripe, one person."""
 
-    def __init__(self, store: Store, fake: FakeStripe, gateway_url: str) -> None:
+    def __init__(self, store: Store, fake: FakeStripe, gateway: dict[str, str]) -> None:
         self.store, self.fake = store, fake
         self.clock = ManualClock(T0)
         config = Config(approvers=(BOSS,), settings=store.settings)
-        env = {"WAKEFUL_REFUNDS": "stripe", "WAKEFUL_GATEWAY_URL": gateway_url}
+        env = {"WAKEFUL_REFUNDS": "stripe", **gateway}
         setup = make_setup(config, store, ZoneLookup(None), env, self.clock)
         self.desk = RefundDesk(setup)
         self.crash_next = False
@@ -123,7 +123,7 @@ def world(store: Store, tmp_path: Path) -> Iterator[World]:
         config = write_config(tmp_path, fake.url)
         env = {"STRIPE_SECRET_KEY": fake.api_key}
         with gateway_in_thread(config, env, store) as gateway:
-            yield World(store, fake, gateway.url)
+            yield World(store, fake, gateway.worker_env)
 
 
 def test_an_approved_refund_is_made_in_stripe_once_and_the_reply_names_it(
@@ -152,7 +152,7 @@ def test_an_approved_refund_is_made_in_stripe_once_and_the_reply_names_it(
     assert step is not None and step.result["refund_id"] == refund["id"]
     audit = [a for a in audit_lines(tmp_path) if a["method"] == "POST"]
     assert [a["idempotency_key"] for a in audit] == [request_id]
-    assert {a["inbox"] for a in audit} == {INBOX}
+    assert {a["claimed_inbox"] for a in audit} == {INBOX}
     world.tick()
     assert world.refund_posts() == 1, "a recorded result is never asked for again"
 

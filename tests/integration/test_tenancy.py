@@ -62,20 +62,23 @@ _ids = itertools.count(1)
 
 class World:
     """One worker serving both workspaces: an agent behind production's runner, the three
-    loops, a clock, and what each person was shown (their inbox's outbox rows)."""
+    loops, a clock, and what each person was shown (their inbox's outbox rows). In
+    distribution mode unless told otherwise."""
 
     def __init__(
         self,
         store: Store,
         approvers: tuple[str, ...] = BARE,
         factory: Callable[[Setup], Any] = RefundDesk,
+        distribution: bool = True,
     ) -> None:
         self.store = store
         self.approvers = approvers
         self.clock = ManualClock(T0)
-        self.config = Config(
-            approvers=approvers, settings=replace(store.settings, approval_ttl=TTL)
-        )
+        settings = replace(store.settings, approval_ttl=TTL)
+        oauth = {"client_id": "1.2", "client_secret": "s"} if distribution else {}
+        self.config = Config(approvers=approvers, settings=settings, **oauth)
+        assert self.config.distribution == distribution
         self.runner = build_runner(
             self.config, store, None, factory=factory, env={}, clock=self.clock
         )
@@ -222,10 +225,11 @@ def test_within_a_workspace_an_order_is_still_asked_and_refunded_once(world: Wor
     assert [a.id for a in world.store.approvals(AMY)] == []
 
 
-def test_a_refund_recorded_before_the_upgrade_still_counts(world: World) -> None:
+def test_a_refund_recorded_before_the_upgrade_still_counts(store: Store) -> None:
     """A record under the old key (`refund_order:<order>`, no workspace) was made when one
     record spanned every inbox; in single-workspace mode it is that workspace's: the order is
     answered as refunded, never asked for or refunded again."""
+    world = World(store, distribution=False)
     old = {"order_id": "4004", "request": "refund-order-7-0-0ld"}
     world.store.record_step("refund_order:4004", None, "refund_order:once", None, old, T0 - 99)
     world.say(ALICE, "refund order 4004")
@@ -330,7 +334,7 @@ def test_the_workspaces_of_an_org_wide_install_share_its_order_numbers(store: St
     store.save_installation(org, T0)
     for team in ("TE1", "TE2"):
         store.note_team(team, "E1")
-    world = World(store)
+    world = World(store, distribution=True)
     one, two = InboxId.person("TE1", "WE1"), InboxId.person("TE2", "WE2")
     firsts = ask(world, one, "1001")
     world.approve_as("WE9", firsts)
@@ -446,6 +450,25 @@ def test_an_approvers_home_tab_lists_only_its_workspaces_approvals_and_dead_lett
     drawn = json.dumps(home.blocks)
     assert alices in drawn and f"event {dead_a} in {ALICE}" in drawn, drawn
     assert bobs not in drawn and BOB not in drawn and f"event {dead_b}" not in drawn, drawn
+
+
+@pytest.mark.parametrize("distribution", [True, False], ids=["distribution", "one workspace"])
+def test_the_dead_letters_of_no_workspace_are_shown_in_single_workspace_mode_only(
+    store: Store, distribution: bool
+) -> None:
+    """A webhook report's dead event names no workspace: with one workspace it is that one's
+    (its approvers see it, as before workspaces were kept apart); in distribution mode it is
+    the operators' alone (`wakeful dead-letters`)."""
+    world = World(store, BY_TEAM, distribution=distribution)
+    hooks = dead_event(store, InboxId.conversation("C0HOOKS"), "poison-hooks")
+    boss = InboxId.person(A, "UA9")
+    world.open_home(boss)
+    world.command(boss, "dead-letters")
+    world.settle()
+    [home] = world.rows(boss, "home")
+    [said] = [r.text for r in world.rows(boss, "ephemeral")]
+    shown = f"event {hooks} in channel:C0HOOKS" in json.dumps(home.blocks)
+    assert (shown, f"event {hooks} (channel:C0HOOKS)" in said) == (not distribution,) * 2
 
 
 def test_dead_letters_over_wakeful_are_the_approvers_workspaces_only(store: Store) -> None:

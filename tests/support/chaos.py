@@ -14,6 +14,7 @@ import json
 import os
 import random
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -133,9 +134,9 @@ class Fleet:
             "dispatcher": [*wakeful, "dispatcher", "--poll", "0.2"],
         }
         if gateway is not None:  # the credential gateway, the one process with the Stripe key
-            config, secrets = gateway
+            config, keys = gateway
             self.commands["gateway"] = [*wakeful, "gateway", "--config", str(config)]
-            self.own_env["gateway"] = {**env, **secrets}
+            self.own_env["gateway"] = {**env, **keys}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Any] = {}
 
@@ -269,6 +270,7 @@ def run_chaos(
         "WAKEFUL_WEBHOOK_CHANNEL": HOOKS,
         "WAKEFUL_REFUNDS": "stripe",
         "WAKEFUL_GATEWAY_URL": f"http://127.0.0.1:{gateway_port}",
+        "WAKEFUL_GATEWAY_TOKEN": secrets.token_urlsafe(32),  # the workers' and the gateway's
         **(settings or {}),
     }
     env.pop("STRIPE_SECRET_KEY", None)

@@ -1,12 +1,14 @@
 """The credential gateway for tests: its config written to a file, and the gateway itself run
 in-process (the same app, revocation watch and waitress server `wakeful gateway` runs) or as
-a real `wakeful gateway` process."""
+a real `wakeful gateway` process. Each gets a token of its own (WAKEFUL_GATEWAY_TOKEN) unless
+the test gives one; `client()` and `worker_env` carry it to the callers."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import threading
@@ -19,7 +21,8 @@ from typing import Any
 from wakeful.bot.gateway_serve import _server
 from wakeful.bot.runtime import serve_in_thread
 from wakeful.core.gateway.audit import AuditLog, Metrics
-from wakeful.core.gateway.config import load
+from wakeful.core.gateway.client import Gateway
+from wakeful.core.gateway.config import TOKEN, load
 from wakeful.core.gateway.process import Watch
 from wakeful.core.gateway.server import GatewayApp, Revocations
 from wakeful.core.store import Store
@@ -68,16 +71,32 @@ def audit_lines(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
 @dataclass
 class Running:
     url: str
     app: GatewayApp
     watch: Watch
+    token: str | None
+
+    def client(self) -> Gateway:
+        """A caller holding the token."""
+        return Gateway(self.url, self.token)
+
+    @property
+    def worker_env(self) -> dict[str, str]:
+        """What a worker is told: where the gateway is, and its token."""
+        return {"WAKEFUL_GATEWAY_URL": self.url, TOKEN: self.token or ""}
 
 
 @contextmanager
 def gateway_in_thread(config: Path, env: Mapping[str, str], store: Store) -> Iterator[Running]:
-    """The gateway's app on a waitress server in this process, reading `store`'s revocations."""
+    """The gateway's app on a waitress server in this process, reading `store`'s revocations
+    (with a token of its own unless `env` holds one)."""
+    env = {TOKEN: new_token(), **env}
     loaded = load(config, env)
     revocations = Revocations()
     watch = Watch(store, revocations)
@@ -93,7 +112,7 @@ def gateway_in_thread(config: Path, env: Mapping[str, str], store: Store) -> Ite
         else f"http://127.0.0.1:{server.effective_port}"
     )
     try:
-        yield Running(url, app, watch)
+        yield Running(url, app, watch, loaded.token)
     finally:
         watch.stop.set()
         stop()
@@ -103,13 +122,25 @@ def gateway_in_thread(config: Path, env: Mapping[str, str], store: Store) -> Ite
 GATEWAY_LINE = re.compile(r"^wakeful: gateway on (\S+) ")
 
 
-class GatewayProcess:
-    """`wakeful gateway` as a real process; `url` once it listens."""
+_TOKENS: dict[str, str] = {}
+"""The token of each config a GatewayProcess ran: a restart keeps it, as an operator's would."""
 
-    def __init__(self, config: Path, env: Mapping[str, str], db: str, log: Path) -> None:
+
+class GatewayProcess:
+    """`wakeful gateway` as a real process; `url` once it listens. Its token is `token` when
+    given (`""`: none, as a gateway on a Unix socket may run), else `env`'s, else the one this
+    config had before, else a new one."""
+
+    def __init__(
+        self, config: Path, env: Mapping[str, str], db: str, log: Path, token: str | None = None
+    ) -> None:
         self.log = log
+        if token is None:
+            token = env.get(TOKEN) or _TOKENS.setdefault(str(config), new_token())
+        self.token = token
         cmd = [sys.executable, "-m", "wakeful.bot.cli", "gateway", "--config", str(config)]
         full = {**os.environ, "PYTHONPATH": str(ROOT), **env, "WAKEFUL_DB": db}
+        full[TOKEN] = self.token
         self.out = open(log, "ab")  # noqa: SIM115 (kept open for the process's life)
         self.proc = subprocess.Popen(
             cmd, env=full, stdout=subprocess.PIPE, stderr=self.out, stdin=subprocess.DEVNULL
@@ -121,6 +152,15 @@ class GatewayProcess:
         self.url = match.group(1)
         self._drainer = threading.Thread(target=self._drain, daemon=True)
         self._drainer.start()
+
+    def client(self) -> Gateway:
+        """A caller holding the token."""
+        return Gateway(self.url, self.token or None)
+
+    @property
+    def worker_env(self) -> dict[str, str]:
+        """What a worker is told: where the gateway is, and its token."""
+        return {"WAKEFUL_GATEWAY_URL": self.url, TOKEN: self.token}
 
     def _drain(self) -> None:
         assert self.proc.stdout is not None
