@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from wakeful.core import effects as fx
 from wakeful.core.errors import LeaseLost, StoreUnavailable
 from wakeful.core.events import ApprovalAnswer, Event
+from wakeful.core.records import ApprovalState
 from wakeful.core.run import RunServices
 from wakeful.core.settings import Settings
 from wakeful.core.tool_failures import ToolFailed, Verdict, classify
@@ -67,146 +68,134 @@ def run_approved(
     if not isinstance(event, ApprovalAnswer) or event.answer != "yes":
         into.events.append(event)
         return
-    tool = services.tools.get(event.tool)
-    if tool is None:
-        into.events.append(
-            replace(event, error=f"the agent has no tool {event.tool!r}; nothing ran")
+    _Call(services, settings, inbox, event, now, into).run(heartbeat)
+
+
+@dataclass
+class _Call:
+    """One approved call's run: its outcome, or its wait, added to `into`."""
+
+    services: RunServices
+    settings: Settings
+    inbox: str
+    event: ApprovalAnswer
+    now: int
+    into: Approved
+
+    def run(self, heartbeat: Callable[[], None]) -> None:
+        event, ledger = self.event, self.services.ledger
+        tool = self.services.tools.get(event.tool)
+        if tool is None:
+            self._answer(error=f"the agent has no tool {event.tool!r}; nothing ran")
+            return
+        recorded = ledger.recorded_step(event.request_id)
+        state = self.services.approval(event.request_id)
+        if recorded is not None:
+            if recorded.error is None:
+                self._answer("done", result=recorded.result)
+            else:
+                waited = state is not None and state.tool_state in ("waiting", "given_up")
+                gave_up = waited and "gave up" in recorded.error
+                self._answer("given_up" if gave_up else "failed", error=recorded.error)
+            return
+        heartbeat()  # LeaseLost, raised: another worker has the inbox; nothing is called
+        try:
+            value = tool.fn(event.args, event.request_id)
+        except (LeaseLost, StoreUnavailable):
+            raise
+        except Exception as exc:
+            self._failed(exc, state)
+            return
+        fx.check_json(value, f"the result of tool {event.tool!r}")
+        result = ledger.record_step(
+            event.request_id, self.inbox, event.tool, event.args, value, self.now
         )
-        return
-    ledger = services.ledger
-    recorded = ledger.recorded_step(event.request_id)
-    state = services.approval(event.request_id)
-    if recorded is not None:
-        if recorded.error is None:
-            into.effects.tool_outcomes[event.request_id] = ("done", None)
-            into.events.append(replace(event, result=recorded.result))
-        else:
-            waited = state is not None and state.tool_state in ("waiting", "given_up")
-            outcome = "given_up" if waited and "gave up" in recorded.error else "failed"
-            into.effects.tool_outcomes[event.request_id] = (outcome, recorded.error)
-            into.events.append(replace(event, error=recorded.error))
-        return
-    heartbeat()  # LeaseLost, raised: another worker has the inbox; nothing is called
-    try:
-        value = tool.fn(event.args, event.request_id)
-    except (LeaseLost, StoreUnavailable):
-        raise
-    except Exception as exc:
+        self._answer("done", result=result)
+
+    def _failed(self, exc: Exception, state: ApprovalState | None) -> None:
+        """A call that raised: a wait while it is transient and time is left, else its end."""
         verdict = classify(exc)
+        event, settings = self.event, self.settings
         log.warning(
             "%s: approved %s (request %s) failed (%s): %s",
-            inbox,
+            self.inbox,
             event.tool,
             event.request_id,
             "transient" if verdict.transient else "permanent",
             f"{type(exc).__name__}: {exc}",
         )
-        first = (
-            now
-            if state is None or state.tool_first_failed_at is None
-            else state.tool_first_failed_at
-        )
+        first = self.now
+        if state is not None and state.tool_first_failed_at is not None:
+            first = state.tool_first_failed_at
         tries = (0 if state is None else state.tool_tries) + 1
-        told = 0 if state is None else state.tool_told
         if verdict.transient:
             step = settings.backoff(tries)
-            if now < first + settings.tool_retry_for - step:
-                _wait(
-                    event, verdict, first, tries, told, step, settings, inbox, now, into, services
-                )
+            if self.now < first + settings.tool_retry_for - step:
+                told = 0 if state is None else state.tool_told
+                self._wait(verdict, first, tries, told, step)
                 return
             error = f"{verdict.reason}; wakeful gave up after {span(settings.tool_retry_for)}"
-            outcome = "given_up"
+            self._stand(error, "given_up", ops=True)
         else:
-            error, outcome = verdict.reason, "failed"
-        _stand(services, inbox, event, error, outcome, now, into, tell_ops(exc, outcome))
-        return
-    fx.check_json(value, f"the result of tool {event.tool!r}")
-    result = ledger.record_step(event.request_id, inbox, event.tool, event.args, value, now)
-    into.effects.tool_outcomes[event.request_id] = ("done", None)
-    into.events.append(replace(event, result=result))
+            ops = isinstance(exc, ToolFailed) and exc.tell_ops
+            self._stand(verdict.reason, "failed", ops=ops)
 
+    def _stand(self, error: str, outcome: str, ops: bool) -> None:
+        """Record the failure as the call's outcome (nothing calls it again) and answer with
+        it; should a racing run have recorded a result first, that result stands. `ops`: the
+        operators' business too (a call given up, a revoked destination, a refused
+        credential)."""
+        event, ledger = self.event, self.services.ledger
+        key, inbox = event.request_id, self.inbox
+        ledger.record_step(key, inbox, event.tool, event.args, None, self.now, error=error)
+        stood = ledger.recorded_step(key)
+        if stood is not None and stood.error is None:
+            self._answer("done", result=stood.result)
+            return
+        if ops:
+            ended = "given up" if outcome == "given_up" else "failed"
+            self.into.effects.ops.append(f"{_named(event)} {ended}: {error}")
+        self._answer(outcome, error=error)
 
-def tell_ops(exc: BaseException, outcome: str) -> bool:
-    """Whether a call's end is the operators' business: a call given up, or a failure the
-    tool marks as theirs (a revoked destination, a credential refused)."""
-    return outcome == "given_up" or (isinstance(exc, ToolFailed) and exc.tell_ops)
+    def _answer(self, outcome: str | None = None, **changes: object) -> None:
+        """The answer the agent gets (`result` or `error` set), the call's `outcome` recorded
+        with the finish."""
+        if outcome is not None:
+            error = changes.get("error")
+            self.into.effects.tool_outcomes[self.event.request_id] = (
+                outcome,
+                None if error is None else str(error),
+            )
+        self.into.events.append(replace(self.event, **changes))  # type: ignore[arg-type]
 
-
-def _stand(
-    services: RunServices,
-    inbox: str,
-    event: ApprovalAnswer,
-    error: str,
-    outcome: str,
-    now: int,
-    into: Approved,
-    ops: bool,
-) -> None:
-    """Record the failure as the call's outcome (nothing calls it again) and answer with it;
-    should a racing run have recorded a result first, that result stands."""
-    ledger = services.ledger
-    ledger.record_step(event.request_id, inbox, event.tool, event.args, None, now, error=error)
-    stood = ledger.recorded_step(event.request_id)
-    if stood is not None and stood.error is None:
-        into.effects.tool_outcomes[event.request_id] = ("done", None)
-        into.events.append(replace(event, result=stood.result))
-        return
-    into.effects.tool_outcomes[event.request_id] = (outcome, error)
-    if ops:
-        into.effects.ops.append(
-            f"approved {event.tool} ({event.summary or event.tool}, request "
-            f"{event.request_id}) {'given up' if outcome == 'given_up' else 'failed'}: {error}"
-        )
-    into.events.append(replace(event, error=error))
-
-
-def _wait(
-    event: ApprovalAnswer,
-    verdict: Verdict,
-    first: int,
-    tries: int,
-    told: int,
-    step: int,
-    settings: Settings,
-    inbox: str,
-    now: int,
-    into: Approved,
-    services: RunServices,
-) -> None:
-    """Hold the call until its next try; tell the requester once, the operators once past a
-    minute."""
-    ends = first + settings.tool_retry_for
-    delay = step if verdict.retry_after is None else math.ceil(verdict.retry_after)
-    retry_at = max(now + 1, min(now + delay, ends))
-    effects = into.effects
-    if not told & TOLD_REQUESTER:
-        told |= TOLD_REQUESTER
-        waiting = services.view.outcome(event, f"not done yet: {verdict.reason}")
-        if waiting is not None:
-            effects.messages.append(waiting)
-        where = event.reply_to
-        if where is not None:
-            text = (
+    def _wait(self, verdict: Verdict, first: int, tries: int, told: int, step: int) -> None:
+        """Hold the call until its next try; tell the requester once, the operators once past
+        a minute."""
+        event, now, effects = self.event, self.now, self.into.effects
+        ends = first + self.settings.tool_retry_for
+        delay = step if verdict.retry_after is None else math.ceil(verdict.retry_after)
+        retry_at = max(now + 1, min(now + delay, ends))
+        if not told & TOLD_REQUESTER:
+            told |= TOLD_REQUESTER
+            waiting = self.services.view.outcome(event, f"not done yet: {verdict.reason}")
+            if waiting is not None:
+                effects.messages.append(waiting)
+            said = _to_requester(
+                event,
                 f"Approved, but not done yet: {event.summary or event.tool}. "
                 f"{_sentence(verdict.reason)}; wakeful keeps trying under the same key until "
-                f"{until(ends, now)} and will tell you here."
+                f"{until(ends, now)} and will tell you here.",
             )
-            if event.requester and not where.channel.startswith("D"):
-                text = f"<@{event.requester}> {text}"
-            effects.messages.append(
-                fx.Message(where.channel, text, thread_ts=where.thread_ts, priority="urgent")
+            effects.messages += [said] if said is not None else []
+        if not told & TOLD_OPS and now - first >= OPS_AFTER:
+            told |= TOLD_OPS
+            effects.ops.append(
+                f"{_named(event)} has waited {span(now - first)}: {verdict.reason}; retried "
+                f"until {until(ends, now)}"
             )
-    if not told & TOLD_OPS and now - first >= OPS_AFTER:
-        told |= TOLD_OPS
-        effects.ops.append(
-            f"approved {event.tool} ({event.summary or event.tool}, request "
-            f"{event.request_id}) has waited {span(now - first)}: {verdict.reason}; retried "
-            f"until {until(ends, now)}"
+        effects.tool_waits.append(
+            fx.ToolWait(event.id, event.request_id, verdict.reason, first, tries, retry_at, told)
         )
-    effects.tool_waits.append(
-        fx.ToolWait(event.id, event.request_id, verdict.reason, first, tries, retry_at, told)
-    )
 
 
 def told_or_tell(answers: list[ApprovalAnswer], effects: fx.Effects) -> None:
@@ -216,19 +205,28 @@ def told_or_tell(answers: list[ApprovalAnswer], effects: fx.Effects) -> None:
         where = answer.reply_to
         if answer.answer != "yes" or answer.error is None or where is None:
             continue
-        said = any(
+        if any(
             m.channel == where.channel and m.kind not in SKIPPED_KINDS for m in effects.messages
-        )
-        if said:
+        ):
             continue
-        text = (
-            f"Approved, but not done: {answer.summary or answer.tool}. {_sentence(answer.error)}."
-        )
-        if answer.requester and not where.channel.startswith("D"):
-            text = f"<@{answer.requester}> {text}"
-        effects.messages.append(
-            fx.Message(where.channel, text, thread_ts=where.thread_ts, priority="urgent")
-        )
+        what = answer.summary or answer.tool
+        said = _to_requester(answer, f"Approved, but not done: {what}. {_sentence(answer.error)}.")
+        effects.messages += [said] if said is not None else []
+
+
+def _to_requester(answer: ApprovalAnswer, text: str) -> fx.Message | None:
+    """A word to the requester where the prompt is (named, outside a DM)."""
+    where = answer.reply_to
+    if where is None:
+        return None
+    if answer.requester and not where.channel.startswith("D"):
+        text = f"<@{answer.requester}> {text}"
+    return fx.Message(where.channel, text, thread_ts=where.thread_ts, priority="urgent")
+
+
+def _named(event: ApprovalAnswer) -> str:
+    """An approved call as an operator's line names it."""
+    return f"approved {event.tool} ({event.summary or event.tool}, request {event.request_id})"
 
 
 def span(seconds: int) -> str:

@@ -144,8 +144,8 @@ def test_the_credential_is_added_and_the_callers_dropped(
     assert stripe.api_key not in text and "secret-body" not in text and "A-7" not in text
     assert set(lines[0]) == {
         "time",
-        "inbox",
-        "run",
+        "claimed_inbox",
+        "claimed_run",
         "destination",
         "asked_for",
         "method",

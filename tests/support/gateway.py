@@ -43,8 +43,10 @@ def write_config(
     timeout: float = 10,
     rate_limit: float = 1000,
     extra: Mapping[str, str] | None = None,
+    headers: tuple[str, ...] | None = None,
 ) -> Path:
-    """A gateway config with one destination (and `extra`: name -> upstream, GET / only)."""
+    """A gateway config with one destination (and `extra`: name -> upstream, GET / only);
+    `headers`: the caller's headers it passes on (None: the default for its name)."""
     path = folder / f"gateway-{os.urandom(3).hex()}.toml"
     secret = f'secret_file = "{secret_file}"' if secret_file else f'secret_env = "{secret_env}"'
     lines = [
@@ -57,6 +59,8 @@ def write_config(
         f"timeout = {timeout}",
         f"rate_limit = {rate_limit}",
     ]
+    if headers is not None:
+        lines.append("headers = " + json.dumps(list(headers)))
     for other, url in (extra or {}).items():
         lines += [f"[destinations.{other}]", f'upstream = "{url}"', 'allow = ["GET /"]']
         lines += [f'secret_env = "{secret_env}"']

@@ -33,7 +33,7 @@ def config(tmp_path: Path, **values: str) -> Path:
     return path
 
 
-ENV = {"STRIPE_SECRET_KEY": "sk_test_123456"}
+ENV = {"STRIPE_SECRET_KEY": "sk_test_123456", "WAKEFUL_GATEWAY_TOKEN": "t" * 32}
 
 
 @pytest.mark.parametrize(
@@ -60,10 +60,11 @@ def test_a_secret_file_must_be_readable_by_the_gateway_alone(tmp_path: Path) -> 
     secret.write_text("sk_test_from_file\n")
     os.chmod(secret, 0o644)
     path = config(tmp_path, secret=f'secret_file = "{secret}"')
+    token = {"WAKEFUL_GATEWAY_TOKEN": "t" * 32}
     with pytest.raises(GatewayConfigError, match=r"can be read by others \(mode 644\): chmod 600"):
-        load(path, {})
+        load(path, token)
     os.chmod(secret, 0o600)
-    loaded = load(path, {})
+    loaded = load(path, token)
     assert loaded.destinations["stripe"].value == "Bearer sk_test_from_file"
     assert "sk_test_from_file" not in repr(loaded.destinations["stripe"])
 
