@@ -75,12 +75,18 @@ class HomeView:
     dead_letters: DeadLetters | None
     """For approvers: this workspace's dead events and parked posts (each with Requeue)."""
     query: Query
+    self_approval: bool = True
+    """WAKEFUL_SELF_APPROVAL: off, a prompt says only another approver can answer it."""
 
     def approval_blocks(self, pending: Sequence[Pending] | None = None) -> list[Block]:
         """Each approval with working Approve / Deny buttons (the prompt's own blocks)."""
         out: list[Block] = []
         for a in (self.approvals if pending is None else pending)[-SHOWN:]:
-            out.extend(blocks.approval_prompt(a.id, inert(a.summary), a.requester, a.deadline))
+            out.extend(
+                blocks.approval_prompt(
+                    a.id, inert(a.summary), a.requester, a.deadline, self.self_approval
+                )
+            )
         return out
 
     def operator_blocks(self) -> list[Block]:
@@ -203,6 +209,7 @@ def build_view(
         session=session,
         dead_letters=store.dead_letters(limit=SHOWN, scope=here) if approver else None,
         query=Query(store, tuple(approvers)),
+        self_approval=store.settings.self_approval,
     )
 
 

@@ -25,6 +25,7 @@ import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
 from wakeful.bot import blocks, payloads, store_failures
 from wakeful.bot.events import AssistantThreadStarted, Feedback, HomeOpened, MessagesTabOpened
 from wakeful.bot.installations import StoreInstallations
+from wakeful.bot.slack_text import addressed
 from wakeful.core import metrics
 from wakeful.core.effects import Message
 from wakeful.core.errors import InvalidInput, StoreError, StoreUnavailable
@@ -119,7 +120,9 @@ class Listeners:
             or (bool(me) and user == me)
         )
 
-    def _ingest(self, body: dict[str, Any], event: dict[str, Any], mention: bool) -> None:
+    def _ingest(
+        self, body: dict[str, Any], event: dict[str, Any], mention: bool, me: str | None
+    ) -> None:
         team = str(body.get("team_id") or event.get("team") or "")
         event_id = body.get("event_id")
         if not team or not isinstance(event_id, str):
@@ -130,7 +133,8 @@ class Listeners:
         if not isinstance(user, str):
             raise InvalidInput("event has no user")
         said = Said(
-            text=str(event.get("text") or ""),
+            text=addressed(str(event.get("text") or ""), me or self.bot_user_id),
+            raw_text=str(event.get("text") or ""),
             user=user,
             team=team,
             channel=channel,
@@ -156,7 +160,7 @@ class Listeners:
         if not self._is_ours_or_noise(event, me) and (
             event.get("channel_type") == "im" or self._follows_up(event, me)
         ):
-            self._ingest(body, event, mention=False)
+            self._ingest(body, event, mention=False, me=me)
         ack()
 
     def _follows_up(self, event: dict[str, Any], me: str | None = None) -> bool:
@@ -177,7 +181,7 @@ class Listeners:
         self, ack: Ack, body: dict[str, Any], event: dict[str, Any], context: BoltContext
     ) -> None:
         if not self._is_ours_or_noise(event, context.bot_user_id):
-            self._ingest(body, event, mention=True)
+            self._ingest(body, event, mention=True, me=context.bot_user_id)
             # The reply goes in the mention's thread (or starts one under it): the replies
             # that follow there reach the agent without another mention.
             thread, channel = event.get("thread_ts") or event.get("ts"), event.get("channel")

@@ -31,3 +31,13 @@ def inert(text: str) -> str:
     the person typed it, and inert(inert(t)) == inert(t)."""
     text = BIDI_CONTROLS.sub(lambda m: f"[U+{ord(m.group()):04X}]", text)
     return _BARE_AMPERSAND.sub("&amp;", text).replace("<", "&lt;").replace(">", "&gt;")
+
+
+def addressed(text: str, me: str | None) -> str:
+    """What a person wrote to the agent whose user id is `me`: `text` without the leading
+    mention of the agent (`<@ME>` or `<@ME|name>`, and the spaces after it) that every
+    @mention starts with, the rest as typed. Unchanged when it does not start so."""
+    if not me:
+        return text
+    found = re.match(rf"\s*<@{re.escape(me)}(?:\|[^>]*)?>\s*", text)
+    return text[found.end() :] if found else text

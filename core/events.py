@@ -87,6 +87,8 @@ class Message(Event):
     TYPE: ClassVar[str] = "message"
 
     text: str
+    """What the person wrote to the agent: a leading mention of the agent (`<@BOT> `, which
+    every @mention starts with) removed, the rest as typed (Slack's escaping kept)."""
     user: str
     team: str
     channel: str
@@ -96,6 +98,13 @@ class Message(Event):
     """Slack's conversation type: `im` (a DM), `channel`, `group` (private channel), `mpim`."""
     mention: bool = False
     """The agent was @-mentioned (its reply then starts a thread under the message)."""
+    raw_text: str = ""
+    """The message's whole text as Slack sent it, the agent's mention included (`text` when
+    there was none to remove, and in rows stored before this field existed)."""
+
+    def __post_init__(self) -> None:
+        if not self.raw_text:
+            object.__setattr__(self, "raw_text", self.text)
 
     @property
     def kind(self) -> Literal["dm", "mention", "thread", "group_dm"]:
@@ -373,7 +382,18 @@ def _timer_target(data: Any) -> dict[str, Any]:
     return {}
 
 
-_TEXT = {"text", "user", "team", "channel", "ts", "command", "request_id", "tool", "name"}
+_TEXT = {
+    "text",
+    "raw_text",
+    "user",
+    "team",
+    "channel",
+    "ts",
+    "command",
+    "request_id",
+    "tool",
+    "name",
+}
 
 
 def _check_types(cls: type[Event], values: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ import sqlite3
 import time
 import urllib.parse
 from dataclasses import dataclass
+from typing import Any
 
 from wakeful.core.errors import InvalidInput
 from wakeful.core.store.sql import load_migrations
@@ -56,8 +57,8 @@ def latest_version(dialect: str) -> int:
 
 def probe(target: str) -> Probe:
     """Read the store's schema version (and journal mode or clock) read-only. Raises
-    InvalidInput when there is no SQLite file, StoreError-like driver errors when the server
-    cannot be reached (the caller reports them)."""
+    InvalidInput when there is no SQLite file, StoreUnavailable (or StoreRefused) when the
+    server cannot be reached or refuses the address (the caller reports them in one line)."""
     backend, path = store_target(target)
     if backend == "postgres":
         return _probe_postgres(target)
@@ -80,7 +81,24 @@ def probe(target: str) -> Probe:
 def _probe_postgres(dsn: str) -> Probe:
     import psycopg
 
-    with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
+    from wakeful.core.store.postgres import connect_error, translate
+
+    try:
+        conn = psycopg.connect(dsn, connect_timeout=5, autocommit=True)
+    except psycopg.Error as exc:  # a server that cannot be reached: one line, not a crash
+        raise connect_error(exc) from exc
+    try:
+        return _read_postgres(conn)
+    except psycopg.Error as exc:
+        raise translate(exc) from exc
+    finally:
+        conn.close()
+
+
+def _read_postgres(conn: Any) -> Probe:
+    import psycopg
+
+    with conn:
         before = time.time()
         row = conn.execute("SELECT EXTRACT(EPOCH FROM clock_timestamp())").fetchone()
         after = time.time()

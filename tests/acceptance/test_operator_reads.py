@@ -446,3 +446,25 @@ def test_a_reader_that_stops_early_gets_no_traceback(full: tuple[str, Filled, Pa
         os.close(write)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["inspect", "--json"], ["dead-letters"]])
+def test_a_server_that_cannot_be_reached_is_one_line_not_a_crash(
+    command: list[str], tmp_path: Path
+) -> None:
+    """The operator's tools when PostgreSQL is down: one line naming the failure, exit 1."""
+    from tests.support.chaos import free_port
+
+    url = f"postgresql://nobody@127.0.0.1:{free_port()}/wakeful"
+    done = subprocess.run(
+        [WAKEFUL, *command, "--db", url],
+        cwd=tmp_path,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr and "uncaught" not in done.stderr, done.stderr
+    [line] = [x for x in done.stderr.splitlines() if x.strip()]
+    assert line.startswith("wakeful: store error: cannot connect to PostgreSQL"), line

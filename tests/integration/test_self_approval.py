@@ -157,3 +157,19 @@ def test_by_default_the_requesters_own_click_approves(app: App) -> None:
     state = app.store.approval(request_id)
     assert state is not None and (state.answer, state.answered_by) == ("yes", ASKER)
     assert app.notes_to(ASKER) == []
+
+
+@pytest.mark.parametrize("self_approval", [False, True], ids=["off", "default"])
+def test_the_home_tab_shows_the_prompt_as_the_conversation_does(
+    make_store: MakeStore, self_approval: bool
+) -> None:
+    """The requester's Home tab lists their open approval with the prompt's own blocks: with
+    self-approval off they say a second person must answer, as the posted prompt does."""
+    from wakeful.bot.home import build_view
+
+    store = make_store(self_approval=self_approval)
+    ask(store)
+    view = build_view(store, INBOX, (BOSS,), T0 + 1, Effects())
+    assert view is not None
+    shown = json.dumps(view.approval_blocks())
+    assert ("Needs a second person" in shown) is not self_approval, shown
