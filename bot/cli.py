@@ -1,4 +1,4 @@
-"""The `wakeful` command line: serve, the loops one by one, the demo, scenarios, and the
+"""The `wakeful` command line: serve, the loops one by one, the demo, dev, scenarios, and the
 operator's commands (dead letters, requeue, inspect, backup, restore, doctor). Settings come
 from the environment; flags mirror a few."""
 
@@ -86,6 +86,7 @@ def _serve_with(args: argparse.Namespace, config: Config) -> None:
         from wakeful.bot.distribution import Distribution
 
         dist = Distribution.build(config, store)
+        oauth = dist.oauth_settings(args.manifest)
         runtime = Runtime(config, store, roles, distribution=dist)
         front = SlackFront(
             store,
@@ -97,7 +98,7 @@ def _serve_with(args: argparse.Namespace, config: Config) -> None:
             approvers=config.approvers,
             authorizer=dist.authorize(),
             installations=dist.installations,
-            oauth_settings=dist.oauth_settings(),
+            oauth_settings=oauth,
             client=dist.oauth_client(),
             workspace_label=dist.workspace_label,
         )
@@ -253,6 +254,12 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(verbose=args.verbose)
 
 
+def _dev(args: argparse.Namespace) -> int:
+    from wakeful.devtools.dev import run_dev
+
+    return run_dev(args.agent, stripe=args.stripe, db=args.db)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wakeful", description=__doc__)
     parser.add_argument(
@@ -270,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="HTTP port (WAKEFUL_PORT, default 3000)")
     p.add_argument("--host", help="HTTP bind address (WAKEFUL_HOST, default 0.0.0.0)")
     p.add_argument("--no-loops", action="store_true", help="serve HTTP only; run loops elsewhere")
+    p.add_argument(
+        "--manifest", help="distribution mode: the manifest.yml whose bot scopes installs ask for"
+    )
     p.set_defaults(func=_serve)
     for role in LOOP_ROLES:
         p = sub.add_parser(role, help=f"run the {role} alone (scale out)")
@@ -279,6 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="a narrated session against a local Slack emulator")
     p.add_argument("--verbose", action="store_true", help="also print every Web API call")
     p.set_defaults(func=_demo)
+    p = sub.add_parser("dev", help="chat with your agent in the terminal, against the emulator")
+    p.add_argument("--agent", help="module:factory (WAKEFUL_AGENT, default the refund desk)")
+    p.add_argument("--stripe", action="store_true", help="a fake Stripe behind the gateway")
+    p.add_argument("--db", help="a SQLite file to keep (default: a temporary one)")
+    p.set_defaults(func=_dev, db_from_env=False)
     p = sub.add_parser("scenarios", help="replay the eight reference failure scenarios")
     p.add_argument("--db", help="postgresql://... to run on PostgreSQL (default: temp SQLite)")
     p.set_defaults(func=_scenarios, db_from_env=False)

@@ -122,10 +122,13 @@ class Config:
     webhooks: tuple[WebhookSource, ...] = ()
     """The webhook endpoints served; empty when no webhook secret is set."""
     quiet_digests: bool = True
+    """A digest period with nothing new posts nothing (WAKEFUL_QUIET_DIGESTS)."""
+    min_digest_period: int = 60
+    """The shortest digest period the built-in agents set, in seconds
+    (WAKEFUL_MIN_DIGEST_PERIOD; a test or the demo sets 1 to see pacing in seconds)."""
     failure_text: str | None = None
     """Told once to a person whose message ran out of attempts (WAKEFUL_FAILURE_TEXT; None:
     the agent's own, or wakeful's)."""
-    """A digest period with nothing new posts nothing (WAKEFUL_QUIET_DIGESTS)."""
     assistant: bool = True
     """The app has Agents & AI Apps (manifest `assistant_view`): show "is thinking…" in
     assistant threads (WAKEFUL_ASSISTANT)."""
@@ -230,6 +233,9 @@ class Config:
             log_format=log_format(env),
             webhooks=_webhooks(env),
             quiet_digests=switch(env, "WAKEFUL_QUIET_DIGESTS", True),
+            min_digest_period=whole_duration(
+                env, "WAKEFUL_MIN_DIGEST_PERIOD", cls.min_digest_period, 1, 86_400
+            ),
             failure_text=env.get("WAKEFUL_FAILURE_TEXT", "").strip() or None,
             assistant=switch(env, "WAKEFUL_ASSISTANT", True),
             workspace_labels=int_value(env, "WAKEFUL_WORKSPACE_LABELS", cls.workspace_labels, 0),

@@ -13,16 +13,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from slack_bolt.oauth.oauth_settings import OAuthSettings
 from slack_sdk import WebClient
 
 from wakeful.bot.config import Config, ConfigError
 from wakeful.bot.installations import STATE_SECONDS, StoreInstallations, StoreStates, TokenCipher
-from wakeful.bot.scopes import required_scopes
+from wakeful.bot.scopes import find_manifest, manifest_scopes
 from wakeful.bot.workspaces import QUIET, InstallationAuthorize, Workspaces
 from wakeful.core.store import Store
 
+log = logging.getLogger("wakeful")
 ALL = "all"
 """The workspace label of per-workspace metrics past WAKEFUL_WORKSPACE_LABELS installations."""
 
@@ -65,15 +67,11 @@ class Distribution:
         )
         return cls(config, store, installations, workspaces, clock)
 
-    def oauth_settings(self) -> OAuthSettings:
-        """Bolt's OAuth flow on wakeful's stores: the scopes manifest.yml asks for, state
-        values good once for 10 minutes, the "Add to Slack" page at /slack/install."""
-        scopes = required_scopes()
-        if not scopes:
-            raise ConfigError(
-                "distribution mode asks Slack for the bot scopes of manifest.yml, and none was "
-                "found (run from the folder holding it)"
-            )
+    def oauth_settings(self, manifest: str | None = None) -> OAuthSettings:
+        """Bolt's OAuth flow on wakeful's stores: the scopes the manifest asks for (`manifest`,
+        `serve --manifest`), state values good once for 10 minutes, the "Add to Slack" page at
+        /slack/install."""
+        scopes = install_scopes(manifest)
         return OAuthSettings(
             client_id=self.config.client_id,
             client_secret=self.config.client_secret,
@@ -105,3 +103,26 @@ class Distribution:
                 self._count = (now, self.store.active_installations())
             count = self._count[1]
         return team if team and count <= self.config.workspace_labels else ALL
+
+
+def install_scopes(manifest: str | None = None) -> list[str]:
+    """The bot scopes an install asks for: those of `manifest` when given, else of
+    ./manifest.yml, else of the manifest beside a checkout's source. An installed wheel ships
+    none, so without one of those start-up stops with one line saying how to name it."""
+    if manifest and not Path(manifest).is_file():
+        raise ConfigError(f"--manifest: no such file {manifest!r}")
+    path = find_manifest(manifest)
+    if path is None:
+        raise ConfigError(
+            "distribution mode asks Slack for the bot scopes of your app's manifest.yml, and "
+            "there is none in the current folder (an installed wakeful ships none): run from the "
+            "folder holding it, or name it with --manifest"
+        )
+    try:
+        scopes = manifest_scopes(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"the manifest {str(path)!r} cannot be read: {exc}") from None
+    if not scopes:
+        raise ConfigError(f"{str(path)!r} lists no bot scopes (oauth_config.scopes.bot)")
+    log.info("distribution: installs ask for the %d bot scopes of %s", len(scopes), path)
+    return scopes

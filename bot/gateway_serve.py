@@ -1,6 +1,7 @@
 """`wakeful gateway`: the process that holds the tools' secrets, served by waitress.
 
-It reads its configuration (and so its secrets) first, registers every secret with the log
+It reads its configuration (and so its secrets, and the token its callers must present,
+WAKEFUL_GATEWAY_TOKEN: required on TCP) first, registers every secret and the token with the log
 redaction, makes itself undumpable on Linux (another process of the same user can then read
 neither its memory nor its /proc environment), opens the store for the revocations, and serves
 loopback or a Unix socket with waitress (the server `wakeful serve` runs too: a maintained,

@@ -25,12 +25,10 @@ import wakeful.bot.kinds  # noqa: F401 (registers Slack's outbox kinds)
 from wakeful.bot import blocks, payloads, store_failures
 from wakeful.bot.events import AssistantThreadStarted, Feedback, HomeOpened, MessagesTabOpened
 from wakeful.bot.installations import StoreInstallations
-from wakeful.bot.slack_text import addressed
 from wakeful.core import metrics
 from wakeful.core.effects import Message
 from wakeful.core.errors import InvalidInput, StoreError, StoreUnavailable
 from wakeful.core.events import Command, Event
-from wakeful.core.events import Message as Said
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Kicker, Wakeup
 from wakeful.core.store import Store
@@ -123,27 +121,8 @@ class Listeners:
     def _ingest(
         self, body: dict[str, Any], event: dict[str, Any], mention: bool, me: str | None
     ) -> None:
-        team = str(body.get("team_id") or event.get("team") or "")
-        event_id = body.get("event_id")
-        if not team or not isinstance(event_id, str):
-            raise InvalidInput("event envelope lacks team_id or event_id")
-        channel, user, ts = event.get("channel"), event.get("user"), event.get("ts")
-        if not isinstance(channel, str):
-            raise InvalidInput("message event has no channel")
-        if not isinstance(user, str):
-            raise InvalidInput("event has no user")
-        said = Said(
-            text=addressed(str(event.get("text") or ""), me or self.bot_user_id),
-            raw_text=str(event.get("text") or ""),
-            user=user,
-            team=team,
-            channel=channel,
-            ts=str(ts or ""),
-            thread_ts=event.get("thread_ts") or None,
-            channel_type=str(event.get("channel_type") or ("channel" if mention else "im")),
-            mention=mention,
-        )
-        self._store(InboxId.person(team, user), event_id, said)
+        event_id, said = payloads.said(body, event, mention, me or self.bot_user_id)
+        self._store(InboxId.person(said.team, said.user), event_id, said)
 
     def _store(self, inbox: str, key: str, event: Event) -> bool:
         """Store a typed event in `inbox` under Slack's key; the worker is woken for it.

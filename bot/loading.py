@@ -153,6 +153,7 @@ def make_setup(
             max_open_approvals=s.max_open_approvals,
             max_timers_per_inbox=s.max_timers_per_inbox,
             quiet_digests=config.quiet_digests,
+            min_digest_period=config.min_digest_period,
             failure_text=config.failure_text,
         ),
         approvers=config.approvers,
@@ -173,17 +174,19 @@ def build_runner(
     clock: Clock = wall_clock,
     tokens: Callable[[str | None], str] | None = None,
     wake_dispatcher: Callable[[], None] | None = None,
+    zone: Callable[[str], str] | None = None,
 ) -> Runner:
     """The configured agent behind the worker: its tools, the Slack approval prompts, and the
     hooks of the Slack surfaces (the Home tab, the "is thinking…" status, the greeting).
     `tokens` (distribution mode) gives the time-zone look-up the token of the workspace whose
-    run asks; `wake_dispatcher` sends a status at once."""
+    run asks; `wake_dispatcher` sends a status at once; `zone` (the test harness) names a
+    person's time zone instead of asking Slack."""
     from wakeful.bot.surfaces import SlackApprovals, surface_hooks
     from wakeful.bot.zones import WorkspaceHook, ZoneLookup
 
     env = os.environ if env is None else env
     made = factory or load_factory(config.agent, env)
-    setup = make_setup(config, store, ZoneLookup(client, tokens=tokens), env, clock)
+    setup = make_setup(config, store, zone or ZoneLookup(client, tokens=tokens), env, clock)
     agent = made(setup)
     if not callable(getattr(agent, "run", None)):
         raise ConfigError(

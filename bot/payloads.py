@@ -20,6 +20,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from wakeful.bot import blocks
+from wakeful.bot.slack_text import addressed
+from wakeful.core.errors import InvalidInput
+from wakeful.core.events import Message
 
 MAX_DEPTH = 64
 """Deepest JSON nesting accepted; Slack's payloads stay in single digits."""
@@ -215,3 +218,32 @@ def check_shape(body: dict[str, Any]) -> None:
         if body.get("team") is None and not isinstance(user.get("team_id"), str):
             raise ValueError("block_actions needs a team, or a user with a team_id")
     check_ids(body)
+
+
+def said(
+    body: dict[str, Any], event: dict[str, Any], mention: bool, me: str | None
+) -> tuple[str, Message]:
+    """(Slack's event id, the `Message`) of a person's message or @mention event, `me` being
+    the bot's user id: `text` is what they wrote to the agent (the leading `<@ME>` of a
+    mention removed), `raw_text` the whole text. InvalidInput when the event lacks a part."""
+    team = str(body.get("team_id") or event.get("team") or "")
+    event_id = body.get("event_id")
+    if not team or not isinstance(event_id, str):
+        raise InvalidInput("event envelope lacks team_id or event_id")
+    channel, user, ts = event.get("channel"), event.get("user"), event.get("ts")
+    if not isinstance(channel, str):
+        raise InvalidInput("message event has no channel")
+    if not isinstance(user, str):
+        raise InvalidInput("event has no user")
+    raw = str(event.get("text") or "")
+    return event_id, Message(
+        text=addressed(raw, me),
+        raw_text=raw,
+        user=user,
+        team=team,
+        channel=channel,
+        ts=str(ts or ""),
+        thread_ts=event.get("thread_ts") or None,
+        channel_type=str(event.get("channel_type") or ("channel" if mention else "im")),
+        mention=mention,
+    )

@@ -55,6 +55,13 @@ REFRESH_BEFORE = 1800
 REFRESH_WAIT = 10.0
 """Seconds a process waits for another's refresh of a token that has expired already."""
 REFRESH_LEASE = "refresh:"
+BOLT_NOT_FOUND = "the AuthorizeResult (returned value from authorize) for it was not found"
+"""Bolt's ERROR for every request whose authorize found nothing: said once per workspace by
+InstallationAuthorize instead."""
+
+
+def _not_bolts_not_found(record: logging.LogRecord) -> bool:
+    return BOLT_NOT_FOUND not in record.getMessage()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +115,8 @@ class Workspaces:
         self._teams_noted: set[tuple[str, str]] = set()
         self._said: set[tuple[str, int]] = set()
         """Installations (and versions) whose unreadable tokens were said in the log."""
+        self._unserved: set[str] = set()
+        """Teams whose requests were said to be dropped (no active installation)."""
         self.refreshes = 0
         """oauth.v2.access refresh calls this process made (for tests and the doctor)."""
 
@@ -118,7 +127,9 @@ class Workspaces:
         with self._lock:
             if workspace is None:
                 self._bound.clear()
+                self._unserved.clear()
             else:
+                self._unserved = {t for t in self._unserved if t != workspace}
                 self._bound = {
                     team: b
                     for team, b in self._bound.items()
@@ -211,6 +222,18 @@ class Workspaces:
         """(bot user id, bot id) in `team`'s workspace; (None, None) if not installed."""
         bound = self._bind(team) if team else None
         return (None, None) if bound is None else (bound.bot_user_id, bound.bot_id)
+
+    def unserved(self, team: str) -> None:
+        """A request from `team`, which has no active installation: said once per team and
+        process (again after the workspace installs and leaves anew), not once per request."""
+        with self._lock:
+            if team in self._unserved:
+                return
+            self._unserved.add(team)
+        log.warning(
+            "%s; its requests are acknowledged and not stored (said once per workspace)",
+            self._gone(team),
+        )
 
     def note_team(self, team: str, workspace: str) -> None:
         """A team seen under an org-wide install (recorded once per process)."""
@@ -323,10 +346,15 @@ class InstallationAuthorize(Authorize):
     the installation store, kept for `Workspaces.ttl`; never an auth.test per request (Bolt's
     InstallationStoreAuthorize calls auth.test once per token and refreshes tokens in the
     request path, on every host at once). A workspace with no active installation gets no
-    result: Bolt answers it as not installed, and nothing is stored."""
+    result: Bolt answers it as not installed (an event 200, a command or a click its "please
+    reinstall this app" message), and nothing is stored; the log says so once per workspace,
+    in place of Bolt's ERROR per request."""
 
     def __init__(self, workspaces: Workspaces) -> None:
         self.workspaces = workspaces
+        quiet = logging.getLogger("slack_bolt.MultiTeamsAuthorization")
+        if _not_bolts_not_found not in quiet.filters:
+            quiet.addFilter(_not_bolts_not_found)
 
     def __call__(
         self,
@@ -343,6 +371,7 @@ class InstallationAuthorize(Authorize):
             return None
         bound = self.workspaces._bind(workspace)
         if bound is None:
+            self.workspaces.unserved(workspace)
             return None
         return AuthorizeResult(
             enterprise_id=enterprise_id,

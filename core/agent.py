@@ -41,6 +41,9 @@ class AgentSettings:
     max_open_approvals: int = DEFAULTS.max_open_approvals
     max_timers_per_inbox: int = DEFAULTS.max_timers_per_inbox
     quiet_digests: bool = True
+    min_digest_period: int = 60
+    """The shortest digest period the built-in agents set, in seconds
+    (WAKEFUL_MIN_DIGEST_PERIOD)."""
     failure_text: str | None = None
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import sys
 import tempfile
 import threading
@@ -24,8 +23,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from wakeful.agents import Setup
-from wakeful.bot.agents.refund_desk import RefundDesk
 from wakeful.bot.config import Config, WebhookSource
 from wakeful.bot.front import EVENTS_PATH, SlackFront
 from wakeful.bot.home import as_text
@@ -34,6 +31,7 @@ from wakeful.core.settings import Settings
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import Call, EventSender, SlackEmulator
 from wakeful.devtools.fake_stripe import FakeStripe
+from wakeful.devtools.local import start_gateway
 from wakeful.devtools.webhooks import WebhookSender, stripe_event
 
 SECRET = "demo-signing-secret"
@@ -44,19 +42,11 @@ ROOM = "C0REFUNDS"
 OPS = "C0OPS"
 GITHUB_SECRET, STRIPE_SECRET = "demo-github-secret", "whsec_demo"
 GAP, APPROVAL_TTL = 6, 4
-QUICK_DESK = "wakeful.devtools.demo:quick_desk"
-"""WAKEFUL_AGENT for the refund desk with digests every second (the demo, fast tests)."""
 NEXT = (
     "next: run it on your own Slack workspace (docs/slack.md), "
     "or write your own agent (docs/agents.md)."
 )
 """The demo's last line: where a reader goes from here."""
-
-
-def quick_desk(setup: Setup) -> RefundDesk:
-    """The refund desk allowing a digest every second, so a session of a minute can show
-    digests; in production the desk sets none more often than every MIN_DIGEST_SECONDS."""
-    return RefundDesk(setup, min_digest=1)
 
 
 class DemoFailed(Exception):
@@ -199,26 +189,11 @@ class Demo:
     def gateway(self, tmp: str, store: Any) -> Callable[[], None]:
         """The credential gateway in front of the fake Stripe; the refund desk refunds through
         it (WAKEFUL_REFUNDS=stripe). Returns the function that stops it."""
-        from wakeful.bot.gateway_serve import serve_in_background
-
-        config = Path(tmp) / "gateway.toml"
-        config.write_text(
-            'listen = "127.0.0.1:0"\n'
-            f'audit_log = "{Path(tmp) / "gateway-audit.jsonl"}"\n'
-            "[destinations.stripe]\n"
-            f'upstream = "{self.stripe.url}"\n'
-            'allow = ["GET /v1/payment_intents/search", "POST /v1/refunds", "GET /v1/refunds"]\n'
-            'secret_env = "STRIPE_SECRET_KEY"\n'
-        )
-        token = secrets.token_urlsafe(32)  # a gateway on TCP answers its token's holders only
-        env = {"STRIPE_SECRET_KEY": self.stripe.api_key, "WAKEFUL_GATEWAY_TOKEN": token}
-        url, stop = serve_in_background(config, env, store)
-        names = ("WAKEFUL_REFUNDS", "WAKEFUL_GATEWAY_URL", "WAKEFUL_GATEWAY_TOKEN")
-        self.saved_env = {k: os.environ.get(k) for k in names}
-        os.environ.update(
-            WAKEFUL_REFUNDS="stripe", WAKEFUL_GATEWAY_URL=url, WAKEFUL_GATEWAY_TOKEN=token
-        )
+        worker_env, stop = start_gateway(Path(tmp), self.stripe, store)
+        self.saved_env = {k: os.environ.get(k) for k in worker_env}
+        os.environ.update(worker_env)
         self.stripe.add_payment("1001", amount=4200)
+        url = worker_env["WAKEFUL_GATEWAY_URL"]
         self.gateway_line = (
             f"(Stripe: a fake API at {self.stripe.url}, reached through the gateway at {url})"
         )
@@ -236,8 +211,8 @@ class Demo:
                 signing_secret=SECRET,
                 api_url=self.emu.api_url,
                 db=str(Path(tmp) / "demo.db"),
-                agent=QUICK_DESK,
                 batch_window=0.4,
+                min_digest_period=1,  # WAKEFUL_MIN_DIGEST_PERIOD: digests in a minute's session
                 settings=Settings(outbox_gap=GAP, lease_ttl=30, approval_ttl=APPROVAL_TTL),
                 webhooks=(
                     WebhookSource("github", "github", GITHUB_SECRET, OPS),

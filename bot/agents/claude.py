@@ -15,6 +15,7 @@ This module and claude_calls.py alone import `anthropic`; loaded only for WAKEFU
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Mapping
@@ -197,7 +198,10 @@ class ClaudeAgent(Agent, ClaudeTools):
         self.client.close()
 
     def _spec(self, name: str) -> dict[str, Any]:
-        spec = {"name": name, **TOOL_SPECS[name]}
+        spec = {"name": name, **copy.deepcopy(TOOL_SPECS[name])}
+        if name == "set_digest":  # the period's floor is a setting (WAKEFUL_MIN_DIGEST_PERIOD)
+            every = spec["input_schema"]["properties"]["every_seconds"]
+            every["minimum"] = self.setup.settings.min_digest_period
         if self.policies[name] == "deny":
             spec["description"] += " Disabled here: a call is refused and nothing runs."
         return spec

@@ -296,7 +296,7 @@ class ClaudeTools:
             every = args.get("every_seconds")
             if not isinstance(every, int) or isinstance(every, bool):
                 raise ToolInputError("every_seconds must be a whole number.")
-            if too_often := digest_too_often(every):
+            if too_often := digest_too_often(every, self.setup.settings.min_digest_period):
                 raise ToolInputError(too_often)
             _capped(
                 ctx, ctx.run.set_timer(Timer.every(DIGEST, every, ctx.now + every, data), to=where)

@@ -29,12 +29,13 @@ if TYPE_CHECKING:
 DIGEST = "digest"
 """The timer name of an inbox's digest."""
 MIN_DIGEST_SECONDS = 60
-"""The shortest digest period either built-in agent sets: a digest every second would be a
-post every second in someone's conversation."""
+"""The default of WAKEFUL_MIN_DIGEST_PERIOD, the shortest digest period either built-in agent
+sets: a digest every second would be a post every second in someone's conversation."""
 
 
-def digest_too_often(every: int, minimum: int = MIN_DIGEST_SECONDS) -> str | None:
-    """Why a digest every `every` seconds is not set, or None when it may be."""
+def digest_too_often(every: int, minimum: int) -> str | None:
+    """Why a digest every `every` seconds is not set, or None when it may be (`minimum`:
+    `setup.settings.min_digest_period`)."""
     if every >= minimum:
         return None
     return (

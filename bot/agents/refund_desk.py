@@ -34,7 +34,6 @@ from wakeful.agents import (
 )
 from wakeful.bot.agents.common import (
     DIGEST,
-    MIN_DIGEST_SECONDS,
     REFUND_TOOL,
     dead_letters_text,
     digest_lines,
@@ -104,8 +103,8 @@ def _load(session: Any, now: int) -> dict[str, Any]:
 
 
 class RefundDesk(Agent):
-    """The default agent. `min_digest` is the shortest digest period it sets (the demo
-    lowers it to show digests in seconds)."""
+    """The default agent. The shortest digest period it sets is WAKEFUL_MIN_DIGEST_PERIOD
+    (the demo lowers it to show digests in seconds)."""
 
     greeting = GREETING
     suggested_prompts = (
@@ -114,11 +113,11 @@ class RefundDesk(Agent):
         ("A reminder", "remind me in 10 minutes to stretch"),
     )
 
-    def __init__(self, setup: Setup, min_digest: int = MIN_DIGEST_SECONDS) -> None:
+    def __init__(self, setup: Setup) -> None:
         self.setup = setup
         self.query = setup.query
         self.quiet_digests = setup.settings.quiet_digests
-        self.min_digest = min_digest
+        self.min_digest = setup.settings.min_digest_period
         self.approvers = setup.approvers
         self.tools = [Tool(REFUND_TOOL, self._refund, "Refund an order (needs approval).")]
         self.stripe = refund_backend(setup)

@@ -38,7 +38,8 @@ from requests.structures import CaseInsensitiveDict
 from wakeful.agents import Gateway, Query, Steps, ToolFailed, ToolUnavailable, inert
 
 PLACEHOLDER_KEY = "sk_held_by_the_gateway"
-"""What the SDK sends as its key: the gateway drops it and adds the real one."""
+"""What the SDK sends as its key: the gateway client sends its token (WAKEFUL_GATEWAY_TOKEN) in
+its place, and the gateway drops that and adds the real key."""
 SENT = "stripe_refund:sent"
 """The step recording, before the refund call, which PaymentIntent a request refunds: a retry
 refunds the same one, so it sends the same parameters under the same key."""

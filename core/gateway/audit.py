@@ -1,11 +1,12 @@
 """What the gateway tells about itself: one audit line per request, and its metrics.
 
 The audit log is JSON lines appended to a file of its own (mode 0600) or to standard output:
-`time`, `inbox`, `run`, `destination` (or `asked_for`, a name it does not have), `method`,
+`time`, `claimed_inbox`, `claimed_run` (what the caller says; any holder of the token can say
+anything), `destination` (or `asked_for`, a name it does not have), `method`,
 `path` (no query string: a query may carry data), `status`, `idempotency_key`, `duration_ms`,
 `outcome` (`forwarded`, `refused`, `upstream_error`) and `reason`. It never holds the
-credential or a body, and every line goes through the log redaction with the gateway's secrets
-registered, should a caller put one in a path.
+credential, the token or a body, and every line goes through the log redaction with the
+gateway's secrets and token registered, should a caller put one in a path.
 
 Metrics (Prometheus, `GET /metrics` on the gateway): `wakeful_gateway_requests_total` by
 destination, status and outcome; `wakeful_gateway_request_duration_seconds` by destination.

@@ -14,7 +14,8 @@ not allowed, and sends nothing upstream on a refusal:
 5. the destination is not revoked (403 `destination_revoked`);
 6. the method, path and query match one of its `allow` rules (403 `not_allowed`);
 7. its rate limit has room (429 `rate_limited`);
-8. the body fits (413 `too_large`; 400 `bad_request` for a Content-Length that is no number).
+8. the body fits (413 `too_large`; 400 `bad_request` for a Content-Length that is no number):
+   waitress refuses both before the app is called, so these stand for another server.
 
 A refusal answers JSON in the shape of Stripe's errors (`{"error": {"type": "gateway_error",
 "code": ..., "message": ...}}`, which Stripe's SDK reads as a PermissionError), with the header

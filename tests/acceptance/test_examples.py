@@ -132,3 +132,30 @@ def test_the_ops_example_sets_a_daily_report_and_refuses_what_it_does_not_know(
             assert ops.keys == []
         finally:
             shut_down(app)
+
+
+def test_the_ops_example_answers_an_at_mention_in_a_channel_as_it_answers_a_dm(
+    emu: SlackEmulator, tmp_path: Path
+) -> None:
+    """Slack's `app_mention` text starts with the bot's `<@U…>`: the agent reads the words
+    after it (`Message.text`), so `@bot restart web` in a channel asks for the restart, and
+    the whole text stays in `raw_text`."""
+    channel = "C0OPS"
+    with OpsService() as ops:
+        app = launch(tmp_path, emu, str(tmp_path / "ops.db"), settings("ops", OPS_URL=ops.url))
+        try:
+            assert app.sender.mention(ALICE, "restart web", channel=channel).status == 200
+            ts, request_id = prompt(app, channel)
+            click = app.sender.block_action(
+                BOSS, "approve", request_id, channel=channel, message_ts=ts
+            )
+            assert click.status == 200
+            app.wait_post(channel, "Restarted web")
+            assert [r["text"] for r in app.posts(channel, "Restarted")] == ["Restarted web (rs-1)."]
+            assert app.posts(channel, "I know") == [], "the mention was read as the words after it"
+            assert [r["key"] for r in ops.restarts] == [request_id]
+            [row] = [r for r in app.store.events(f"{TEAM}:{ALICE}") if r.source == "slack"]
+            assert row.payload["text"] == "restart web"
+            assert row.payload["raw_text"] == f"<@{BOT_USER}> restart web"
+        finally:
+            shut_down(app)

@@ -34,6 +34,7 @@ from tests.acceptance.test_slack_app import (
 )
 from tests.support.chaos import free_port
 from tests.support.gateway import GatewayProcess, audit_lines, write_config
+from tests.support.other_user import as_nobody, need_root
 from wakeful.devtools.emulator import SlackEmulator
 from wakeful.devtools.fake_stripe import FakeStripe
 
@@ -155,18 +156,49 @@ def test_a_refund_through_serves_gateway_child_and_the_worker_never_holds_the_se
         secret = stripe.api_key.encode()
         worker = Path(f"/proc/{app.proc.popen.pid}/environ").read_bytes()
         assert b"STRIPE_SECRET_KEY" not in worker and secret not in worker
-        assert b"WAKEFUL_GATEWAY_URL=http://127.0.0.1:" in worker
+        token = _told(app)[b"WAKEFUL_GATEWAY_TOKEN"]
+        assert b"WAKEFUL_GATEWAY_URL=http://127.0.0.1:" in worker and len(token) >= 32
         assert stripe.api_key not in everything_stored(db)
         log = app.proc.log.read_bytes() + "\n".join(list(app.proc.lines.queue)).encode()
         assert b"gateway started" in log, log
         assert f"(request {request_id}) failed (transient)".encode() in log, "the wait was logged"
-        assert secret not in log
+        assert secret not in log and token not in log
         audit = (tmp_path / "gateway-audit.jsonl").read_bytes()
-        assert request_id.encode() in audit and secret not in audit
+        assert request_id.encode() in audit and secret not in audit and token not in audit
         slack = json.dumps([c.params for c in emu.calls()]).encode()
         assert secret not in slack
     finally:
         shut_down(app)
+
+
+def _told(app: Wakeful) -> dict[bytes, bytes]:
+    """What serve's process was told at its (re-)execution: its environment."""
+    worker = Path(f"/proc/{app.proc.popen.pid}/environ").read_bytes()
+    return dict(v.split(b"=", 1) for v in worker.split(b"\0") if b"=" in v)
+
+
+def test_another_user_can_use_neither_serves_gateway_child_nor_learn_its_token(
+    emu: SlackEmulator, stripe: FakeStripe, db: str, tmp_path: Path
+) -> None:
+    need_root()
+    config = write_config(tmp_path, stripe.url)  # the child listens on TCP: it gets a token
+    gateway = {"WAKEFUL_GATEWAY_CONFIG": str(config), "STRIPE_SECRET_KEY": stripe.api_key}
+    app = start(tmp_path, emu, db, stripe, **gateway)
+    try:
+        told = _told(app)
+        url, token = told[b"WAKEFUL_GATEWAY_URL"].decode(), told[b"WAKEFUL_GATEWAY_TOKEN"]
+        serve, child = app.proc.popen.pid, int(told[b"WAKEFUL_GATEWAY_CHILD_PID"])
+        seen = as_nobody(pids=[serve, child], port=int(url.rsplit(":", 1)[1]))
+        assert (seen["status"], seen["mark"], seen["code"]) == (401, "refused", "unauthenticated")
+        assert seen[f"environ {serve}"] == seen[f"environ {child}"] == "PermissionError"
+        for pid in (serve, child):  # what every user can read of a process: never the token
+            assert token not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert stripe.requests == [], "nothing of theirs reached Stripe"
+        [line] = audit_lines(tmp_path)
+        assert (line["status"], line["reason"]) == (401, "unauthenticated")
+    finally:
+        shut_down(app)
+    assert token not in app.proc.log.read_bytes()
 
 
 def test_sigkill_of_the_worker_between_stripe_and_the_record_refunds_once(

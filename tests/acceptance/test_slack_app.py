@@ -40,7 +40,6 @@ from wakeful.bot.front import BODY_CAP
 from wakeful.core.records import StepRecord
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.audit import count_events
-from wakeful.devtools.demo import QUICK_DESK
 from wakeful.devtools.emulator import EventSender, SlackEmulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -386,8 +385,8 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wakeful]:
     """The shared `wakeful serve` on a SQLite file."""
     tmp = tmp_path_factory.mktemp("serve-sqlite")
     with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
-        # Digests every 2 seconds (test_digest_every_and_off): the desk of the demo.
-        settings = {**APP_SETTINGS, "WAKEFUL_AGENT": QUICK_DESK}
+        # Digests every 2 seconds (test_digest_every_and_off), as in the demo.
+        settings = {**APP_SETTINGS, "WAKEFUL_MIN_DIGEST_PERIOD": "1"}
         running = launch(tmp, emu, str(tmp / "wakeful.db"), settings)
         try:
             yield running
@@ -454,7 +453,8 @@ def test_dm_and_mention_are_stored_before_the_ack(core_app: Wakeful) -> None:
     )
     p = stored.payload
     assert (p["channel"], p["ts"], p["thread_ts"], p["user"]) == ("C1002", mts, None, "U1002")
-    assert p["text"] == f"<@{BOT_USER}> what's up?"
+    # What the person wrote to the agent, and the whole text as Slack sent it.
+    assert (p["text"], p["raw_text"]) == ("what's up?", f"<@{BOT_USER}> what's up?")
 
     app.wait_post("D1001", "Handled 1 message.")
     app.wait_post("C1002", "Handled 1 message.")

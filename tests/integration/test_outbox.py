@@ -157,6 +157,29 @@ def test_an_urgent_row_alone_skips_the_gap(make_store: MakeStore) -> None:
     assert rig.sender.texts == ["hello", "fire!"]
 
 
+def test_a_normal_post_waits_only_for_a_gap_a_post_with_normal_rows_started(
+    make_store: MakeStore,
+) -> None:
+    """docs/agents.md: an urgent reply alone starts no gap, so a normal post after it goes at
+    once; an urgent reply that took held normal rows along counts as their post and restarts
+    the gap, which the next normal post waits for."""
+    rig = Rig(make_store(outbox_gap=GAP))
+    rig.post("answer", T0, urgent=True)
+    assert rig.tick(T0) == 1
+    rig.post("report", T0 + 1)
+    assert rig.tick(T0 + 1) == 1, "the urgent reply started no gap"
+    assert rig.sender.texts == ["answer", "report"]
+    rig.post("held", T0 + 2)
+    assert rig.tick(T0 + 2) == 0, "the normal post started one"
+    rig.post("answer 2", T0 + 3, urgent=True)
+    assert rig.tick(T0 + 3) == 1
+    assert rig.sender.texts[-1] == SEPARATOR.join(["held", "answer 2"])
+    rig.post("later", T0 + 4)
+    assert rig.tick(T0 + 3 + GAP - 1) == 0, "the urgent post carried a normal row: a new gap"
+    assert rig.tick(T0 + 3 + GAP) == 1
+    assert rig.sender.texts[-1] == "later"
+
+
 def test_destinations_are_paced_independently(make_store: MakeStore) -> None:
     rig = Rig(make_store(outbox_gap=GAP))
     dests = [("C1", None), ("C1", "111.000"), ("C2", None)]

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from tests.conftest import PG_DSN, T0
-from tests.support.gateway import write_config
+from tests.support.gateway import new_token, write_config
 from tests.support.tcp_proxy import TcpProxy
 from wakeful.bot.config import Config
 from wakeful.bot.runtime import open_configured_store
@@ -147,6 +147,7 @@ def test_a_process_started_while_the_server_refuses_waits_for_it_and_migrates(
                 "WAKEFUL_STARTUP_WAIT": "10",
                 "WAKEFUL_GATEWAY_CONFIG": str(write_config(tmp_path, "http://127.0.0.1:9")),
                 "STRIPE_SECRET_KEY": "sk_test_startup",
+                "WAKEFUL_GATEWAY_TOKEN": new_token(),  # a gateway on TCP needs one
             }
             proc = subprocess.Popen(
                 [sys.executable, "-m", "wakeful.bot.cli", *args],

@@ -29,10 +29,14 @@ from tests.integration.test_refund_desk import (
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.agents import Message, Setup
+from wakeful.agents.testing import Harness
 from wakeful.bot.agents.claude import ClaudeAgent
 from wakeful.bot.agents.claude_tools import TOOL_SPECS
 from wakeful.bot.agents.common import MIN_DIGEST_SECONDS
-from wakeful.bot.loading import build_runner
+from wakeful.bot.agents.refund_desk import RefundDesk
+from wakeful.bot.config import Config
+from wakeful.bot.env_values import ConfigError
+from wakeful.bot.loading import build_runner, make_setup
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.inbox_id import InboxId
@@ -121,9 +125,40 @@ def digest_timers(store: Store, inbox: str = INBOX) -> list[str]:
 
 
 def test_the_one_minimum_is_a_minute_for_both_agents() -> None:
-    assert MIN_DIGEST_SECONDS == 60
+    assert MIN_DIGEST_SECONDS == 60 == Config.from_env({}).min_digest_period
     every = TOOL_SPECS["set_digest"]["input_schema"]["properties"]["every_seconds"]
     assert every["minimum"] == MIN_DIGEST_SECONDS
+
+
+def test_wakeful_min_digest_period_sets_the_minimum_of_both_agents(store: Store) -> None:
+    """A test environment sets WAKEFUL_MIN_DIGEST_PERIOD=1 to see digests in seconds: the
+    refund desk (at 2) sets one every 2 seconds and refuses 1, and Claude is offered the
+    setting's floor (the module's spec, the default's, untouched); a bad value stops start-up."""
+    with Harness(RefundDesk, env={"WAKEFUL_MIN_DIGEST_PERIOD": "2"}) as h:
+        assert (
+            h.dm("digest every 2 seconds").text
+            == "Handled 1 message.\nDigest set: every 2 seconds."
+        )
+        [timer] = h.advance(0).timers
+        assert timer.id.endswith("/digest") and timer.next_at == h.now + 2
+        refused = h.dm("digest every 1 second").text
+        assert (
+            "Digest not set: every 1 second is too often; the shortest period is 2 seconds"
+            in refused
+        )
+    config = Config.from_env({"WAKEFUL_MIN_DIGEST_PERIOD": "1"})
+    setup = make_setup(config, store, lambda _user: "", {})
+    agent = ClaudeAgent(setup, api_key="k", base_url="http://127.0.0.1:9", model="claude-test")
+    try:
+        [spec] = [s for s in agent.tool_specs if s["name"] == "set_digest"]
+        assert spec["input_schema"]["properties"]["every_seconds"]["minimum"] == 1
+        every = TOOL_SPECS["set_digest"]["input_schema"]["properties"]["every_seconds"]
+        assert every["minimum"] == MIN_DIGEST_SECONDS
+    finally:
+        agent.close()
+    for bad in ("0", "2d", "soon"):
+        with pytest.raises(ConfigError, match="WAKEFUL_MIN_DIGEST_PERIOD"):
+            Config.from_env({"WAKEFUL_MIN_DIGEST_PERIOD": bad})
 
 
 @pytest.mark.parametrize(

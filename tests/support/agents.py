@@ -13,13 +13,22 @@ from wakeful.core.clock import Clock, wall_clock
 from wakeful.core.store import Store
 
 
-def setup_for(store: Store, approvers: Sequence[str] = (), clock: Clock = wall_clock) -> Setup:
-    config = Config(approvers=tuple(approvers), settings=store.settings)
+def setup_for(
+    store: Store,
+    approvers: Sequence[str] = (),
+    clock: Clock = wall_clock,
+    min_digest_period: int = Config.min_digest_period,
+) -> Setup:
+    config = Config(
+        approvers=tuple(approvers), settings=store.settings, min_digest_period=min_digest_period
+    )
     return make_setup(config, store, lambda _user: "", {}, clock)
 
 
 def refund_desk(store: Store, approvers: Sequence[str] = (), min_digest: int = 60) -> RefundDesk:
-    return RefundDesk(setup_for(store, approvers), min_digest=min_digest)
+    """The refund desk, setting no digest period under `min_digest` seconds
+    (WAKEFUL_MIN_DIGEST_PERIOD)."""
+    return RefundDesk(setup_for(store, approvers, min_digest_period=min_digest))
 
 
 BOOM = "boom"

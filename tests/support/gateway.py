@@ -27,7 +27,12 @@ from wakeful.core.gateway.process import Watch
 from wakeful.core.gateway.server import GatewayApp, Revocations
 from wakeful.core.store import Store
 
-STRIPE_RULES = ("GET /v1/payment_intents/search", "POST /v1/refunds", "GET /v1/refunds")
+STRIPE_RULES = (
+    "GET /v1/payment_intents/search?query&limit",
+    "POST /v1/refunds",
+    "GET /v1/refunds?payment_intent&limit&starting_after",
+)
+"""docs/gateway.md's rules: the refund tool's calls, with the query parameters each may carry."""
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -31,6 +31,19 @@ def test_the_readme_is_a_front_door() -> None:
         assert f"(docs/{page}.md)" in readme, page
 
 
+def test_every_code_block_of_the_front_pages_is_opened_with_its_language() -> None:
+    """A stray fence (README.md had one after the echo sample) turns the prose after it into
+    code, a heading included: on these pages each block opens with its language, so a fence
+    without one is a stray."""
+    for name in ("README.md", "docs/agents.md", "docs/settings.md"):
+        inside = False
+        for n, line in enumerate((ROOT / name).read_text().splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                assert inside or line.strip() != "```", f"{name}:{n}: a fence with no block"
+                inside = not inside
+        assert not inside, f"{name}: a block is never closed"
+
+
 def test_every_link_between_the_pages_resolves() -> None:
     broken = []
     for page in PAGES:

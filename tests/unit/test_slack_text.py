@@ -37,7 +37,7 @@ from wakeful.bot.agents.webhook_report import TITLE_CAP, report_line
 from wakeful.bot.config import Config
 from wakeful.bot.home import build_view, default_home
 from wakeful.bot.loading import build_runner
-from wakeful.bot.slack_text import inert
+from wakeful.bot.slack_text import addressed, inert
 from wakeful.bot.surfaces import SlackApprovals
 from wakeful.core import events as ev
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
@@ -136,6 +136,30 @@ def test_the_issue_text_is_shown_never_obeyed() -> None:
         "&lt;!channel&gt; &lt;!here&gt; &lt;!subteam^S0ADMINS|@admins&gt; payroll moved, "
         "sign in at &lt;https://evil.example/login|https://slack.com/signin&gt;"
     )
+
+
+def test_a_bare_link_stays_as_typed_so_slack_links_it_under_its_own_address() -> None:
+    """A bare `https://…` has no `<…>` to escape: inert leaves it as typed (its `&` written
+    as Slack's entity, which Slack reads back as `&`), and Slack shows it as a live link whose
+    text is the address itself. Only `<url|label>`, a link under another text, is defused."""
+    text = "logs at https://ci.example/run?id=7&tab=log, and <https://ci.example|the CI>"
+    out = inert(text)
+    assert out == (
+        "logs at https://ci.example/run?id=7&amp;tab=log, and &lt;https://ci.example|the CI&gt;"
+    )
+    assert shown(out) == text
+
+
+def test_addressed_removes_the_leading_mention_of_the_bot_alone() -> None:
+    """What a person wrote to the agent: `<@BOT>` (or `<@BOT|name>`) first, and the spaces
+    after it, removed; another person's mention, or the bot's later in the text, kept."""
+    assert addressed("<@U0BOT> restart web", "U0BOT") == "restart web"
+    assert addressed("  <@U0BOT|ops>   status?", "U0BOT") == "status?"
+    assert addressed("<@U0BOT>", "U0BOT") == ""
+    assert addressed("<@U0BOB> <@U0BOT> hi", "U0BOT") == "<@U0BOB> <@U0BOT> hi"
+    assert addressed("hi <@U0BOT>", "U0BOT") == "hi <@U0BOT>"
+    assert addressed("<@U0BOTTOM> hi", "U0BOT") == "<@U0BOTTOM> hi"
+    assert addressed("<@U0BOT> hi", None) == "<@U0BOT> hi", "no bot id known: left whole"
 
 
 def test_bidirectional_controls_are_shown_as_code_points_never_applied() -> None:
