@@ -24,7 +24,7 @@ from typing import Any
 
 from wakeful.bot.config import Config, ConfigError
 from wakeful.bot.scopes import find_manifest, required_scopes
-from wakeful.core.errors import WakefulError
+from wakeful.core.errors import StoreError, WakefulError
 from wakeful.core.logs import one_line
 from wakeful.core.store import open_store
 from wakeful.core.store.probe import Probe, probe
@@ -100,6 +100,8 @@ def _agent(config: Config, env: Mapping[str, str]) -> Check:
 def _store_checks(config: Config, integrity: bool) -> list[Check]:
     try:
         found = probe(config.db)
+    except StoreError as exc:  # a server that cannot be reached, or refuses the address
+        return [Check("store", False, f"unreachable: {exc}")]
     except WakefulError as exc:  # no store there, or not a store URL: said as it is
         return [Check("store", False, str(exc))]
     except Exception as exc:  # any driver or file error: the store is not usable

@@ -330,7 +330,7 @@ def test_doctor_prints_a_postgresql_error_on_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1
     store = [line for line in done.stdout.splitlines() if line.startswith("FAIL store")]
     assert store == [
-        "FAIL store           unreachable: connection failed: connection to server at "
+        "FAIL store           unreachable: cannot connect to PostgreSQL: connection to server at "
         '"127.0.0.1", port 1 failed: Connection refused; Is the server running on that host '
         "and accepting TCP/IP connections?"
     ]
