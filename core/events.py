@@ -137,6 +137,14 @@ class Message(Event):
         out = super().to_wire()
         out["kind"] = "mention" if self.mention else "message"  # the shape rows had before v2
         del out["mention"]
+        # The whole text is the person's words after what was removed (the agent's mention):
+        # only that prefix is stored, so a long message is not stored twice (the cap).
+        raw = out.pop("raw_text")
+        if raw != self.text:
+            if raw.endswith(self.text):
+                out["raw_prefix"] = raw[: len(raw) - len(self.text)]
+            else:
+                out["raw_text"] = raw
         return out
 
 
@@ -356,6 +364,9 @@ def _build(cls: type[Event], payload: Mapping[str, Any], meta: dict[str, Any]) -
             raise ValueError(f"{cls.TYPE} event lacks {wire!r}")
     if cls is Message:
         values["mention"] = payload.get("kind") == "mention" or bool(payload.get("mention"))
+        prefix = payload.get("raw_prefix")
+        if isinstance(prefix, str) and isinstance(values.get("text"), str):
+            values["raw_text"] = prefix + values["text"]
     if cls is TimerTick:
         values.update(_timer_target(values.get("data")))
     _check_types(cls, values)

@@ -93,6 +93,7 @@ computing: three test processes per core keep the cores busy (`-n auto` in pypro
 MAX_WORKERS = 8
 """Each worker holds a few PostgreSQL connections; the local server allows 100."""
 LONG_FIRST = (
+    "tests/acceptance/test_refund_no_silence.py",
     "tests/acceptance/test_claude_slack.py",
     "tests/acceptance/test_slack_app.py",
     "tests/integration/test_dispatch_races.py",

@@ -43,4 +43,16 @@ def test_rows_stored_before_raw_text_decode_with_their_text_as_stored() -> None:
 def test_a_message_built_without_raw_text_has_its_text_as_raw_text() -> None:
     said = Message(text="hi", user="U0A", team="T0", channel="D0A", ts="1.0")
     assert said.raw_text == "hi"
-    assert said.to_wire()["raw_text"] == "hi"
+    wire = said.to_wire()
+    assert "raw_text" not in wire and "raw_prefix" not in wire  # nothing stored twice
+    assert decode(wire, source="slack").raw_text == "hi"
+
+
+def test_a_mention_stores_only_what_was_removed_so_a_long_text_is_stored_once() -> None:
+    long = "x" * 200_000
+    said = Message(
+        text=long, raw_text=f"<@U0BOT> {long}", user="U0A", team="T0", channel="C0", ts="1.0"
+    )
+    wire = said.to_wire()
+    assert wire["raw_prefix"] == "<@U0BOT> " and "raw_text" not in wire
+    assert decode(wire, source="slack").raw_text == f"<@U0BOT> {long}"
