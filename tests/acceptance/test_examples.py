@@ -156,6 +156,6 @@ def test_the_ops_example_answers_an_at_mention_in_a_channel_as_it_answers_a_dm(
             assert [r["key"] for r in ops.restarts] == [request_id]
             [row] = [r for r in app.store.events(f"{TEAM}:{ALICE}") if r.source == "slack"]
             assert row.payload["text"] == "restart web"
-            assert row.payload["raw_text"] == f"<@{BOT_USER}> restart web"
+            assert row.payload["raw_prefix"] == f"<@{BOT_USER}> "  # the whole: prefix + text
         finally:
             shut_down(app)
