@@ -94,26 +94,34 @@ MAX_WORKERS = 8
 """Each worker holds a few PostgreSQL connections; the local server allows 100."""
 LONG_FIRST = (
     "tests/acceptance/test_refund_no_silence.py",
-    "tests/acceptance/test_claude_slack.py",
     "tests/acceptance/test_slack_app.py",
+    "tests/acceptance/test_claude_slack.py",
     "tests/integration/test_dispatch_races.py",
-    "tests/acceptance/test_refund_gateway.py",
-    "tests/integration/test_claude_agent.py",
     "tests/acceptance/test_slack_surfaces.py",
-    "tests/acceptance/test_hostile_input.py",
-    "tests/integration/test_worker.py",
-    "tests/acceptance/test_hostile_webhooks.py",
-    "tests/acceptance/test_isolation_app.py",
+    "tests/acceptance/test_refund_gateway.py",
     "tests/chaos/test_crash_chaos.py",
+    "tests/integration/test_worker.py",
     "tests/acceptance/test_dispatch_fairness.py",
     "tests/acceptance/test_operations.py",
-    "tests/unit/test_slack_text.py",
     "tests/acceptance/test_demo.py",
-    "tests/integration/test_process_races.py",
-    "tests/integration/test_clock_skew.py",
+    "tests/acceptance/test_distribution.py",
+    "tests/acceptance/test_dev.py",
+    "tests/acceptance/test_isolation_app.py",
     "tests/chaos/test_pg_outage.py",
+    "tests/integration/test_stripe_refund_failures.py",
+    "tests/integration/test_process_races.py",
+    "tests/integration/test_gateway.py",
+    "tests/acceptance/test_operator_reads.py",
+    "tests/integration/test_clock_skew.py",
+    "tests/integration/test_migrations.py",
+    "tests/integration/test_claude_agent.py",
+    "tests/acceptance/test_crash_takeover.py",
+    "tests/integration/test_outbox.py",
+    "tests/integration/test_process_liveness.py",
+    "tests/integration/test_refund_desk.py",
+    "tests/integration/test_startup_messages.py",
 )
-"""Modules that take 25 s or more (each goes to one worker whole), longest first: handed out
+"""Modules that take 15 s or more (each goes to one worker whole), longest first: handed out
 in this order before the rest (`--no-loadscope-reorder` keeps it), so the run does not end on
 one of them while the other workers sit idle."""
 

@@ -257,21 +257,6 @@ CALLS = [
 """One run of n = 3 model calls: two tool steps, then the answer."""
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "killed.db")
-        return
-    with pg_schema_url() as url:
-        yield url
-
-
-@pytest.fixture
-def emu() -> Iterator[SlackEmulator]:
-    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as running:
-        yield running
-
-
 def killed_then_restarted(
     tmp: Path, emu: SlackEmulator, db: str, fake: FakeAnthropic, plan: str, text: str
 ) -> Wakeful:

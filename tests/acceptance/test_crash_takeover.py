@@ -15,16 +15,13 @@ from __future__ import annotations
 import http.client
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.acceptance.test_examples import approve, settings
 from tests.acceptance.test_slack_app import (
-    BOT_USER,
     TEAM,
-    TOKEN,
     Wakeful,
     dm,
     eventually,
@@ -42,21 +39,6 @@ RESUME_AFTER_RESTART = 10.0
 """Seconds from the restarted process's first /healthz answer to the resumed run's reply."""
 RESUME_AFTER_KILL = 20.0
 """Seconds from the kill to the survivor's reply, two processes on PostgreSQL."""
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "crash.db")
-    else:
-        with pg_schema_url() as url:
-            yield url
-
-
-@pytest.fixture
-def emu() -> Iterator[SlackEmulator]:
-    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as running:
-        yield running
 
 
 def start(tmp: Path, emu: SlackEmulator, db: str, ops: OpsService) -> Wakeful:

@@ -169,6 +169,11 @@ def test_a_session_replies_approves_once_fires_a_timer_and_survives_a_crash(
 
     dev.type("hello there")
     dev.wait_for(r"^\[bot\] You said: hello there$")
+    # The same words as an @-mention in a channel: the agent reads them without its mention.
+    dev.type("/in #ops")
+    dev.type("hello there")
+    dev.wait_for(r"^\[bot in #ops, thread\] You said: hello there$")
+    dev.type("/in dm")
 
     dev.type("refund 5")
     prompt = dev.wait_for(r"^\[bot\] .*refund order 5")

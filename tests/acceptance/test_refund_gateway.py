@@ -22,14 +22,10 @@ import pytest
 
 from tests.acceptance.test_examples import approve
 from tests.acceptance.test_slack_app import (
-    BOT_USER,
-    TEAM,
-    TOKEN,
     Wakeful,
     dm,
     eventually,
     launch,
-    pg_schema_url,
     shut_down,
 )
 from tests.support.chaos import free_port
@@ -41,21 +37,6 @@ from wakeful.devtools.fake_stripe import FakeStripe
 BOSS, ALICE = "U0BOSS", "U0ALICE"
 HOOKS = "C0HOOKS"
 WEBHOOK_SECRET = "whsec_acceptance"
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "refunds.db")
-    else:
-        with pg_schema_url() as url:
-            yield url
-
-
-@pytest.fixture
-def emu() -> Iterator[SlackEmulator]:
-    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as running:
-        yield running
 
 
 @pytest.fixture

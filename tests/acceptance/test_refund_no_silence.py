@@ -29,12 +29,8 @@ import pytest
 from tests.acceptance.test_examples import prompt
 from tests.acceptance.test_refund_gateway import ALICE, BOSS, start
 from tests.acceptance.test_slack_app import (
-    BOT_USER,
-    TEAM,
-    TOKEN,
     Wakeful,
     dm,
-    pg_schema_url,
     shut_down,
 )
 from tests.support.chaos import free_port
@@ -54,21 +50,6 @@ FAST = {
 }
 FOR = 30
 """Seconds Stripe keeps failing in the transient cases."""
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "refunds.db")
-    else:
-        with pg_schema_url() as url:
-            yield url
-
-
-@pytest.fixture
-def emu() -> Iterator[SlackEmulator]:
-    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as running:
-        yield running
 
 
 @pytest.fixture
