@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import (
@@ -278,28 +278,26 @@ class StoreCollector(Collector):
             return
         up.add_metric([], 1)
         yield up
-        events = GaugeMetricFamily(
+        yield _by_label(
             "wakeful_events",
             "Events not done, by status (pending, running, dead).",
-            labels=["status"],
+            "status",
+            ("pending", "running", "dead"),
+            gauges.events,
         )
-        for status in ("pending", "running", "dead"):
-            events.add_metric([status], gauges.events.get(status, 0))
-        yield events
         yield _gauge(
             "wakeful_oldest_pending_event_age_seconds",
             "Age of the oldest pending event (0 when none): a quiet agent shows here first.",
             gauges.oldest_pending_age,
         )
-        rows = GaugeMetricFamily(
+        yield _by_label(
             "wakeful_outbox_rows",
             "Outbox rows by state: held (pending, waiting for the gap or a dispatcher), sending, "
             "parked (failed, waiting for a person).",
-            labels=["state"],
+            "state",
+            ("held", "sending", "parked"),
+            gauges.outbox,
         )
-        for state in ("held", "sending", "parked"):
-            rows.add_metric([state], gauges.outbox.get(state, 0))
-        yield rows
         yield _gauge(
             "wakeful_oldest_held_outbox_age_seconds",
             "Age of the oldest held or sending outbox row (0 when none).",
@@ -316,15 +314,14 @@ class StoreCollector(Collector):
             "How long the most overdue timer has been due (0 when none): a stopped scheduler.",
             gauges.oldest_due_timer_age,
         )
-        waiting = GaugeMetricFamily(
+        yield _by_label(
             "wakeful_people_waiting",
             "Inboxes where a person has waited longer than `over` (1m, 5m, 15m) for a first "
             "word back, counting waits begun in the last day.",
-            labels=["over"],
+            "over",
+            ("1m", "5m", "15m"),
+            gauges.people_waiting,
         )
-        for over in ("1m", "5m", "15m"):
-            waiting.add_metric([over], gauges.people_waiting.get(over, 0))
-        yield waiting
         yield from _store_size(self.store)
         yield _gauge(
             "wakeful_store_scrape_seconds",
@@ -351,6 +348,16 @@ def _store_size(store: GaugeSource) -> Iterator[Metric]:
             "fail with 503. Alert well before wakeful_store_bytes reaches it.",
             size.cap,
         )
+
+
+def _by_label(
+    name: str, doc: str, label: str, values: Sequence[str], counts: Mapping[str, int]
+) -> GaugeMetricFamily:
+    """One gauge per value of `label`, each present (0 when the store counted none)."""
+    family = GaugeMetricFamily(name, doc, labels=[label])
+    for value in values:
+        family.add_metric([value], counts.get(value, 0))
+    return family
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
