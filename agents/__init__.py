@@ -11,11 +11,11 @@ its run. The modules behind these names may change; these names are the contract
 """
 
 from wakeful.agents.base import Agent, Block
-from wakeful.bot.blocks import feedback_blocks, utc
-from wakeful.bot.blocks import when as slack_date
-from wakeful.bot.events import AssistantThreadStarted, Feedback, HomeOpened
-from wakeful.bot.home import HomeView, NextTimer, Pending, default_home, header, section
-from wakeful.bot.slack_text import inert
+from wakeful.bot.slack.blocks import feedback_blocks, utc
+from wakeful.bot.slack.blocks import when as slack_date
+from wakeful.bot.slack.events import AssistantThreadStarted, Feedback, HomeOpened
+from wakeful.bot.slack.home import HomeView, NextTimer, Pending, default_home, header, section
+from wakeful.bot.slack.text import inert
 from wakeful.core.agent import AgentSettings, Setup, Zone
 from wakeful.core.effects import Timer
 from wakeful.core.errors import InvalidInput, LeaseLost, SessionUnusable, WakefulError

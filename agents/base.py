@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from wakeful.bot.home import HomeView
+    from wakeful.bot.slack.home import HomeView
     from wakeful.core.run import Run, Tool
 
 Block = dict[str, Any]
@@ -58,6 +58,6 @@ class Agent:
         """The person's App Home tab, refreshed after each of their runs once they opened it.
         The default lists their pending approvals (with working buttons), their next timers
         and, for approvers, every approval they may answer and what needs an operator."""
-        from wakeful.bot.home import default_home
+        from wakeful.bot.slack.home import default_home
 
         return default_home(view)

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wakeful.bot import payloads
-from wakeful.bot.config import Config
-from wakeful.bot.events import HomeOpened
-from wakeful.bot.loading import build_runner
+from wakeful.bot.front import payloads
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import build_runner
+from wakeful.bot.slack.events import HomeOpened
 from wakeful.core.clock import ManualClock
 from wakeful.core.events import Command, Event, Message, WebhookDelivery
 from wakeful.core.inbox_id import InboxId

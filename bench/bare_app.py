@@ -12,7 +12,7 @@ from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 from slack_bolt.authorization import AuthorizeResult
 
-from wakeful.bot.runtime import http_server
+from wakeful.bot.process.runtime import http_server
 
 
 def build(secret: str) -> Any:

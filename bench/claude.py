@@ -6,7 +6,7 @@
    2x (1h) + 0.1x cache reads), with caching against the same conversation with
    WAKEFUL_CLAUDE_CACHE_TTL=off. And the same for a digest timer waking hourly (the agent then
    writes with the 1-hour TTL). The fake computes usage as the real API does; the cost per
-   message is priced at claude-sonnet-5's list price (bot/agents/claude_prices.py).
+   message is priced at claude-sonnet-5's list price (bot/builtin/claude_prices.py).
 2. **A SIGKILL chaos run**: `wakeful worker` processes with WAKEFUL_AGENT=claude answer
    messages whose every run makes three model calls (two tool steps, then the answer; the fake
    takes a little while for each); one is killed at random moments and another started. Model
@@ -78,9 +78,9 @@ class Conversation:
     simulated clock shared with the fake API."""
 
     def __init__(self, folder: Path, cache: str, name: str = "chat") -> None:
-        from wakeful.bot.agents.claude import ClaudeAgent
-        from wakeful.bot.config import Config
-        from wakeful.bot.loading import build_runner
+        from wakeful.bot.builtin.claude import ClaudeAgent
+        from wakeful.bot.process.config import Config
+        from wakeful.bot.process.loading import build_runner
         from wakeful.core.clock import ManualClock
         from wakeful.core.inbox_id import InboxId
         from wakeful.core.scheduler import Scheduler
@@ -148,7 +148,7 @@ def billed(usages: list[Usage]) -> float:
 
 
 def dollars(usages: list[Usage]) -> float:
-    from wakeful.bot.agents.claude_prices import PRICES
+    from wakeful.bot.builtin.claude_prices import PRICES
 
     price = PRICES[MODEL]
     return sum(
@@ -279,7 +279,7 @@ def chaos(folder: Path, messages: int, kills: bool) -> tuple[int, int, int, int]
         WAKEFUL_BATCH_WINDOW="0",
         WAKEFUL_MAX_ATTEMPTS="50",
     )
-    cmd = [sys.executable, "-m", "wakeful.bot.cli", "worker", "--poll", "0.05"]
+    cmd = [sys.executable, "-m", "wakeful.bot.commands.cli", "worker", "--poll", "0.05"]
     rng = random.Random(5)
 
     def start() -> subprocess.Popen[bytes]:

@@ -106,7 +106,7 @@ def _app(kind: str, api: str, tmp: Path, env: dict[str, str]) -> tuple[subproces
         "WAKEFUL_AGENT": "bench.e2e_agent:build",
         "WAKEFUL_E2E_RUNS": str(tmp / "runs.jsonl"),
     }
-    return _start([sys.executable, "-m", "wakeful.bot.cli", "serve"], wenv)
+    return _start([sys.executable, "-m", "wakeful.bot.commands.cli", "serve"], wenv)
 
 
 def run_e2e(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:

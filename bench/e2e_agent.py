@@ -10,7 +10,7 @@ import threading
 import time
 
 from wakeful.agents import Agent, Run, Setup
-from wakeful.bot.agents.refund_desk import RefundDesk
+from wakeful.bot.builtin.refund_desk import RefundDesk
 
 
 class TimedDesk(Agent):

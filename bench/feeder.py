@@ -2,7 +2,7 @@
 intake that only the front writes, whose events a mover hands to the loops on another file.
 
 `python -m bench.feeder --db PATH --rate R --seconds S`. The events look like the ones the
-HTTP front stores for a DM (bot/listeners.py), so the loops run, reply and post them.
+HTTP front stores for a DM (bot/front/listeners.py), so the loops run, reply and post them.
 """
 
 from __future__ import annotations

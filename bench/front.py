@@ -62,7 +62,7 @@ def _servers(
 ) -> dict[str, tuple[list[str], dict[str, str]]]:
     """name -> (command, environment) of each server measured, the bare app first."""
     wenv = serve_env(env, api, str(tmp / "front.db"))
-    serve = [sys.executable, "-m", "wakeful.bot.cli", "serve", "--no-loops"]
+    serve = [sys.executable, "-m", "wakeful.bot.commands.cli", "serve", "--no-loops"]
     servers: dict[str, tuple[list[str], dict[str, str]]] = {
         "bare": ([sys.executable, "-m", "bench.bare_app", "--secret", SECRET], env),
         FRONT: (serve, wenv),

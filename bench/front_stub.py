@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from wakeful.bot.front import SlackFront
+from wakeful.bot.front.wsgi import SlackFront
 from wakeful.core.store import open_store
 
 from .bare_app import serve

@@ -57,7 +57,7 @@ def _start_loops(env: dict[str, str]) -> list[subprocess.Popen[str]]:
     procs = []
     for role in ("worker", "scheduler", "dispatcher"):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "wakeful.bot.cli", role, "--poll", "0.05"],
+            [sys.executable, "-m", "wakeful.bot.commands.cli", role, "--poll", "0.05"],
             env=env,
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -184,10 +184,10 @@ def run_http(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
         beside = {**wenv, "WAKEFUL_DB": str(tmp / "bench-beside.db")}
         beside_loops = {**wenv, "WAKEFUL_DB": str(tmp / "bench-beside-loops.db")}
         cpu: dict[str, float] = {}
-        front_only = [sys.executable, "-m", "wakeful.bot.cli", "serve", "--no-loops"]
+        front_only = [sys.executable, "-m", "wakeful.bot.commands.cli", "serve", "--no-loops"]
         for name, cmd, e in (
             ("bare slack-bolt", [sys.executable, "-m", "bench.bare_app", "--secret", SECRET], env),
-            ("wakeful serve", [sys.executable, "-m", "wakeful.bot.cli", "serve"], wenv),
+            ("wakeful serve", [sys.executable, "-m", "wakeful.bot.commands.cli", "serve"], wenv),
             ("wakeful serve --no-loops", front_only, split),
             (FRONT_ALONE, front_only, alone),
             (FRONT_BESIDE, front_only, beside),

@@ -7,7 +7,7 @@ never strands a pending event. Whatever cannot be decoded (a shape this code doe
 type nobody registered) arrives as `Unknown` with the raw payload instead of failing the run.
 
 The engine's own types live here (a person's message, a command, an approval's answer, a timer
-tick, a webhook delivery); the Slack edge registers its surface events (bot/events.py) with
+tick, a webhook delivery); the Slack edge registers its surface events (bot/slack/events.py) with
 `register`, so the engine never names a Slack surface.
 """
 

@@ -1,6 +1,6 @@
 """The kinds of outbox rows, and how each is held, merged and checked: a registry, so the engine
 knows its own kinds (replies, digests, prompt rewrites, private replies) and the Slack edge adds
-its surfaces (bot/kinds.py) without the engine naming them or the schema checking them.
+its surfaces (bot/slack/kinds.py) without the engine naming them or the schema checking them.
 
 A kind says whether its rows are paced (held by the gap, merged into one post per conversation)
 or go at once, how held rows of it become one call (`merge`), and what a row of it must carry.

@@ -68,7 +68,7 @@ class StepLedger(Protocol):
 
 class ApprovalView(Protocol):
     """How an approval is shown and rewritten once answered: the Slack edge renders Block Kit
-    with Approve / Deny buttons (bot/surfaces.py); the engine's default is plain text."""
+    with Approve / Deny buttons (bot/slack/surfaces.py); the engine's default is plain text."""
 
     def prompt(self, request: ApprovalRequest, to: Conversation) -> fx.Message: ...
 

@@ -278,7 +278,7 @@ def _conversation_of(claim: Claim) -> Conversation | None:
 def runner_for(agent: Agent, store: Any) -> Runner:
     """A runner with the engine's defaults: approvals shown as plain text, the agent's own
     tools, no hooks (what the engine's tests and the scenarios run; `wakeful serve` builds
-    one with the Slack edge's surfaces, bot/loading.py)."""
+    one with the Slack edge's surfaces, bot/process/loading.py)."""
     from wakeful.core.query import Query
 
     tools = {t.name: t for t in getattr(agent, "tools", ()) or () if isinstance(t, Tool)}

@@ -6,7 +6,7 @@ metrics count each call at once (`wakeful_model_tokens_total`, `wakeful_model_co
 so a call billed in a run that never finished (a worker killed mid-run) is still counted. A
 call replayed from its recorded step (a retried run) was billed once, the first time: it counts
 as `replayed`, its tokens not again. The engine knows no vendor: which prices apply is the
-agent's business (the Claude agent's table is bot/agents/claude_prices.py).
+agent's business (the Claude agent's table is bot/builtin/claude_prices.py).
 """
 
 from __future__ import annotations

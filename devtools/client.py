@@ -18,7 +18,7 @@ from wakeful.devtools.emulator import EventSender, RemoteEmulator, Reply, SlackE
 from wakeful.devtools.webhooks import Sent, WebhookSender
 
 EVENTS_PATH = "/slack/events"
-"""Where `serve` takes Slack's events, clicks and commands (bot/front.py's EVENTS_PATH)."""
+"""Where `serve` takes Slack's events, clicks and commands (bot/front/wsgi.py's EVENTS_PATH)."""
 
 __all__ = ["AppRefused", "Button", "Slack"]
 

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from wakeful.bot.config import Config, WebhookSource
-from wakeful.bot.front import EVENTS_PATH, SlackFront
-from wakeful.bot.home import as_text
-from wakeful.bot.runtime import Runtime, http_server, serve_in_thread
+from wakeful.bot.front.wsgi import EVENTS_PATH, SlackFront
+from wakeful.bot.process.config import Config, WebhookSource
+from wakeful.bot.process.runtime import Runtime, http_server, serve_in_thread
+from wakeful.bot.slack.home import as_text
 from wakeful.core.settings import Settings
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import Call, EventSender, SlackEmulator

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from slack_sdk.signature import Clock as SlackClock
 
-from wakeful.bot.config import Config, ConfigError
+from wakeful.bot.process.config import Config, ConfigError
 from wakeful.devtools.client import AppRefused, Button, Slack
 from wakeful.devtools.dev_chat import Chat, People
 from wakeful.devtools.local import ShiftedClock, start_gateway
@@ -141,8 +141,8 @@ class Dev:
 
     def start(self, stack: contextlib.ExitStack) -> None:
         """The store, the gateway and fake Stripe (when used), the HTTP front, the worker."""
-        from wakeful.bot.front import SlackFront
-        from wakeful.bot.runtime import http_server, open_configured_store, serve_in_thread
+        from wakeful.bot.front.wsgi import SlackFront
+        from wakeful.bot.process.runtime import http_server, open_configured_store, serve_in_thread
         from wakeful.core.loops import Wakeup
         from wakeful.devtools.fake_stripe import FakeStripe
 
@@ -369,7 +369,7 @@ class Dev:
         )
 
     def inspect(self, rest: str) -> None:
-        from wakeful.bot.inspection import header_line, render_inbox, render_overview
+        from wakeful.bot.commands.inspection import header_line, render_inbox, render_overview
 
         now = self.clock()
         head = header_line(self.environ["WAKEFUL_DB"], self.store, now)
@@ -415,12 +415,12 @@ def typed_lines() -> Iterator[str]:
 
 def run_dev(agent: str | None, stripe: bool = False, db: str | None = None) -> int:
     spec = (agent or os.environ.get("WAKEFUL_AGENT", "") or "refund-desk").strip()
-    from wakeful.bot.loading import load_factory
+    from wakeful.bot.process.loading import load_factory
 
     if db is not None and "://" in db:
         raise ConfigError("wakeful dev keeps its store in a SQLite file: --db takes a path")
     load_factory(spec)  # a bad --agent is said here, in one line, before anything starts
-    uses_stripe = stripe or spec in ("refund-desk", "wakeful.bot.agents.refund_desk:factory")
+    uses_stripe = stripe or spec in ("refund-desk", "wakeful.bot.builtin.refund_desk:factory")
 
     def out(text: str) -> None:
         print(text, flush=True)

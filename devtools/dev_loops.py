@@ -10,9 +10,9 @@ import sys
 import threading
 from pathlib import Path
 
-from wakeful.bot.cli import LOOP_ROLES
-from wakeful.bot.config import Config, log_format, secret_values
-from wakeful.bot.runtime import Runtime, install_signal_handlers, open_configured_store
+from wakeful.bot.commands.cli import LOOP_ROLES
+from wakeful.bot.process.config import Config, log_format, secret_values
+from wakeful.bot.process.runtime import Runtime, install_signal_handlers, open_configured_store
 from wakeful.core import logs
 from wakeful.devtools.local import ShiftedClock
 

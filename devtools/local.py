@@ -18,7 +18,7 @@ def start_gateway(
     """The credential gateway in front of the fake Stripe, in this process: the settings a
     worker refunds through it with (WAKEFUL_REFUNDS=stripe and the gateway's URL and token;
     the Stripe key stays here), and the function that stops it."""
-    from wakeful.bot.gateway_serve import serve_in_background
+    from wakeful.bot.gateway.serve import serve_in_background
 
     config = folder / "gateway.toml"
     config.write_text(

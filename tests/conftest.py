@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import wakeful.bot.kinds  # noqa: F401 (the Slack edge's outbox kinds, as every wakeful process has them)
+import wakeful.bot.slack.kinds  # noqa: F401 (the Slack edge's outbox kinds, as every wakeful process has them)
 from tests.support.store_templates import PgSchemas, SqliteTemplate
 from wakeful.core.settings import Settings
 from wakeful.core.store import Store

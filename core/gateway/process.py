@@ -1,4 +1,4 @@
-"""The gateway process's parts besides its HTTP server (bot/gateway_serve.py runs that): the
+"""The gateway process's parts besides its HTTP server (bot/gateway/serve.py runs that): the
 revocation watch that keeps the kill switch within a second (failing closed when the store
 cannot be read), and the Linux hardening that keeps the secret inside the gateway (undumpable;
 ended when its parent dies)."""

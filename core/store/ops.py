@@ -90,7 +90,7 @@ def paused(workspace: str, seconds: int, why: str) -> str:
 
 def quoted(text: str | None) -> str:
     """Outside text as an ops line may show it: its first line only, redacted like every log
-    line, cut to MAX_TEXT, and inert for Slack (`&`, `<`, `>` escaped as bot/slack_text.py
+    line, cut to MAX_TEXT, and inert for Slack (`&`, `<`, `>` escaped as bot/slack/text.py
     does: `<!channel>` shows as typed, pages no one)."""
     lines = (text or "").strip().splitlines()
     first = logs.redact(lines[0].strip()) if lines else "(no error text)"

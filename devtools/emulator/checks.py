@@ -4,7 +4,7 @@ own limits rather than a more forgiving stand-in.
 Each check returns Slack's error code, or None when Slack would take the call:
 `msg_too_long` (text over 40,000 characters), `invalid_blocks` (over 50 blocks, a section
 text over 3,000, or a `context_actions` block whose feedback buttons are not Slack's shape),
-`missing_scope` (a method the granted scopes do not cover, per bot/scopes.py).
+`missing_scope` (a method the granted scopes do not cover, per bot/slack/scopes.py).
 Membership (`not_in_channel`, `user_not_in_channel`) and authorship (`cant_update_message`) need
 the emulator's state and are checked where it is kept.
 """
@@ -23,7 +23,7 @@ POSTING = ("chat.postMessage", "chat.update", "chat.postEphemeral")
 
 def missing_scope(method: str, granted: Collection[str]) -> dict[str, Any] | None:
     """Slack's answer for a method none of whose scopes the token has, else None."""
-    from wakeful.bot.scopes import METHOD_SCOPES
+    from wakeful.bot.slack.scopes import METHOD_SCOPES
 
     needed = METHOD_SCOPES.get(method, ())
     if not needed or set(needed) & set(granted):

@@ -142,7 +142,7 @@ def _window(items: list[JsonDict], params: Mapping[str, Any]) -> list[JsonDict]:
 
 
 def _manifest_scopes() -> list[str]:
-    from wakeful.bot.scopes import required_scopes
+    from wakeful.bot.slack.scopes import required_scopes
 
     return required_scopes() or []
 

@@ -34,7 +34,7 @@ from tests.acceptance.test_slack_app import (
 )
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
-from wakeful.bot.agents.claude import ClaudeAgent
+from wakeful.bot.builtin.claude import ClaudeAgent
 from wakeful.devtools.audit import runs
 from wakeful.devtools.emulator import SlackEmulator
 

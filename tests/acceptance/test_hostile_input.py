@@ -1,7 +1,7 @@
 """Hostile input against the real HTTP front: `SlackFront` over a SQLite file, served by the
 product's own waitress server (`http_server`), spoken to over real HTTP with `http.client`.
 
-The rules under test (bot/front.py, bot/payloads.py, bot/signature.py):
+The rules under test (bot/front/wsgi.py, bot/front/payloads.py, bot/front/signature.py):
 - signature and timestamp are checked before anything is parsed: a forged, stale, truncated or
   duplicated signature is a 401, and nothing reaches the store;
 - a correctly signed body that is not what Slack sends is a 400 (a non-UTF-8 body is a 401:
@@ -45,9 +45,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.support.approvals import ApprovalRequest
-from wakeful.bot import blocks, payloads
-from wakeful.bot.front import BODY_CAP, EVENTS_PATH, SlackFront
-from wakeful.bot.runtime import http_server, serve_in_thread
+from wakeful.bot.front import payloads
+from wakeful.bot.front.wsgi import BODY_CAP, EVENTS_PATH, SlackFront
+from wakeful.bot.process.runtime import http_server, serve_in_thread
+from wakeful.bot.slack import blocks
 from wakeful.core.effects import Effects
 from wakeful.core.records import Event
 from wakeful.core.settings import MAX_PAYLOAD_BYTES

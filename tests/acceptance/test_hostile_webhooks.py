@@ -2,7 +2,7 @@
 Stripe and a generic source over a SQLite file, served by the product's waitress server and
 spoken to over real HTTP (hypothesis generates bodies, headers, signatures and timestamps).
 
-The rules under test (bot/webhooks.py, the /webhooks/ route of bot/front.py):
+The rules under test (bot/front/webhooks.py, the /webhooks/ route of bot/front/wsgi.py):
 - the signature is checked before anything in the body is read: a forged, shifted, stale or
   future-dated, truncated or doubled signature is a 401, and nothing reaches the store;
 - a correctly signed delivery the app cannot read (not a JSON object, no delivery id, no event
@@ -43,10 +43,10 @@ from tests.acceptance.test_hostile_input import (
 )
 from tests.acceptance.test_hostile_input import send as send_raw
 from tests.support.webhook_front import start_server
-from wakeful.bot.agents.webhook_report import report_line
-from wakeful.bot.config import WebhookSource
-from wakeful.bot.front import SlackFront
-from wakeful.bot.webhooks import STRIPE_TOLERANCE
+from wakeful.bot.builtin.webhook_report import report_line
+from wakeful.bot.front.webhooks import STRIPE_TOLERANCE
+from wakeful.bot.front.wsgi import SlackFront
+from wakeful.bot.process.config import WebhookSource
 from wakeful.core.events import WebhookDelivery
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import Event

@@ -61,7 +61,7 @@ def wakeful(
     both = done.stdout + done.stderr
     # A crash is logged on stderr; the tracebacks on stdout are the stored ones, shown.
     assert "Traceback" not in done.stderr and "uncaught" not in both, f"{args}:\n{both}"
-    assert "bot/cli.py" not in both, f"{args}:\n{both}"
+    assert "bot/commands/cli.py" not in both, f"{args}:\n{both}"
     assert full_store.SECRET_IN_PAYLOAD not in both
     assert "fixture-token" not in both  # the installations' tokens, sealed at rest
     return done

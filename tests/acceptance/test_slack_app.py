@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import need_pg
-from wakeful.bot.front import BODY_CAP
+from wakeful.bot.front.wsgi import BODY_CAP
 from wakeful.core.events import Message as Said
 from wakeful.core.events import decode
 from wakeful.core.records import StepRecord
@@ -72,7 +72,7 @@ APP_SETTINGS = {
 
 
 def wakeful_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "wakeful.bot.cli", *args]
+    return [sys.executable, "-m", "wakeful.bot.commands.cli", *args]
 
 
 def child_env(**settings: str) -> dict[str, str]:

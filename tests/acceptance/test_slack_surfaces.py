@@ -147,7 +147,7 @@ def test_not_yours_and_already_answered_go_to_the_prompts_thread(surfaces: Wakef
 
 
 def home_text(app: Wakeful, user: str) -> str:
-    from wakeful.bot.home import as_text
+    from wakeful.bot.slack.home import as_text
 
     views = app.emu.homes(user)
     return as_text(views[-1]["blocks"]) if views else ""
@@ -326,7 +326,7 @@ def test_a_feedback_click_is_one_typed_event_of_the_person_who_clicked(surfaces:
     """Slack's feedback buttons under a reply (`feedback_buttons`, action_id
     `wakeful_feedback`): the click is stored before the ack as a `Feedback` event of the
     clicker's inbox, keyed by the message, the person and the value (a double click is one)."""
-    from wakeful.bot.events import Feedback
+    from wakeful.bot.slack.events import Feedback
     from wakeful.core.runner import typed
 
     app, user, channel, ts = surfaces, "U0FEED", "D0FEED", "1700000000.000900"

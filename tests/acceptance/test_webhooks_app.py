@@ -37,7 +37,7 @@ from tests.acceptance.test_slack_app import (
     shut_down,
     wakeful_cmd,
 )
-from wakeful.bot.front import BODY_CAP
+from wakeful.bot.front.wsgi import BODY_CAP
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.store import open_store
 from wakeful.devtools.audit import count_events
@@ -297,7 +297,7 @@ def test_webhooks_are_served_beside_socket_mode(
     emulator has no WebSocket; tests/integration/test_socket_mode.py covers that side.)"""
     from slack_sdk.socket_mode.builtin import SocketModeClient
 
-    from wakeful.bot import cli
+    from wakeful.bot.commands import cli
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -305,7 +305,7 @@ def test_webhooks_are_served_beside_socket_mode(
     stops: list[Any] = []
     monkeypatch.setattr(SocketModeClient, "connect", lambda self: None)
     monkeypatch.setattr(SocketModeClient, "close", lambda self: None)
-    monkeypatch.setattr("wakeful.bot.runtime.install_signal_handlers", stops.append)
+    monkeypatch.setattr("wakeful.bot.process.runtime.install_signal_handlers", stops.append)
     switch = sys.getswitchinterval()
     with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
         env = {

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import T0
-from wakeful.bot.sender import SlackSender, make_client
+from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Message

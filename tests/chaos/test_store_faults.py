@@ -83,7 +83,7 @@ def test_a_full_disk_answers_503_keeps_the_process_up_and_recovers(tmp_path: Pat
             "WAKEFUL_PORT": "0",
         }
         app = subprocess.Popen(
-            [sys.executable, "-m", "wakeful.bot.cli", "serve"],
+            [sys.executable, "-m", "wakeful.bot.commands.cli", "serve"],
             env=env,
             cwd=tmp_path,
             stdout=subprocess.PIPE,
@@ -148,7 +148,7 @@ def serving(db: Path, workdir: Path) -> Iterator[tuple[EventSender, subprocess.P
             "WAKEFUL_PORT": "0",
         }
         app = subprocess.Popen(
-            [sys.executable, "-m", "wakeful.bot.cli", "serve"],
+            [sys.executable, "-m", "wakeful.bot.commands.cli", "serve"],
             env=env,
             cwd=workdir,
             stdout=subprocess.PIPE,

@@ -37,7 +37,7 @@ from wakeful.agents import (
     Setup,
     WebhookDelivery,
 )
-from wakeful.bot.agents.claude import (
+from wakeful.bot.builtin.claude import (
     CUT_OFF_LINE,
     DEFAULT_MODEL,
     REFUSED_LINE,
@@ -45,15 +45,15 @@ from wakeful.bot.agents.claude import (
     TOO_MANY_STEPS_LINE,
     ClaudeAgent,
 )
-from wakeful.bot.agents.claude_tools import Policy
-from wakeful.bot.agents.conversation import (
+from wakeful.bot.builtin.claude_tools import Policy
+from wakeful.bot.builtin.conversation import (
     NO_REPLY,
     approx_tokens,
     is_clean_user_turn,
     trim_history,
 )
-from wakeful.bot.config import Config, ConfigError
-from wakeful.bot.loading import build_runner, make_setup
+from wakeful.bot.process.config import Config, ConfigError
+from wakeful.bot.process.loading import build_runner, make_setup
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Effects
@@ -90,7 +90,7 @@ class World:
     """One user's world: a ClaudeAgent on the fake API behind the runner `wakeful serve`
     builds (its Slack approval prompts and surface hooks), the three loops, a clock, a sender.
     `zones` is what Slack's users.info says of each person ("" or missing: it could not be
-    read), turned into the setup's `time_zone` as production does (bot/loading.py)."""
+    read), turned into the setup's `time_zone` as production does (bot/process/loading.py)."""
 
     def __init__(
         self,
@@ -1044,7 +1044,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 def test_wakeful_serve_without_the_key_exits_with_one_line(tmp_path: Path) -> None:
     env = _clean_env(**BASE_ENV, WAKEFUL_DB=str(tmp_path / "w.db"), WAKEFUL_PORT="0")
     done = subprocess.run(
-        [sys.executable, "-m", "wakeful.bot.cli", "serve"],
+        [sys.executable, "-m", "wakeful.bot.commands.cli", "serve"],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -1059,10 +1059,11 @@ def test_wakeful_serve_without_the_key_exits_with_one_line(tmp_path: Path) -> No
 def test_the_default_install_never_imports_anthropic(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "import wakeful.bot.cli, wakeful.bot.runtime, wakeful.bot.config, wakeful.bot.front\n"
+        "import wakeful.bot.commands.cli, wakeful.bot.process.runtime\n"
+        "import wakeful.bot.process.config, wakeful.bot.front.wsgi\n"
         "import wakeful.agents\n"
-        "from wakeful.bot.config import Config\n"
-        "from wakeful.bot.loading import build_runner\n"
+        "from wakeful.bot.process.config import Config\n"
+        "from wakeful.bot.process.loading import build_runner\n"
         "from wakeful.core.store import open_store\n"
         f"build_runner(Config(), open_store({str(tmp_path / 'w.db')!r}), None, env={{}})\n"
         "assert 'anthropic' not in sys.modules, 'anthropic was imported'\n"

@@ -19,10 +19,10 @@ from tests.integration.test_claude_agent import INBOX, TEAM, USER, World, _agent
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.agents import Feedback, InvalidInput
-from wakeful.bot.agents.claude import factory
-from wakeful.bot.agents.claude_prices import PRICES, Price, prices
-from wakeful.bot.config import Config
-from wakeful.bot.loading import make_setup
+from wakeful.bot.builtin.claude import factory
+from wakeful.bot.builtin.claude_prices import PRICES, Price, prices
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import make_setup
 from wakeful.core import metrics
 from wakeful.core.clock import ManualClock
 from wakeful.core.store import Store
@@ -216,7 +216,7 @@ def test_the_price_table_is_one_setting_away() -> None:
     assert table["claude-sonnet-5"] == Price(1, 2, 1.25, 2, 0.1)
     assert table["my-model"].cache_read == 1 and table["my-model"].cache_write_1h == 8
     assert PRICES["claude-sonnet-5"].input == 3  # the table itself is untouched
-    from wakeful.bot.agents.claude_prices import price_of
+    from wakeful.bot.builtin.claude_prices import price_of
 
     assert price_of(PRICES, "claude-sonnet-5-20261001") == PRICES["claude-sonnet-5"]
     assert price_of(PRICES, "claude-test") is None

@@ -19,10 +19,10 @@ from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.gateway import audit_lines, gateway_in_thread, write_config
 from wakeful.agents import InboxId, Message, WebhookDelivery
-from wakeful.bot.agents.claude import ClaudeAgent
-from wakeful.bot.config import Config
-from wakeful.bot.loading import build_runner, make_setup
-from wakeful.bot.zones import ZoneLookup
+from wakeful.bot.builtin.claude import ClaudeAgent
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import build_runner, make_setup
+from wakeful.bot.slack.zones import ZoneLookup
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.store import Store

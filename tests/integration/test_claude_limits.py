@@ -26,10 +26,10 @@ from tests.integration.test_claude_agent import (
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.agents import InboxId, InvalidInput, Message, SpendBudget
-from wakeful.bot.agents.claude import factory
-from wakeful.bot.agents.claude_prices import DEFAULT_BUDGET, Price
-from wakeful.bot.config import Config
-from wakeful.bot.loading import make_setup
+from wakeful.bot.builtin.claude import factory
+from wakeful.bot.builtin.claude_prices import DEFAULT_BUDGET, Price
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import make_setup
 from wakeful.core import metrics
 from wakeful.core.store import Store
 from wakeful.devtools.audit import runs
@@ -326,7 +326,7 @@ def test_the_pages_show_the_lines_as_they_are() -> None:
     from pathlib import Path
 
     from wakeful.agents import OverBudget
-    from wakeful.bot.agents.claude_prompt import over_budget_line
+    from wakeful.bot.builtin.claude_prompt import over_budget_line
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "claude.md").read_text()
     assert over_budget_line(OverBudget("person", 5.02, 5.0)) in page

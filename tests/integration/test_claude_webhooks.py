@@ -20,10 +20,10 @@ from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.webhook_front import OPS, PAY, RecordingSender, Served, serve
 from wakeful.agents import InboxId, Message, Setup
-from wakeful.bot.agents.claude import ClaudeAgent
-from wakeful.bot.agents.conversation import NO_REPLY
-from wakeful.bot.config import Config
-from wakeful.bot.loading import build_runner
+from wakeful.bot.builtin.claude import ClaudeAgent
+from wakeful.bot.builtin.conversation import NO_REPLY
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import build_runner
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.scheduler import Scheduler

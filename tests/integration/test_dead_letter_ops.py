@@ -15,7 +15,7 @@ from tests.acceptance.test_slack_app import pg_schema_url
 from tests.conftest import T0, MakeStore
 from tests.integration.test_metrics import Scripted
 from wakeful.agents import Agent, Message, Run
-from wakeful.bot.cli import main
+from wakeful.bot.commands.cli import main
 from wakeful.core import logs, metrics
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects

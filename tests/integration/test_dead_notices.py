@@ -13,9 +13,9 @@ from prometheus_client import generate_latest
 from tests.conftest import T0, MakeStore
 from tests.support.webhook_front import RecordingSender
 from wakeful.agents import Agent, Command, Message, Run, Tool
-from wakeful.bot.config import Config
-from wakeful.bot.events import Feedback, HomeOpened
-from wakeful.bot.loading import build_runner
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import build_runner
+from wakeful.bot.slack.events import Feedback, HomeOpened
 from wakeful.core import metrics
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher

@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import T0, MakeStore
 from tests.integration.test_outbox import Rig, statuses
-from wakeful.bot.sender import SlackSender, make_client
+from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Message
 from wakeful.core.rules.outbox import Part

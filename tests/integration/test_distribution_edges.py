@@ -26,11 +26,11 @@ from cryptography.fernet import Fernet
 
 from tests.acceptance.test_slack_app import LISTENING
 from tests.support.gateway import ROOT
-from wakeful.bot.config import Config
-from wakeful.bot.distribution import Distribution
-from wakeful.bot.front import SlackFront
-from wakeful.bot.runtime import http_server, serve_in_thread
-from wakeful.bot.scopes import manifest_scopes
+from wakeful.bot.front.wsgi import SlackFront
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.runtime import http_server, serve_in_thread
+from wakeful.bot.slack.distribution import Distribution
+from wakeful.bot.slack.scopes import manifest_scopes
 from wakeful.core.store import Store
 from wakeful.devtools.emulator import EventSender, SlackEmulator
 
@@ -205,7 +205,7 @@ def test_serve_asks_for_the_scopes_of_the_manifest_it_is_given_or_stops_in_one_l
         "WAKEFUL_HOST": "127.0.0.1",
         "WAKEFUL_PORT": "0",
     }
-    serve = [sys.executable, "-S", "-m", "wakeful.bot.cli", "serve", "--no-loops"]
+    serve = [sys.executable, "-S", "-m", "wakeful.bot.commands.cli", "serve", "--no-loops"]
 
     def run(*more: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.test_slack_app import child_env, pg_schema_url, wakeful_cmd
-from wakeful.bot.doctor import Check, report, run_checks
-from wakeful.bot.scopes import required_scopes
+from wakeful.bot.commands.doctor import Check, report, run_checks
+from wakeful.bot.slack.scopes import required_scopes
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import SlackEmulator
 
@@ -270,7 +270,7 @@ def test_a_private_ops_channel_the_bot_is_not_in_is_not_found(emu: SlackEmulator
 def test_an_archived_channel_refuses_posts_as_slack_does(emu: SlackEmulator) -> None:
     from slack_sdk.errors import SlackApiError
 
-    from wakeful.bot.sender import make_client
+    from wakeful.bot.slack.sender import make_client
 
     emu.archive_channel(OPS)
     client = make_client(emu.bot_token, emu.api_url)

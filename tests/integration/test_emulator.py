@@ -623,7 +623,7 @@ def test_suggested_prompts_pin_to_the_messages_tab_without_a_thread_only_in_the_
 def test_feedback_buttons_are_checked_as_the_block_kit_reference_says(
     emu: SlackEmulator, client: WebClient
 ) -> None:
-    from wakeful.bot.blocks import feedback_blocks
+    from wakeful.bot.slack.blocks import feedback_blocks
 
     good = feedback_blocks("Hello " * 1001)  # cut into sections of at most 3,000 characters
     assert [b["type"] for b in good] == ["section", "section", "section", "context_actions"]

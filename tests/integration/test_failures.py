@@ -12,8 +12,8 @@ from typing import Any
 
 from tests.conftest import T0, MakeStore
 from wakeful.agents import Agent, Command, Message, Run, WebhookDelivery
-from wakeful.bot.config import Config
-from wakeful.bot.loading import build_runner
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import build_runner
 from wakeful.core.clock import ManualClock
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.runner import FAILURE_TEXT

@@ -20,7 +20,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from tests.conftest import T0, MakeStore
 from tests.support.approvals import ApprovalRequest
 from tests.support.webhook_front import start_server
-from wakeful.bot.front import EVENTS_PATH, SlackFront
+from wakeful.bot.front.wsgi import EVENTS_PATH, SlackFront
 from wakeful.core.effects import Effects
 from wakeful.core.store import Store
 from wakeful.devtools.audit import count_events

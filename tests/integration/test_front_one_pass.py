@@ -14,9 +14,9 @@ import pytest
 from cryptography.fernet import Fernet
 
 from tests.conftest import T0
-from wakeful.bot.config import Config
-from wakeful.bot.distribution import ALL, Distribution
-from wakeful.bot.front import SlackFront
+from wakeful.bot.front.wsgi import SlackFront
+from wakeful.bot.process.config import Config
+from wakeful.bot.slack.distribution import ALL, Distribution
 from wakeful.core import metrics
 from wakeful.core.store import Store
 from wakeful.core.store.installations import InstallationRow
@@ -211,7 +211,7 @@ def test_every_store_failure_on_a_slack_request_is_the_webhooks_503(
 ) -> None:
     # One answer to a store failure at every HTTP entry: a Slack request meeting a store error
     # other than "unavailable" was a 500 while a webhook delivery meeting it was a 503.
-    from wakeful.bot.store_failures import RETRY
+    from wakeful.bot.front.store_failures import RETRY
     from wakeful.core.errors import StoreError, StoreUnavailable
 
     error = StoreUnavailable("locked") if failure == "unavailable" else StoreError("malformed")

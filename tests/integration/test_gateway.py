@@ -245,7 +245,7 @@ def _db_of(store: Store) -> str:
 def _cli(db: str, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WAKEFUL_DB": db}
     out = subprocess.run(
-        [sys.executable, "-m", "wakeful.bot.cli", "gateway", *args],
+        [sys.executable, "-m", "wakeful.bot.commands.cli", "gateway", *args],
         env=env,
         capture_output=True,
         text=True,

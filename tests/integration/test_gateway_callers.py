@@ -84,7 +84,7 @@ def test_a_caller_must_present_the_token_and_it_is_never_passed_on(
 def _gateway(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     return subprocess.run(
-        [sys.executable, "-m", "wakeful.bot.cli", "gateway", *args],
+        [sys.executable, "-m", "wakeful.bot.commands.cli", "gateway", *args],
         env=full,
         capture_output=True,
         text=True,

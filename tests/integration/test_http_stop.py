@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from wakeful.bot.runtime import http_server, serve_in_thread
+from wakeful.bot.process.runtime import http_server, serve_in_thread
 
 PROMPT = 0.5
 """Well under waitress's 1 s loop timeout, well over what a stop takes (milliseconds)."""

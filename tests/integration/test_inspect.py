@@ -11,7 +11,7 @@ import pytest
 
 from tests.acceptance.test_slack_app import pg_schema_url
 from tests.support.approvals import ApprovalRequest
-from wakeful.bot.cli import main
+from wakeful.bot.commands.cli import main
 from wakeful.core.effects import Effects, Message, Timer
 from wakeful.core.store import open_store
 from wakeful.core.store.probe import latest_version

@@ -22,10 +22,10 @@ from slack_sdk.oauth.installation_store import Installation
 
 from tests.acceptance.test_slack_app import pg_schema_url
 from tests.conftest import T0, need_pg
-from wakeful.bot.config import Config, ConfigError
-from wakeful.bot.installations import StoreInstallations, StoreStates, TokenCipher
-from wakeful.bot.sender import SlackSender, make_client
-from wakeful.bot.workspaces import Workspaces
+from wakeful.bot.process.config import Config, ConfigError
+from wakeful.bot.slack.installations import StoreInstallations, StoreStates, TokenCipher
+from wakeful.bot.slack.sender import SlackSender, make_client
+from wakeful.bot.slack.workspaces import Workspaces
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Message, Timer
 from wakeful.core.errors import TransientSendError
@@ -346,9 +346,9 @@ _REFRESHER = textwrap.dedent(
     """
     import json, os, sys, time
     sys.path.insert(0, {repo!r})
-    from wakeful.bot.installations import StoreInstallations, TokenCipher
-    from wakeful.bot.sender import SlackSender, make_client
-    from wakeful.bot.workspaces import Workspaces
+    from wakeful.bot.slack.installations import StoreInstallations, TokenCipher
+    from wakeful.bot.slack.sender import SlackSender, make_client
+    from wakeful.bot.slack.workspaces import Workspaces
     from wakeful.core.dispatcher import Dispatcher
     from wakeful.core.store import open_store
 
@@ -393,8 +393,8 @@ def doctor_env(emu: SlackEmulator, db: str) -> dict[str, str]:
 def test_the_doctor_checks_every_installations_token_and_scopes(
     emu: SlackEmulator, tmp_path: Path
 ) -> None:
-    from wakeful.bot.doctor import report, run_checks
-    from wakeful.bot.scopes import required_scopes
+    from wakeful.bot.commands.doctor import report, run_checks
+    from wakeful.bot.slack.scopes import required_scopes
 
     db = str(tmp_path / "doctor.db")
     store = open_store(db)
@@ -422,8 +422,8 @@ def test_the_doctor_takes_a_rotating_token_past_its_hours_for_what_it_is(
     doctor says so instead of failing on auth.test's token_expired, and still compares the
     scopes last granted with the manifest's; with no refresh token kept, nothing will refresh
     it, and that fails."""
-    from wakeful.bot.doctor import run_checks
-    from wakeful.bot.scopes import required_scopes
+    from wakeful.bot.commands.doctor import run_checks
+    from wakeful.bot.slack.scopes import required_scopes
 
     every = required_scopes(None)
     assert every
@@ -462,7 +462,7 @@ def test_the_doctor_takes_a_rotating_token_past_its_hours_for_what_it_is(
 def test_a_time_zone_is_read_with_the_token_of_the_runs_workspace(
     store: Store, emu: SlackEmulator
 ) -> None:
-    from wakeful.bot.zones import RUN_TEAM, ZoneLookup
+    from wakeful.bot.slack.zones import RUN_TEAM, ZoneLookup
 
     install(emu, store, "TA")
     install(emu, store, "TB")

@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import T0
 from tests.integration.test_sqlite_write_lock import write_locked
 from tests.support.approvals import ApprovalRequest
-from wakeful.bot.sender import SlackSender, make_client
+from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core import logs, metrics
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
@@ -437,7 +437,7 @@ def test_a_refused_web_api_call_is_counted_under_its_method(url: str, method: st
     from slack_sdk.errors import SlackApiError
     from slack_sdk.web.slack_response import SlackResponse
 
-    from wakeful.bot.sender import count_error
+    from wakeful.bot.slack.sender import count_error
 
     refused = Delta("wakeful_slack_api_errors_total", method=method, error="invalid_arguments")
     response = SlackResponse(

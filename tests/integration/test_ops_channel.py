@@ -13,7 +13,7 @@ import re
 import pytest
 
 from tests.conftest import T0, MakeStore
-from wakeful.bot.sender import SlackSender, make_client
+from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Effects, Message

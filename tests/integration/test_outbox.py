@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import T0
 from tests.support.approvals import ApprovalRequest
-from wakeful.bot.kinds import SLACK_TEXT_LIMIT
+from wakeful.bot.slack.kinds import SLACK_TEXT_LIMIT
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Effects, Message

@@ -20,8 +20,8 @@ import pytest
 from tests.conftest import PG_DSN, T0
 from tests.support.gateway import new_token, write_config
 from tests.support.tcp_proxy import TcpProxy
-from wakeful.bot.config import Config
-from wakeful.bot.runtime import open_configured_store
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.runtime import open_configured_store
 from wakeful.core.errors import StoreUnavailable
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.audit import count_events
@@ -150,7 +150,7 @@ def test_a_process_started_while_the_server_refuses_waits_for_it_and_migrates(
                 "WAKEFUL_GATEWAY_TOKEN": new_token(),  # a gateway on TCP needs one
             }
             proc = subprocess.Popen(
-                [sys.executable, "-m", "wakeful.bot.cli", *args],
+                [sys.executable, "-m", "wakeful.bot.commands.cli", *args],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.conftest import T0
 from tests.support.agents import refund_desk
-from wakeful.bot.agents.common import SESSION_RESET
+from wakeful.bot.builtin.common import SESSION_RESET
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import SessionUnusable
@@ -190,7 +190,7 @@ def test_the_operator_sees_the_set_aside_session_in_dead_letters(store: Store) -
         db = f"{store.db.dsn}?options=-csearch_path%3D{store.db.schema}"  # type: ignore[attr-defined]
     env = {k: v for k, v in os.environ.items() if not k.startswith("WAKEFUL_")}
     done = subprocess.run(
-        [sys.executable, "-m", "wakeful.bot.cli", "dead-letters", "--db", db],
+        [sys.executable, "-m", "wakeful.bot.commands.cli", "dead-letters", "--db", db],
         capture_output=True,
         text=True,
         env=env,

@@ -41,7 +41,7 @@ def wakeful(*args: str, db: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WAKEFUL_", "SLACK_"))}
     env.update(WAKEFUL_DB=str(db), PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, "-m", "wakeful.bot.cli", *args],
+        [sys.executable, "-m", "wakeful.bot.commands.cli", *args],
         env=env,
         capture_output=True,
         text=True,

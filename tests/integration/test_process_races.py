@@ -83,7 +83,7 @@ def _fleet(role: str, n: int, env: dict[str, str]) -> list[subprocess.Popen[byte
     cmd = [
         sys.executable,
         "-m",
-        "wakeful.bot.cli",
+        "wakeful.bot.commands.cli",
         "--log-level",
         "WARNING",
         role,

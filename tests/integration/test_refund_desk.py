@@ -23,10 +23,10 @@ import pytest
 
 from tests.conftest import T0, MakeStore
 from wakeful.agents import Agent, ApprovalAnswer, InvalidInput, Message, Run, Setup, Tool
-from wakeful.bot.agents.refund_desk import RefundDesk
-from wakeful.bot.config import Config
-from wakeful.bot.loading import build_runner, make_setup
-from wakeful.bot.zones import ZoneLookup
+from wakeful.bot.builtin.refund_desk import RefundDesk
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import build_runner, make_setup
+from wakeful.bot.slack.zones import ZoneLookup
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.inbox_id import InboxId

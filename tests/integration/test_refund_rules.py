@@ -30,13 +30,13 @@ from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.agents import Message, Setup
 from wakeful.agents.testing import Harness
-from wakeful.bot.agents.claude import ClaudeAgent
-from wakeful.bot.agents.claude_tools import TOOL_SPECS
-from wakeful.bot.agents.common import MIN_DIGEST_SECONDS
-from wakeful.bot.agents.refund_desk import RefundDesk
-from wakeful.bot.config import Config
-from wakeful.bot.env_values import ConfigError
-from wakeful.bot.loading import build_runner, make_setup
+from wakeful.bot.builtin.claude import ClaudeAgent
+from wakeful.bot.builtin.claude_tools import TOOL_SPECS
+from wakeful.bot.builtin.common import MIN_DIGEST_SECONDS
+from wakeful.bot.builtin.refund_desk import RefundDesk
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.env_values import ConfigError
+from wakeful.bot.process.loading import build_runner, make_setup
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.inbox_id import InboxId

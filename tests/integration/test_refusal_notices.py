@@ -1,4 +1,4 @@
-"""A post Slack refuses for good is told once to the person who caused it (bot/refusals.py):
+"""A post Slack refuses for good is told once to the person who caused it (bot/slack/refusals.py):
 the real Dispatcher and SlackSender, a real store, the emulator refusing as Slack does."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import T0, MakeStore
-from wakeful.bot.refusals import notice_text
-from wakeful.bot.sender import SlackSender, make_client
+from wakeful.bot.slack.refusals import notice_text
+from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Message

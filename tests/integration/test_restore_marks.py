@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from tests.conftest import T0, MakeStore
-from wakeful.bot.sender import SlackSender, make_client
+from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import ApprovalRequest, Effects, Message

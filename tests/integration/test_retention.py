@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import T0, MakeStore
 from tests.support.approvals import ApprovalRequest
-from wakeful.bot.config import Config, ConfigError
+from wakeful.bot.process.config import Config, ConfigError
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import Effects, Message
 from wakeful.core.errors import InvalidInput

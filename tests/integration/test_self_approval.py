@@ -18,10 +18,10 @@ import pytest
 from tests.conftest import T0, MakeStore
 from tests.support.approvals import ApprovalRequest
 from tests.support.webhook_front import start_server
-from wakeful.bot.agents.refund_desk import RefundDesk
-from wakeful.bot.config import Config
-from wakeful.bot.front import EVENTS_PATH, SlackFront
-from wakeful.bot.loading import build_runner
+from wakeful.bot.builtin.refund_desk import RefundDesk
+from wakeful.bot.front.wsgi import EVENTS_PATH, SlackFront
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import build_runner
 from wakeful.core.effects import Effects
 from wakeful.core.records import Answered
 from wakeful.core.store import Store
@@ -165,7 +165,7 @@ def test_the_home_tab_shows_the_prompt_as_the_conversation_does(
 ) -> None:
     """The requester's Home tab lists their open approval with the prompt's own blocks: with
     self-approval off they say a second person must answer, as the posted prompt does."""
-    from wakeful.bot.home import build_view
+    from wakeful.bot.slack.home import build_view
 
     store = make_store(self_approval=self_approval)
     ask(store)

@@ -17,7 +17,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.slack_response import SlackResponse
 
 from tests.conftest import T0, MakeStore
-from wakeful.bot.sender import EVENT_TYPE, SlackSender, classify, make_client
+from wakeful.bot.slack.sender import EVENT_TYPE, SlackSender, classify, make_client
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Message

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0, MakeStore
-from wakeful.bot.sender import SlackSender, make_client
+from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core import metrics
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
@@ -151,7 +151,7 @@ def test_a_permanent_refusal_parks_the_row_with_its_reason_and_tells_the_operato
 def test_cant_update_message_parks_the_rewrite_and_keeps_the_prompt(
     make_store: MakeStore, emu: SlackEmulator
 ) -> None:
-    from wakeful.bot.sender import PermanentSendError
+    from wakeful.bot.slack.sender import PermanentSendError
     from wakeful.core.rules.outbox import Part
 
     theirs = emu.add_message("C1", "U7", "not the bot's")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from slack_sdk.socket_mode.request import SocketModeRequest
 
-from wakeful.bot.front import SlackFront
+from wakeful.bot.front.wsgi import SlackFront
 from wakeful.core.errors import StoreUnavailable
 from wakeful.core.events import Command
 from wakeful.core.runner import typed
@@ -99,7 +99,7 @@ def test_serve_reports_a_socket_mode_connection_failure_in_one_line(tmp_path: Pa
         }
         env.pop("SLACK_SIGNING_SECRET", None)
         out = subprocess.run(
-            [sys.executable, "-m", "wakeful.bot.cli", "--log-level", "ERROR", "serve"],
+            [sys.executable, "-m", "wakeful.bot.commands.cli", "--log-level", "ERROR", "serve"],
             env=env,
             cwd=tmp_path,
             capture_output=True,

@@ -22,8 +22,8 @@ from wakeful.agents import (
     Tool,
     step_key,
 )
-from wakeful.bot.config import Config
-from wakeful.bot.loading import build_runner
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import build_runner
 from wakeful.core.clock import ManualClock
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.store import Store

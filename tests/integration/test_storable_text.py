@@ -26,8 +26,8 @@ from tests.support.webhook_front import (
     RecordingSender,
     start_server,
 )
-from wakeful.bot.config import WebhookSource
-from wakeful.bot.front import EVENTS_PATH, SlackFront
+from wakeful.bot.front.wsgi import EVENTS_PATH, SlackFront
+from wakeful.bot.process.config import WebhookSource
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Effects, Message, Timer

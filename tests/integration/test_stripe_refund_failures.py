@@ -21,10 +21,10 @@ from tests.conftest import T0
 from tests.support.chaos import free_port
 from tests.support.gateway import gateway_in_thread, write_config
 from wakeful.agents import Setup, ToolFailed, ToolUnavailable
-from wakeful.bot.agents.stripe_refunds import RefundUnavailable, StripeRefunds
-from wakeful.bot.config import Config
-from wakeful.bot.loading import make_setup
-from wakeful.bot.zones import ZoneLookup
+from wakeful.bot.builtin.stripe_refunds import RefundUnavailable, StripeRefunds
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import make_setup
+from wakeful.bot.slack.zones import ZoneLookup
 from wakeful.core.clock import ManualClock
 from wakeful.core.store import Store
 from wakeful.devtools.fake_stripe import FakeStripe

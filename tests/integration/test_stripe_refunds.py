@@ -22,10 +22,10 @@ from tests.conftest import T0
 from tests.integration.test_refund_desk import BOSS, INBOX, TEAM, USER, RecordingSender
 from tests.support.gateway import audit_lines, gateway_in_thread, write_config
 from wakeful.agents import Message, Tool, WebhookDelivery
-from wakeful.bot.agents.refund_desk import RefundDesk
-from wakeful.bot.config import Config
-from wakeful.bot.loading import build_runner, make_setup
-from wakeful.bot.zones import ZoneLookup
+from wakeful.bot.builtin.refund_desk import RefundDesk
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import build_runner, make_setup
+from wakeful.bot.slack.zones import ZoneLookup
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.inbox_id import InboxId

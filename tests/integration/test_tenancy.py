@@ -29,12 +29,12 @@ from tests.support.approvals import ApprovalRequest
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.webhook_front import start_server
 from wakeful.agents import Agent, Command, Message, Run, Setup, Tool
-from wakeful.bot.agents.claude import ClaudeAgent
-from wakeful.bot.agents.refund_desk import ONLY_APPROVERS, RefundDesk
-from wakeful.bot.config import Config
-from wakeful.bot.events import HomeOpened
-from wakeful.bot.front import EVENTS_PATH, SlackFront
-from wakeful.bot.loading import build_runner
+from wakeful.bot.builtin.claude import ClaudeAgent
+from wakeful.bot.builtin.refund_desk import ONLY_APPROVERS, RefundDesk
+from wakeful.bot.front.wsgi import EVENTS_PATH, SlackFront
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import build_runner
+from wakeful.bot.slack.events import HomeOpened
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Effects

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import T0, MakeStore
 from tests.integration.test_refund_desk import INBOX, Desk
 from wakeful.agents import Agent, Conversation, Message, Run, Timer, Tool
-from wakeful.bot.config import Config, ConfigError
+from wakeful.bot.process.config import Config, ConfigError
 from wakeful.core.clock import ManualClock
 from wakeful.core.effects import ApprovalRequest, Effects
 from wakeful.core.effects import Message as Post

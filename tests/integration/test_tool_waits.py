@@ -25,8 +25,8 @@ from wakeful.agents import (
     ToolFailed,
     ToolUnavailable,
 )
-from wakeful.bot.config import Config
-from wakeful.bot.loading import build_runner
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import build_runner
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.inbox_id import InboxId

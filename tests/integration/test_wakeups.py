@@ -14,9 +14,9 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 
 from tests.conftest import T0
 from tests.support.agents import refund_desk
-from wakeful.bot.config import Config
-from wakeful.bot.front import SlackFront
-from wakeful.bot.runtime import Runtime
+from wakeful.bot.front.wsgi import SlackFront
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.runtime import Runtime
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.loops import Wakeup

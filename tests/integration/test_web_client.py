@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from slack_sdk.errors import SlackApiError
 
-from wakeful.bot.sender import make_client
+from wakeful.bot.slack.sender import make_client
 
 
 class _Counting(ThreadingHTTPServer):

@@ -23,7 +23,7 @@ from tests.support.webhook_front import (
     RecordingSender,
     serve,
 )
-from wakeful.bot.config import WebhookSource
+from wakeful.bot.process.config import WebhookSource
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.inbox_id import InboxId

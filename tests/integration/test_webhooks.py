@@ -28,8 +28,8 @@ from tests.support.webhook_front import (
     Served,
     serve,
 )
-from wakeful.bot.front import BODY_CAP
-from wakeful.bot.webhooks import STRIPE_TOLERANCE
+from wakeful.bot.front.webhooks import STRIPE_TOLERANCE
+from wakeful.bot.front.wsgi import BODY_CAP
 from wakeful.core import metrics
 from wakeful.core.events import WebhookDelivery
 from wakeful.core.inbox_id import InboxId

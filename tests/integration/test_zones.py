@@ -17,7 +17,7 @@ from slack_sdk import WebClient
 
 from tests.conftest import T0
 from tests.integration.test_refund_desk import INBOX, USER, Desk
-from wakeful.bot.zones import ZoneLookup
+from wakeful.bot.slack.zones import ZoneLookup
 from wakeful.core.store import Store
 from wakeful.devtools.emulator import SlackEmulator
 

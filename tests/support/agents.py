@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from wakeful.agents import Agent, Message, Run, Setup
-from wakeful.bot.agents.refund_desk import RefundDesk
-from wakeful.bot.config import Config
-from wakeful.bot.loading import make_setup
+from wakeful.bot.builtin.refund_desk import RefundDesk
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import make_setup
 from wakeful.core.clock import Clock, wall_clock
 from wakeful.core.store import Store
 

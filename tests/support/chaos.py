@@ -124,7 +124,7 @@ class Fleet:
         self.own_env: dict[str, dict[str, str]] = {}
         self.port = port
         self.workdir = workdir
-        wakeful = [sys.executable, "-m", "wakeful.bot.cli", "--log-level", "WARNING"]
+        wakeful = [sys.executable, "-m", "wakeful.bot.commands.cli", "--log-level", "WARNING"]
         self.commands = {
             "app": [*wakeful, "serve", "--no-loops", "--port", str(port), "--host", "127.0.0.1"],
             "worker-1": [*wakeful, "worker", "--poll", "0.2"],

@@ -7,7 +7,7 @@ user's own agent is: a factory of `wakeful.agents.Setup`.
 from __future__ import annotations
 
 from wakeful.agents import Agent, Message, Run, Setup
-from wakeful.bot.agents.refund_desk import RefundDesk
+from wakeful.bot.builtin.refund_desk import RefundDesk
 
 POISON = "poison pill"
 

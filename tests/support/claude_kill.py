@@ -19,8 +19,8 @@ from typing import Any
 import anthropic
 
 from wakeful.agents import Run, Setup
-from wakeful.bot.agents.claude import ClaudeAgent
-from wakeful.bot.agents.claude import factory as claude_factory
+from wakeful.bot.builtin.claude import ClaudeAgent
+from wakeful.bot.builtin.claude import factory as claude_factory
 
 
 def _kill(mark: Path) -> None:

@@ -27,7 +27,7 @@ from cryptography.fernet import Fernet
 from slack_sdk.oauth.installation_store import Installation
 
 from tests.support.approvals import ApprovalRequest
-from wakeful.bot.installations import StoreInstallations, TokenCipher
+from wakeful.bot.slack.installations import StoreInstallations, TokenCipher
 from wakeful.core.effects import Effects, Message, RunTiming, Timer, ToolWait
 from wakeful.core.records import Claim, ProcessRecord
 from wakeful.core.store import Store, open_store

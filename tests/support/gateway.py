@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wakeful.bot.gateway_serve import _server
-from wakeful.bot.runtime import serve_in_thread
+from wakeful.bot.gateway.serve import _server
+from wakeful.bot.process.runtime import serve_in_thread
 from wakeful.core.gateway.audit import AuditLog, Metrics
 from wakeful.core.gateway.client import Gateway
 from wakeful.core.gateway.config import TOKEN, load
@@ -147,7 +147,7 @@ class GatewayProcess:
         if token is None:
             token = env.get(TOKEN) or _TOKENS.setdefault(str(config), new_token())
         self.token = token
-        cmd = [sys.executable, "-m", "wakeful.bot.cli", "gateway", "--config", str(config)]
+        cmd = [sys.executable, "-m", "wakeful.bot.commands.cli", "gateway", "--config", str(config)]
         full = {**os.environ, "PYTHONPATH": str(ROOT), **env, "WAKEFUL_DB": db}
         full[TOKEN] = self.token
         self.out = open(log, "ab")  # noqa: SIM115 (kept open for the process's life)

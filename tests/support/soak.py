@@ -119,7 +119,7 @@ def run_soak(soak: Soak, workdir: Path, report: Path | None = None) -> Soak:
     }
     log = open(workdir / "serve.log", "w")  # noqa: SIM115
     app = subprocess.Popen(
-        [sys.executable, "-m", "wakeful.bot.cli", "serve"],
+        [sys.executable, "-m", "wakeful.bot.commands.cli", "serve"],
         env=env,
         cwd=workdir,
         stdout=subprocess.PIPE,

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tests.conftest import T0
-from wakeful.bot.config import WebhookSource
-from wakeful.bot.front import SlackFront
-from wakeful.bot.runtime import http_server, serve_in_thread
+from wakeful.bot.front.wsgi import SlackFront
+from wakeful.bot.process.config import WebhookSource
+from wakeful.bot.process.runtime import http_server, serve_in_thread
 from wakeful.core.clock import ManualClock
 from wakeful.core.rules.outbox import Part
 from wakeful.core.store import Store

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from wakeful.bot import cli
-from wakeful.bot.config import Config, ConfigError, log_level
+from wakeful.bot.commands import cli
+from wakeful.bot.process.config import Config, ConfigError, log_level
 
 BASE = {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s"}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from wakeful.bot.agents.claude_prices import PRICES
+from wakeful.bot.builtin.claude_prices import PRICES
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "claude.md").read_text()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wakeful.bot.config import Config, ConfigError
+from wakeful.bot.process.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs/distributing.md").read_text()
@@ -23,7 +23,7 @@ def test_the_sample_refusal_is_what_wakeful_prints() -> None:
 
 
 def test_every_setting_in_the_table_is_read() -> None:
-    source = (ROOT / "bot/config.py").read_text()
+    source = (ROOT / "bot/process/config.py").read_text()
     table = [line for line in DOC.splitlines() if line.startswith("| `")]
     names = {n for line in table for n in re.findall(r"`([A-Z][A-Z_]+)`", line.split("|")[1])}
     assert len(names) >= 8

@@ -34,7 +34,7 @@ from tests.acceptance.test_slack_app import (
 )
 from tests.support import full_store
 from tests.support.doc_samples import PAGES, ROOT, Sample, check, normalise, samples
-from wakeful.bot.scopes import required_scopes
+from wakeful.bot.slack.scopes import required_scopes
 from wakeful.devtools.audit import count_events
 from wakeful.devtools.emulator import SlackEmulator
 

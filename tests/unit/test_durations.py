@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wakeful.bot.config import DURATIONS, Config, ConfigError
+from wakeful.bot.process.config import DURATIONS, Config, ConfigError
 from wakeful.core.errors import InvalidInput
 from wakeful.core.settings import parse_duration
 
@@ -100,6 +100,6 @@ def test_fractions_only_where_a_setting_takes_them() -> None:
 
 def test_no_setting_reads_a_duration_its_own_way() -> None:
     # one parser: config.py has no second unit table or duration pattern of its own
-    source = (Path(__file__).resolve().parents[2] / "bot" / "config.py").read_text()
+    source = (Path(__file__).resolve().parents[2] / "bot" / "process" / "config.py").read_text()
     assert not re.search(r"[\"']d[\"']\s*:\s*(DAY|86)", source)
     assert "parse_duration" in source

@@ -66,7 +66,7 @@ def test_no_production_module_is_over_500_lines(folder: str) -> None:
     assert not {p: n for p, n in sizes.items() if n > 500}
 
 
-AGENT_MODULES = sorted((ROOT / "bot" / "agents").glob("*.py")) + sorted(
+AGENT_MODULES = sorted((ROOT / "bot" / "builtin").glob("*.py")) + sorted(
     (ROOT / "examples").glob("*.py")
 )
 
@@ -74,8 +74,8 @@ AGENT_MODULES = sorted((ROOT / "bot" / "agents").glob("*.py")) + sorted(
 @pytest.mark.parametrize("path", AGENT_MODULES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_built_in_agents_and_the_examples_use_the_public_api_alone(path: Path) -> None:
     """Dogfooding: the refund desk, the Claude agent and the examples are written on
-    `wakeful.agents` as a user's agent is (their shared helpers in bot/agents too)."""
-    own = ("wakeful.agents", "wakeful.bot.agents")
+    `wakeful.agents` as a user's agent is (their shared helpers in bot/builtin too)."""
+    own = ("wakeful.agents", "wakeful.bot.builtin")
     bad = [m for m, _ in imports(path) if m.startswith("wakeful") and not m.startswith(own)]
     assert not bad, f"{path} imports {bad}"
 
@@ -93,7 +93,7 @@ def test_every_public_name_of_the_agent_api_says_what_it_is() -> None:
 
 
 def test_the_engine_alone_knows_only_its_own_outbox_kinds() -> None:
-    """No Slack surface is named in core: the edge registers them (bot/kinds.py)."""
+    """No Slack surface is named in core: the edge registers them (bot/slack/kinds.py)."""
     import subprocess
     import sys
 

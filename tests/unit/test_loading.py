@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from wakeful.bot.config import Config, ConfigError
-from wakeful.bot.loading import build_runner, load_factory
+from wakeful.bot.process.config import Config, ConfigError
+from wakeful.bot.process.loading import build_runner, load_factory
 from wakeful.core.store import open_store
 
 FOLDER = str(Path(__file__).resolve().parents[1] / "fixtures" / "agents")
@@ -65,7 +65,7 @@ def test_wakeful_worker_refuses_an_old_style_factory_in_one_line(tmp_path: Path)
         "WAKEFUL_AGENT_PATH": FOLDER,
     }
     done = subprocess.run(
-        [sys.executable, "-m", "wakeful.bot.cli", "worker"],
+        [sys.executable, "-m", "wakeful.bot.commands.cli", "worker"],
         env=env,
         capture_output=True,
         text=True,

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from wakeful.bot import payloads
-from wakeful.bot.scopes import METHOD_SCOPES
+from wakeful.bot.front import payloads
+from wakeful.bot.slack.scopes import METHOD_SCOPES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "tests/fixtures/slack_manifest_schema.json").read_text())
@@ -133,7 +133,7 @@ def distribution_manifest() -> dict[str, Any]:
 
 
 def test_the_distribution_lines_are_there_commented_out_and_valid_when_on() -> None:
-    from wakeful.bot.front import REDIRECT_PATH
+    from wakeful.bot.front.wsgi import REDIRECT_PATH
 
     default = manifest()
     assert "redirect_urls" not in default["oauth_config"]

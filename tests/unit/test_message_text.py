@@ -4,7 +4,7 @@ and rows stored before `raw_text` existed still decode, their text as it was sto
 
 from __future__ import annotations
 
-from wakeful.bot import payloads
+from wakeful.bot.front import payloads
 from wakeful.core.events import WIRE_VERSION, Message, decode
 
 

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 from cryptography.fernet import Fernet
 
-from wakeful.bot.config import Config, ConfigError
-from wakeful.bot.kinds import SLACK_TEXT_LIMIT
+from wakeful.bot.process.config import Config, ConfigError
+from wakeful.bot.slack.kinds import SLACK_TEXT_LIMIT
 from wakeful.core import kinds
 from wakeful.core.errors import InvalidInput
 from wakeful.core.inbox_id import InboxId

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import T0
-from wakeful.bot.kinds import SLACK_BLOCK_LIMIT, SLACK_TEXT_LIMIT
+from wakeful.bot.slack.kinds import SLACK_BLOCK_LIMIT, SLACK_TEXT_LIMIT
 from wakeful.core.records import OutboxRow
 from wakeful.core.rules.outbox import SEPARATOR, plan_parts, ready
 

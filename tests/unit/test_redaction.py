@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from wakeful.bot.config import Config, ConfigError, secret_values
+from wakeful.bot.process.config import Config, ConfigError, secret_values
 from wakeful.core import logs
 
 PG_PASSWORD = "pg-QUERY-password-7"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from wakeful.bot.scopes import manifest_scopes, required_scopes
+from wakeful.bot.slack.scopes import manifest_scopes, required_scopes
 
 ROOT = Path(__file__).resolve().parents[2]
 

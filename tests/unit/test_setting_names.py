@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from wakeful.bot.setting_names import KNOWN, unknown_settings
+from wakeful.bot.process.setting_names import KNOWN, unknown_settings
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = re.compile(r"\bWAKEFUL_[A-Z0-9_]*[A-Z0-9]\b")

@@ -9,7 +9,7 @@ import logging
 import pytest
 from slack_sdk.signature import Clock
 
-from wakeful.bot.signature import RequestSignature
+from wakeful.bot.front.signature import RequestSignature
 from wakeful.devtools.emulator import EventSender
 
 SECRET = "the-app-s-signing-secret"

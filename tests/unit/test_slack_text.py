@@ -30,15 +30,15 @@ from tests.conftest import T0
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.agents import Conversation, Setup
-from wakeful.bot.agents.claude import ClaudeAgent
-from wakeful.bot.agents.common import DIGEST, status_text
-from wakeful.bot.agents.refund_desk import MENTION, RefundDesk
-from wakeful.bot.agents.webhook_report import TITLE_CAP, report_line
-from wakeful.bot.config import Config
-from wakeful.bot.home import build_view, default_home
-from wakeful.bot.loading import build_runner
-from wakeful.bot.slack_text import addressed, inert
-from wakeful.bot.surfaces import SlackApprovals
+from wakeful.bot.builtin.claude import ClaudeAgent
+from wakeful.bot.builtin.common import DIGEST, status_text
+from wakeful.bot.builtin.refund_desk import MENTION, RefundDesk
+from wakeful.bot.builtin.webhook_report import TITLE_CAP, report_line
+from wakeful.bot.process.config import Config
+from wakeful.bot.process.loading import build_runner
+from wakeful.bot.slack.home import build_view, default_home
+from wakeful.bot.slack.surfaces import SlackApprovals
+from wakeful.bot.slack.text import addressed, inert
 from wakeful.core import events as ev
 from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
 from wakeful.core.query import Query

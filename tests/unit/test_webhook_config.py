@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from wakeful.bot.config import Config, ConfigError, WebhookSource
+from wakeful.bot.process.config import Config, ConfigError, WebhookSource
 
 BASE = {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s"}
 STRIPE = "whsec_abc"

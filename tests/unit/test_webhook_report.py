@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from wakeful.agents import WebhookDelivery
-from wakeful.bot.agents.webhook_report import TITLE_CAP, report_line
+from wakeful.bot.builtin.webhook_report import TITLE_CAP, report_line
 from wakeful.devtools.webhooks import github_payload, stripe_event
 
 

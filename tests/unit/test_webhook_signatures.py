@@ -9,8 +9,7 @@ import hmac
 import pytest
 
 from tests.conftest import T0
-from wakeful.bot.config import WebhookSource
-from wakeful.bot.webhooks import (
+from wakeful.bot.front.webhooks import (
     STRIPE_TOLERANCE,
     Rejected,
     parse_body,
@@ -18,6 +17,7 @@ from wakeful.bot.webhooks import (
     sha256_signature_problem,
     stripe_signature_problem,
 )
+from wakeful.bot.process.config import WebhookSource
 
 SECRET = "whsec_unit_test_secret"
 BODY = b'{\n  "id": "evt_test_webhook",\n  "object": "event",\n  "type": "charge.succeeded"\n}'

@@ -1,0 +1,211 @@
+"""Claude's model calls: each request with its prompt-cache breakpoints, each call a durable step
+of its run, and what each one cost.
+
+**Caching.** The request is tools, then the system prompt, then the conversation. Up to three
+breakpoints (the API takes four): the end of the system prompt (the stable prefix: tools and
+system), the last turn of the saved history (what the previous run left), and the newest turn
+(so the next call of the same run, after a tool, reads everything before it). All of one run's
+breakpoints share its TTL: WAKEFUL_CLAUDE_CACHE_TTL (`5m`, `1h` or `off`), except a run woken by a
+digest timer firing at most an hour apart, which writes with `1h` so the next digest reads it.
+
+**Durable calls.** Each call of a run is a step keyed by the run's events and the call's index
+(`run.step(..., replay=True)`): its answer, the turn it was sent after, and the run's time are
+recorded as the answer arrives. A retried run (a worker killed between calls) gets the recorded
+answers back in order, replays the recorded tool results with them, and makes only the calls it
+had not made. Like any step this is at-least-once: a worker killed after the answer arrived and
+before it was recorded pays for that one call again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import anthropic
+
+from wakeful.agents import Event, InvalidInput, ModelUsage, OverBudget, Run, SpendBudget
+from wakeful.bot.builtin.claude_prices import Price
+from wakeful.bot.builtin.common import unusable_session
+from wakeful.bot.builtin.conversation import Turn
+
+CACHE_TTLS = ("5m", "1h", "off")
+DIGEST_LONG_TTL = 3600
+"""A digest timer firing at most this many seconds apart writes the cache with the 1-hour TTL."""
+_NOT_MARKABLE = ("thinking", "redacted_thinking")
+
+
+class ModelUnavailable(RuntimeError):
+    """The Messages API failed (429, 529, 5xx, timeout, connection): the run fails, so the
+    worker retries its events with backoff and counts the attempt."""
+
+
+class BudgetSpent(Exception):
+    """A spend budget is spent (`Run.over_budget`): no call was made, and the run says so."""
+
+    def __init__(self, over: OverBudget) -> None:
+        super().__init__(f"{over.scope} budget spent")
+        self.over = over
+
+
+def cache_ttl(setting: str) -> str:
+    """WAKEFUL_CLAUDE_CACHE_TTL, checked: `5m` (the default), `1h` or `off`."""
+    value = setting.strip().lower() or "5m"
+    if value not in CACHE_TTLS:
+        raise InvalidInput(f"WAKEFUL_CLAUDE_CACHE_TTL must be 5m, 1h or off, got {setting!r}")
+    return value
+
+
+def batch_key(events: Sequence[Event]) -> str:
+    """The run's events by their source keys: the same in every retry of the same batch."""
+    raw = "\x1f".join(f"{e.source}\x1e{e.key}" for e in events)
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _marked(block: dict[str, Any], ttl: str) -> dict[str, Any]:
+    control: dict[str, Any] = {"type": "ephemeral"}
+    if ttl != "5m":
+        control["ttl"] = ttl
+    return {**block, "cache_control": control}
+
+
+def _mark_last(turn: Turn, ttl: str) -> Turn:
+    content = [dict(b) for b in turn.get("content") or []]
+    for i in range(len(content) - 1, -1, -1):
+        if content[i].get("type") not in _NOT_MARKABLE:
+            content[i] = _marked(content[i], ttl)
+            break
+    return {**turn, "content": content}
+
+
+def build_request(
+    system: str, turns: list[Turn], history_end: int, ttl: str
+) -> tuple[list[dict[str, Any]], list[Turn]]:
+    """The system blocks and messages of one request with their breakpoints (`off`: none).
+    `history_end` is the index of the last saved turn (-1: none); the saved turns themselves
+    are never changed."""
+    if ttl == "off":
+        return [{"type": "text", "text": system}], turns
+    messages = list(turns)
+    last = len(messages) - 1
+    if 0 <= history_end < last:
+        messages[history_end] = _mark_last(messages[history_end], ttl)
+    if last >= 0:
+        messages[last] = _mark_last(messages[last], ttl)
+    return [_marked({"type": "text", "text": system}, ttl)], messages
+
+
+@dataclass
+class Answer:
+    """One call's answer as the run uses it."""
+
+    message: anthropic.types.Message
+    sent: Turn
+    """The turn the call was sent after (a replay gets the one first sent)."""
+    now: int
+    """The run's time when the call was first made."""
+    replayed: bool
+
+
+@dataclass
+class ModelCaller:
+    """Makes (or replays) the calls of one agent's runs."""
+
+    client: anthropic.Anthropic
+    model: str
+    max_tokens: int
+    timeout: float
+    system: str
+    tools: list[dict[str, Any]]
+    price: Price | None
+    budget: SpendBudget = field(default_factory=SpendBudget)
+    """WAKEFUL_CLAUDE_BUDGET_PER_PERSON_DAY / _PER_WORKSPACE_DAY, asked before each call made."""
+
+    def call(
+        self, run: Run, index: int, turns: list[Turn], history_end: int, ttl: str, now: int
+    ) -> Answer:
+        """Call `index` of this run: the recorded answer when a retry finds one, else made
+        now and recorded as it arrives. Raises BudgetSpent, calling nothing, when a call
+        would be made over a spend budget (a replay costs nothing, and is not asked)."""
+        name = f"claude:{batch_key(run.events)}:call:{index}"
+        made: list[bool] = []
+
+        def make(key: str) -> dict[str, Any]:
+            if (over := run.over_budget(self.budget)) is not None:
+                raise BudgetSpent(over)
+            message = self._create(turns, history_end, ttl)
+            made.append(True)
+            run.record_usage(self._usage(message, ttl))
+            return {
+                "sent": turns[-1],
+                "now": now,
+                "model": self.model,
+                "message": message.model_dump(mode="json", exclude_none=True),
+            }
+
+        recorded = run.step(name, make, cause=run.events[0], replay=True)
+        if not made:
+            run.record_usage(ModelUsage.replay(str(recorded.get("model") or self.model)))
+        return Answer(
+            message=anthropic.types.Message.model_validate(recorded["message"]),
+            sent=cast(Turn, recorded["sent"]),
+            now=int(recorded["now"]),
+            replayed=not made,
+        )
+
+    def _create(self, turns: list[Turn], history_end: int, ttl: str) -> anthropic.types.Message:
+        system, messages = build_request(self.system, turns, history_end, ttl)
+        try:
+            return self.client.messages.create(
+                model=self.model,
+                max_tokens=self.max_tokens,
+                system=cast(Any, system),
+                messages=cast(Any, messages),
+                tools=cast(Any, self.tools),
+            )
+        except (anthropic.BadRequestError, anthropic.RequestTooLargeError) as exc:
+            # The request is the saved conversation plus this batch's text: when the API
+            # refuses it as malformed or too large, the conversation is what is wrong.
+            raise unusable_session(
+                f"the Claude API refused the saved conversation ({exc.status_code}: "
+                f"{_error_type(exc)})"
+            ) from exc
+        except anthropic.APIStatusError as exc:
+            kind = _error_type(exc)
+            raise ModelUnavailable(
+                f"Claude API answered {exc.status_code}" + (f" ({kind})" if kind else "")
+            ) from exc
+        except anthropic.APITimeoutError as exc:
+            raise ModelUnavailable(f"Claude API timed out after {self.timeout:g} s") from exc
+        except anthropic.APIConnectionError as exc:
+            raise ModelUnavailable(f"Claude API unreachable: {exc}") from exc
+
+    def _usage(self, message: anthropic.types.Message, ttl: str) -> ModelUsage:
+        """The call's tokens by kind and its estimated cost (cache writes priced by the TTL
+        the API says they went to, else the one asked for)."""
+        u = message.usage
+        written = int(u.cache_creation_input_tokens or 0)
+        split = u.cache_creation
+        if split is not None:
+            w5, w1 = int(split.ephemeral_5m_input_tokens), int(split.ephemeral_1h_input_tokens)
+        else:
+            w5, w1 = (0, written) if ttl == "1h" else (written, 0)
+        read = int(u.cache_read_input_tokens or 0)
+        given, output = int(u.input_tokens), int(u.output_tokens)
+        cost = None if self.price is None else self.price.cost(given, output, w5, w1, read)
+        return ModelUsage(
+            self.model,
+            input=given,
+            output=output,
+            cache_write=written,
+            cache_read=read,
+            cost=cost,
+        )
+
+
+def _error_type(exc: anthropic.APIStatusError) -> str | None:
+    """The API's own name for the failure (`invalid_request_error`, `overloaded_error` ...)."""
+    error = exc.body.get("error") if isinstance(exc.body, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return None if kind is None else str(kind)
