@@ -16,7 +16,6 @@ from wakeful.bot.slack.blocks import when as slack_date
 from wakeful.bot.slack.events import AssistantThreadStarted, Feedback, HomeOpened
 from wakeful.bot.slack.home import HomeView, NextTimer, Pending, default_home, header, section
 from wakeful.bot.slack.text import inert
-from wakeful.core.agent import AgentSettings, Setup, Zone
 from wakeful.core.effects import Timer
 from wakeful.core.errors import InvalidInput, LeaseLost, SessionUnusable, WakefulError
 from wakeful.core.events import (
@@ -32,9 +31,9 @@ from wakeful.core.events import (
 from wakeful.core.gateway.client import Gateway, GatewayResponse
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.query import Query
-from wakeful.core.records import ApprovalState, DeadLetters, StepRecord, TimerState
-from wakeful.core.records import Event as StoredEvent
+from wakeful.core.records import ApprovalState, DeadLetters, StepRecord, StoredEvent, TimerState
 from wakeful.core.run import Run, Steps, Tool, step_key
+from wakeful.core.setup import AgentSettings, Setup, Zone
 from wakeful.core.tool_failures import ToolFailed, ToolUnavailable
 from wakeful.core.usage import ModelSpend, ModelUsage, OverBudget, SpendBudget
 

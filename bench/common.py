@@ -9,6 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+NOW = 1_700_000_000
+"""The benches' fixed epoch second: stores built and filled at one time."""
+
 
 @dataclass
 class Figure:

@@ -13,13 +13,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from wakeful.core.effects import Effects, Message
+from wakeful.core.effects import Effects, Post
 from wakeful.core.store import Store, open_store
 
-from .common import Figure, rate, seconds
+from .common import NOW, Figure, rate, seconds
 from .retention import measure_pruning
-
-NOW = 1_700_000_000
 
 
 class Bench:
@@ -164,7 +162,7 @@ class Bench:
         names = [f"T9:C{tag}-{i}" for i in range(inboxes)]
         for i, inbox in enumerate(names):
             store.ingest(inbox, "slack", f"cycle-{tag}-{i}", {"text": "hi"}, NOW)
-        effects = Effects(messages=[Message("D1", "reply", priority="urgent")])
+        effects = Effects(messages=[Post("D1", "reply", priority="urgent")])
         started = time.perf_counter()
         for inbox in names:
             claim = store.acquire_and_claim(inbox, "bench", NOW, release_if_empty=True)
@@ -304,7 +302,7 @@ class Bench:
         store = open_store(self.path("outbox"))
         destinations, per = 1000, 3
         for d in range(destinations):
-            store.post(f"T1:U{d}", [Message(f"C{d}", f"update {i}") for i in range(per)], NOW)
+            store.post(f"T1:U{d}", [Post(f"C{d}", f"update {i}") for i in range(per)], NOW)
         started = time.perf_counter()
         batches = store.claim_batches(NOW, limit=destinations)
         elapsed = time.perf_counter() - started

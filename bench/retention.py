@@ -9,25 +9,38 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from wakeful.core.clock import ManualClock
 from wakeful.core.scheduler import Scheduler
 from wakeful.core.settings import DAY
+from wakeful.core.store import Store
 from wakeful.devtools.audit import count_events
 
-from .common import Figure
+from .common import NOW, Figure
 
-if TYPE_CHECKING:
-    from .engine import Bench
+
+class Bench(Protocol):
+    """What the pruning figure asks of engine.py's bench: its size, its voice, stores with
+    history, and its paired ingest rounds."""
+
+    quick: bool
+    say: Callable[[str], None]
+
+    def add(self, fig: Figure) -> Figure: ...
+    def history_store(self, done: int, inboxes: int, age: int = 86400) -> Store: ...
+    def ingest_round(self, store: Store, prefix: str) -> float: ...
+    def paired(
+        self, measure: Callable[[], float], baseline: Callable[[], float]
+    ) -> tuple[float, float]: ...
+
 
 AGED = 40 * DAY
 """How old the history is: past the 30-day default retention, so all of it is due."""
 
 
 def measure_pruning(b: Bench) -> None:
-    from .engine import NOW
-
     done, inboxes = (200_000, 1_000) if b.quick else (1_000_000, 10_000)
     b.say(f"  (building two stores with {done:,} done events aged {AGED // DAY} days)")
     pruned = b.history_store(done, inboxes, age=AGED)

@@ -214,14 +214,14 @@ def told_or_tell(answers: list[ApprovalAnswer], effects: fx.Effects) -> None:
         effects.messages += [said] if said is not None else []
 
 
-def _to_requester(answer: ApprovalAnswer, text: str) -> fx.Message | None:
+def _to_requester(answer: ApprovalAnswer, text: str) -> fx.Post | None:
     """A word to the requester where the prompt is (named, outside a DM)."""
     where = answer.reply_to
     if where is None:
         return None
     if answer.requester and not where.channel.startswith("D"):
         text = f"<@{answer.requester}> {text}"
-    return fx.Message(where.channel, text, thread_ts=where.thread_ts, priority="urgent")
+    return fx.Post(where.channel, text, thread_ts=where.thread_ts, priority="urgent")
 
 
 def _named(event: ApprovalAnswer) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from wakeful.core import metrics
-from wakeful.core.effects import Message
+from wakeful.core.effects import Post
 from wakeful.core.errors import PermanentSendError, StoreUnavailable, TransientSendError
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Loop
@@ -311,7 +311,7 @@ class Dispatcher(Loop):
             )
             # The person is told once per batch: its other parts go to the same place, refused
             # alike.
-            notice = exc.notice if isinstance(exc.notice, Message) and not flight.told else None
+            notice = exc.notice if isinstance(exc.notice, Post) and not flight.told else None
             if self.store.fail_part(part, str(exc), self.clock(), notice=notice) and notice:
                 flight.told = True
                 self.wakeup.kick()  # the notice goes at once, not on the next tick

@@ -18,7 +18,7 @@ _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
+class Post:
     """One outbound message.
 
     Its `kind` (core/kinds.py) says how it is held and sent: `post` rows are paced per
@@ -158,7 +158,7 @@ class ApprovalRequest:
     requester: str
     deadline: int
     approvers: tuple[str, ...] = ()
-    prompt: Message | None = None
+    prompt: Post | None = None
     """Where the question is shown (an agent asks with `run.ask`, which renders it)."""
     summary: str = ""
     """One line saying what the call does (`refund order 1005`), shown with its answer."""
@@ -211,7 +211,7 @@ class ToolWait:
 class Effects:
     """Everything a run wants done; written atomically by `finish` or not at all."""
 
-    messages: list[Message] = field(default_factory=list)
+    messages: list[Post] = field(default_factory=list)
     approvals: list[ApprovalRequest] = field(default_factory=list)
     timers: list[Timer] = field(default_factory=list)
     cancel_timers: list[str] = field(default_factory=list)

@@ -7,7 +7,7 @@ from typing import Protocol
 
 class Notice(Protocol):
     """What a notice carried by an error is: a post to a conversation (a
-    `wakeful.core.effects.Message`). Described, not imported, so this module, which every other
+    `wakeful.core.effects.Post`). Described, not imported, so this module, which every other
     imports, imports none of them."""
 
     @property

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from wakeful.core import tenancy
 from wakeful.core.inbox_id import InboxId
-from wakeful.core.records import ApprovalState, DeadLetters, Event, StepRecord, TimerState
+from wakeful.core.records import ApprovalState, DeadLetters, StepRecord, StoredEvent, TimerState
 from wakeful.core.tenancy import Workspace
 from wakeful.core.usage import ModelSpend
 
@@ -101,11 +101,11 @@ class Query:
         `approval:<id>`)."""
         return [] if self._hidden(inbox, everywhere) else self._store.timers(inbox)
 
-    def pending_events(self, inbox: str, *, everywhere: bool = False) -> list[Event]:
+    def pending_events(self, inbox: str, *, everywhere: bool = False) -> list[StoredEvent]:
         """Events waiting for a run (pending or running), oldest first."""
         return [] if self._hidden(inbox, everywhere) else self._store.events(inbox, "open")
 
-    def dead_events(self, inbox: str, *, everywhere: bool = False) -> list[Event]:
+    def dead_events(self, inbox: str, *, everywhere: bool = False) -> list[StoredEvent]:
         """Events of this inbox that were set aside after their attempts ran out."""
         return [] if self._hidden(inbox, everywhere) else self._store.events(inbox, "dead")
 

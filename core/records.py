@@ -14,7 +14,7 @@ AnswerOutcome = Literal["yes", "no", "expired", "unknown", "forbidden"]
 
 
 @dataclass(frozen=True, slots=True)
-class Event:
+class StoredEvent:
     id: int
     inbox: str
     source: str
@@ -66,7 +66,7 @@ class Claim:
     inbox: str
     holder: str
     gen: int
-    events: tuple[Event, ...] = field(default_factory=tuple)
+    events: tuple[StoredEvent, ...] = field(default_factory=tuple)
     seq: int = 0
     """The lease's sequence number taken by this claim (orders claims and finishes)."""
     claimed_at: int = 0
@@ -197,7 +197,7 @@ class SetAsideSession:
 class DeadLetters:
     """What needs a person: dead events and parked (failed) outbox rows."""
 
-    events: list[Event]
+    events: list[StoredEvent]
     outbox: list[OutboxRow]
 
 

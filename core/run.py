@@ -70,9 +70,9 @@ class ApprovalView(Protocol):
     """How an approval is shown and rewritten once answered: the Slack edge renders Block Kit
     with Approve / Deny buttons (bot/slack/surfaces.py); the engine's default is plain text."""
 
-    def prompt(self, request: ApprovalRequest, to: Conversation) -> fx.Message: ...
+    def prompt(self, request: ApprovalRequest, to: Conversation) -> fx.Post: ...
 
-    def outcome(self, answer: ApprovalAnswer, note: str | None = None) -> fx.Message | None:
+    def outcome(self, answer: ApprovalAnswer, note: str | None = None) -> fx.Post | None:
         """The prompt rewritten with the answer; `note` (or the answer's error, as `not done:
         <error>`) says what became of an approved call (`not done yet: <why>`)."""
         ...
@@ -81,11 +81,11 @@ class ApprovalView(Protocol):
 class PlainApprovals:
     """An approval shown as a line of text (for runs with no Slack edge: tests, the harness)."""
 
-    def prompt(self, request: ApprovalRequest, to: Conversation) -> fx.Message:
+    def prompt(self, request: ApprovalRequest, to: Conversation) -> fx.Post:
         text = f"Approval needed: {request.summary} (request {request.id})"
-        return fx.Message(to.channel, text, thread_ts=to.thread_ts, priority="urgent")
+        return fx.Post(to.channel, text, thread_ts=to.thread_ts, priority="urgent")
 
-    def outcome(self, answer: ApprovalAnswer, note: str | None = None) -> fx.Message | None:
+    def outcome(self, answer: ApprovalAnswer, note: str | None = None) -> fx.Post | None:
         return None
 
 
@@ -254,7 +254,7 @@ class Run:
         rush = (to.urgent if isinstance(to, Event) else False) if urgent is None else urgent
         priority: fx.Priority = "urgent" if rush else "normal"
         if isinstance(to, Command) and not private:
-            message = fx.Message(
+            message = fx.Post(
                 where.channel,
                 text,
                 blocks=blocks,
@@ -267,7 +267,7 @@ class Run:
             person = user or _person(to)
             if person is None:
                 raise InvalidInput("a private reply needs the person it is for: user=...")
-            message = fx.Message(
+            message = fx.Post(
                 where.channel,
                 text,
                 thread_ts=where.thread_ts,
@@ -277,7 +277,7 @@ class Run:
                 priority="urgent",
             )
         else:
-            message = fx.Message(
+            message = fx.Post(
                 where.channel, text, thread_ts=where.thread_ts, blocks=blocks, priority=priority
             )
         self._effects.messages.append(message)
@@ -290,7 +290,7 @@ class Run:
         text = digests.render(facts)
         timer = to.name if isinstance(to, TimerTick) else None
         self._effects.messages.append(
-            fx.Message(
+            fx.Post(
                 where.channel,
                 text,
                 thread_ts=where.thread_ts,
@@ -448,7 +448,7 @@ class Run:
         ):
             if note is not None and where is not None:
                 self._effects.messages.append(
-                    fx.Message(where.channel, note, thread_ts=where.thread_ts, priority="urgent")
+                    fx.Post(where.channel, note, thread_ts=where.thread_ts, priority="urgent")
                 )
         self._effects.usage = list(self._usage)
         return self._effects
@@ -491,7 +491,7 @@ def _person(to: Event | Conversation) -> str | None:
     return None
 
 
-def _with_prompt(request: ApprovalRequest, prompt: fx.Message) -> ApprovalRequest:
+def _with_prompt(request: ApprovalRequest, prompt: fx.Post) -> ApprovalRequest:
     return ApprovalRequest(**{**_fields(request), "prompt": prompt})
 
 

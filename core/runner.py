@@ -21,8 +21,7 @@ from wakeful.core import tenancy
 from wakeful.core.approved import Approved, run_approved, told_or_tell
 from wakeful.core.errors import LeaseLost, SessionUnusable, StoreUnavailable
 from wakeful.core.events import ApprovalAnswer, Command, Conversation, Event, Message, decode
-from wakeful.core.records import Claim
-from wakeful.core.records import Event as Stored
+from wakeful.core.records import Claim, StoredEvent
 from wakeful.core.run import PlainApprovals, Run, RunServices, Tool
 from wakeful.core.settings import DEFAULTS, Settings
 
@@ -36,7 +35,7 @@ FAILURE_TEXT = (
 agent's `failure_text`, replaces it; `{attempts}` is filled in)."""
 
 
-class Agent(Protocol):
+class AgentLike(Protocol):
     """What the worker calls: anything with `run(run)` (see wakeful.agents.Agent)."""
 
     def run(self, run: Run) -> Any: ...
@@ -53,7 +52,7 @@ class RunHook(Protocol):
     def after(self, run: Run, effects: fx.Effects) -> None: ...
 
 
-def typed(event: Stored) -> Event:
+def typed(event: StoredEvent) -> Event:
     """The typed event of a stored row."""
     return decode(
         event.payload,
@@ -69,18 +68,18 @@ def typed(event: Stored) -> Event:
 class Runner:
     """Runs one claim's batch through the agent; returns what its finish must write."""
 
-    agent: Agent
+    agent: AgentLike
     services: RunServices
     hooks: Sequence[RunHook] = field(default_factory=tuple)
     settings: Settings = DEFAULTS
     """The engine's tunables: attempts, and how long an approved call waits on its service."""
     failure_text: str | None = None
     """WAKEFUL_FAILURE_TEXT; the agent's own `failure_text` comes first, FAILURE_TEXT last."""
-    edge_notice: Callable[[Event, str], list[fx.Message]] | None = None
+    edge_notice: Callable[[Event, str], list[fx.Post]] | None = None
     """How the edge tells a person whose event names no conversation (the Slack edge: the
     Home tab, redrawn with the notice)."""
 
-    def notice_for(self, event: Stored) -> list[fx.Message]:
+    def notice_for(self, event: StoredEvent) -> list[fx.Post]:
         """What the people who caused an event that ran out of attempts are told, once (the
         store queues it in the transaction that makes the event dead): the first where they
         wrote (a command's answer only to them), each other one (an approver who is not the
@@ -95,7 +94,7 @@ class Runner:
         text = text.replace("{attempts}", str(event.attempts))
         if isinstance(typed_event, Command):
             return [
-                fx.Message(
+                fx.Post(
                     typed_event.channel,
                     text,
                     kind="ephemeral",
@@ -108,15 +107,13 @@ class Runner:
         if where is None:
             return [] if self.edge_notice is None else self.edge_notice(typed_event, text)
         first, *others = people
-        told: list[fx.Message] = []
+        told: list[fx.Post] = []
         if typed_event.urgent:
-            told.append(
-                fx.Message(where.channel, text, thread_ts=where.thread_ts, priority="urgent")
-            )
+            told.append(fx.Post(where.channel, text, thread_ts=where.thread_ts, priority="urgent"))
         else:  # a click beside a message (feedback): answered to that person alone
             others = [first, *others]
         told += [
-            fx.Message(
+            fx.Post(
                 where.channel,
                 text,
                 thread_ts=where.thread_ts,
@@ -183,10 +180,10 @@ class Runner:
             notice = (
                 None
                 if where is None
-                else fx.Message(where.channel, notice, thread_ts=where.thread_ts, priority="urgent")
+                else fx.Post(where.channel, notice, thread_ts=where.thread_ts, priority="urgent")
             )
         return fx.Effects(
-            messages=[notice] if isinstance(notice, fx.Message) else [],
+            messages=[notice] if isinstance(notice, fx.Post) else [],
             dead={e.id: error for e in claim.events},
             set_aside_session=str(exc),
         )
@@ -242,7 +239,7 @@ class Runner:
             effects.traceback = effects.traceback or trace
         return effects
 
-    def _outcome(self, answer: ApprovalAnswer) -> fx.Message | None:
+    def _outcome(self, answer: ApprovalAnswer) -> fx.Post | None:
         """The prompt rewritten with the answer that stands (its buttons gone)."""
         if not answer.channel:
             return None
@@ -275,7 +272,7 @@ def _conversation_of(claim: Claim) -> Conversation | None:
     return next((e.reply_to for e in events if e.reply_to is not None), None)
 
 
-def runner_for(agent: Agent, store: Any) -> Runner:
+def runner_for(agent: AgentLike, store: Any) -> Runner:
     """A runner with the engine's defaults: approvals shown as plain text, the agent's own
     tools, no hooks (what the engine's tests and the scenarios run; `wakeful serve` builds
     one with the Slack edge's surfaces, bot/process/loading.py)."""

@@ -24,7 +24,7 @@ from wakeful.core.effects import Effects, RunTiming
 from wakeful.core.errors import LeaseLost, StoreUnavailable
 from wakeful.core.loops import Kicker, Loop, Wakeup
 from wakeful.core.records import Claim
-from wakeful.core.runner import Agent, Runner, runner_for
+from wakeful.core.runner import AgentLike, Runner, runner_for
 
 log = logging.getLogger("wakeful")
 
@@ -37,7 +37,7 @@ def _wall_ms() -> int:
 class Worker(Loop):
     """Takes the lease of each ready inbox, claims, runs the agent, finishes fenced."""
 
-    agent: Agent | None = None
+    agent: AgentLike | None = None
     """What runs each batch; `runner` instead gives it the surfaces around it."""
     runner: Runner | None = None
     holder: str = ""

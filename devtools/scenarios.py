@@ -12,7 +12,7 @@ from pathlib import Path
 
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
-from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
+from wakeful.core.effects import ApprovalRequest, Effects, Post, Timer
 from wakeful.core.rules.outbox import SEPARATOR, Part
 from wakeful.core.settings import Settings
 from wakeful.core.store import Store, open_store
@@ -67,7 +67,7 @@ def stalled_worker(store: Store) -> list[str]:
     b_gen = store.acquire(inbox, "B", t + 131)
     assert b_gen is not None
     claim_b = store.claim(inbox, "B", b_gen, t + 131)
-    reply = Effects(messages=[Message(channel="D4", text="done", priority="urgent")])
+    reply = Effects(messages=[Post(channel="D4", text="done", priority="urgent")])
     store.finish(claim_b, reply, t + 140)
     a_again = store.acquire(inbox, "A", t + 252)
     a_finish = store.finish(claim_a, reply, t + 253)
@@ -144,7 +144,7 @@ def approvals(store: Store) -> list[str]:
             args={"order_id": rid},
             requester="U7",
             deadline=at + window,
-            prompt=Message("D7", f"Approval needed: refund order {rid}", priority="urgent"),
+            prompt=Post("D7", f"Approval needed: refund order {rid}", priority="urgent"),
         )
         store.finish(claim, Effects(approvals=[req]), at, release=True)
 
@@ -174,13 +174,13 @@ def paced_outbox(store: Store) -> list[str]:
     inbox, clock = "T1:U8", ManualClock(T0 - 2 * HOUR)
     sender = _RecordingSender()
     dispatcher = Dispatcher(store=store, clock=clock, sender=sender)
-    store.post(inbox, [Message(channel="C8", text="earlier update")], clock.now)
+    store.post(inbox, [Post(channel="C8", text="earlier update")], clock.now)
     dispatcher.tick(clock.now)  # the last send, two hours before minute 0
     sender.posts.clear()
     for minute in (0, 10, 20, 61):
         clock.now = T0 + minute * 60
         if minute < 60:
-            store.post(inbox, [Message(channel="C8", text=f"update {minute // 10}")], clock.now)
+            store.post(inbox, [Post(channel="C8", text=f"update {minute // 10}")], clock.now)
         dispatcher.tick(clock.now)
     sends = [p.replace(SEPARATOR, " | ") for p in sender.posts]
     return [f"   sends: {sends}"]

@@ -62,7 +62,7 @@ MENTION = re.compile(r"<@[A-Z0-9]+>")
 UNIT = {"second": 1, "minute": 60, "hour": 3600}
 SHOWN = 5
 
-GREETING = (
+DESK_GREETING = (
     "Hi, I'm wakeful. I answer once, ask before refunds and keep quiet unless there is news. "
     "Ask for `status`, set a `digest daily at 09:00`, or `remind me in 10 minutes to stretch`."
 )
@@ -106,7 +106,7 @@ class RefundDesk(Agent):
     """The default agent. The shortest digest period it sets is WAKEFUL_MIN_DIGEST_PERIOD
     (the demo lowers it to show digests in seconds)."""
 
-    greeting = GREETING
+    greeting = DESK_GREETING
     suggested_prompts = (
         ("Status", "status"),
         ("Daily digest", "digest daily at 09:00"),

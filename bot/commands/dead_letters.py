@@ -23,7 +23,7 @@ from typing import Any
 from wakeful.bot.process.config import Config
 from wakeful.core import logs
 from wakeful.core.errors import InvalidInput
-from wakeful.core.records import Event
+from wakeful.core.records import StoredEvent
 from wakeful.core.settings import parse_duration
 from wakeful.core.store import Store
 from wakeful.core.store.dead_letters import Attempt, DeadFilter
@@ -123,8 +123,8 @@ def register(
 
 def _open(env: dict[str, str]) -> Store:
     """The store as it is: a mistyped path is refused, never created."""
-    from wakeful.bot.commands.inspection import check_readable
     from wakeful.core.store import open_store
+    from wakeful.core.store.probe import check_readable
 
     config = Config.from_env(env)
     check_readable(config.db)
@@ -183,7 +183,7 @@ def _print_outbox_and_sessions(store: Store, limit: int) -> None:
         )
 
 
-def describe(event: Event, attempts: list[Attempt], now: int) -> list[str]:
+def describe(event: StoredEvent, attempts: list[Attempt], now: int) -> list[str]:
     """A dead event as an operator reads it: what it is, its payload (redacted), each
     attempt's error, and the end of the last traceback."""
     lines = [

@@ -18,26 +18,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from wakeful.core import logs, usage
-from wakeful.core.errors import InvalidInput
 from wakeful.core.store import Store
 from wakeful.core.store.installations import ASIDE_PREFIX
 from wakeful.core.store.overview import InboxView, Overview
-from wakeful.core.store.probe import Probe, probe
 from wakeful.core.usage import ModelUsage
 
 CELL = 60
 """Widest cell in a table; longer text (errors, message text) is cut with an ellipsis."""
-
-
-def check_readable(db: str) -> Probe:
-    """The store exists and is at this wakeful's schema: an operator's read never creates or
-    migrates one (InvalidInput otherwise, saying what to do)."""
-    found = probe(db)
-    if found.version == 0:
-        raise InvalidInput(f"{db} is not a wakeful store")
-    if not found.current:
-        raise InvalidInput(f"the store is at {found.state()}; nothing was read")
-    return found
 
 
 def render_json(view: Overview | InboxView, store: Store, db: str) -> str:

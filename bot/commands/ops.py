@@ -26,13 +26,13 @@ PG_DUMP = (
 
 def inspect(args: argparse.Namespace, env: dict[str, str]) -> int:
     from wakeful.bot.commands.inspection import (
-        check_readable,
         header_line,
         render_inbox,
         render_json,
         render_overview,
     )
     from wakeful.core.store import open_store
+    from wakeful.core.store.probe import check_readable
 
     config = Config.from_env(env)
     check_readable(config.db)

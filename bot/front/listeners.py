@@ -27,7 +27,7 @@ from wakeful.bot.slack import blocks
 from wakeful.bot.slack.events import AssistantThreadStarted, Feedback, HomeOpened, MessagesTabOpened
 from wakeful.bot.slack.installations import StoreInstallations
 from wakeful.core import metrics
-from wakeful.core.effects import Message
+from wakeful.core.effects import Post
 from wakeful.core.errors import InvalidInput, StoreError, StoreUnavailable
 from wakeful.core.events import Command, Event
 from wakeful.core.inbox_id import InboxId
@@ -324,7 +324,7 @@ class Listeners:
         if self._store(inbox, key, feedback):
             metrics.FEEDBACK.labels(str(value)).inc()
             # Acknowledged to the clicker alone, where the reply is, once per click stored.
-            thanks = Message(
+            thanks = Post(
                 str(channel),
                 blocks.FEEDBACK_THANKS[str(value)],
                 thread_ts=feedback.thread_ts,
@@ -378,7 +378,7 @@ class Listeners:
             self.store.post(
                 inbox,
                 [
-                    Message(
+                    Post(
                         channel,
                         text,
                         thread_ts=thread if isinstance(thread, str) and thread else None,

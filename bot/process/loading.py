@@ -16,14 +16,14 @@ from slack_sdk import WebClient
 
 from wakeful.bot.process.config import SECRET_VARIABLES, Config, ConfigError
 from wakeful.bot.slack.home import failed_home
-from wakeful.core.agent import AgentSettings, Setup, Zone
 from wakeful.core.clock import Clock, wall_clock
 from wakeful.core.errors import InvalidInput
 from wakeful.core.gateway.client import Gateway
 from wakeful.core.query import Query
 from wakeful.core.rules.schedule import zone as check_zone
 from wakeful.core.run import RunServices, Steps, Tool
-from wakeful.core.runner import Agent, RunHook, Runner
+from wakeful.core.runner import AgentLike, RunHook, Runner
+from wakeful.core.setup import AgentSettings, Setup, Zone
 from wakeful.core.store import Store
 from wakeful.core.tenancy import Workspace
 
@@ -214,7 +214,7 @@ def build_runner(
     hooks: list[RunHook] = surface_hooks(store, config, agent, wake_dispatcher)
     if tokens is not None:
         hooks.insert(0, WorkspaceHook())
-    runner_agent: Agent = agent
+    runner_agent: AgentLike = agent
     return Runner(
         runner_agent,
         services,

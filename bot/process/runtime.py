@@ -24,27 +24,11 @@ from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.errors import StoreUnavailable
 from wakeful.core.heartbeat import Heartbeat
 from wakeful.core.loops import Bell, Wakeup
-from wakeful.core.runner import Runner
 from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store, open_store
 from wakeful.core.worker import Worker
 
 log = logging.getLogger("wakeful")
-
-
-def build_runner(
-    config: Config,
-    store: Store,
-    client: WebClient | None,
-    distribution: Distribution | None = None,
-    wake: Wakeup | None = None,
-) -> Runner:
-    """The configured agent behind the worker, with the Slack edge's surfaces (loading.py)."""
-    from wakeful.bot.process.loading import build_runner as build
-
-    tokens = None if distribution is None else distribution.workspaces.token
-    kick = None if wake is None else wake.kick
-    return build(config, store, client, tokens=tokens, wake_dispatcher=kick)
 
 
 def identify(client: WebClient, api_url: str) -> dict[str, str]:
@@ -129,8 +113,15 @@ class Runtime:
             self.client = make_client("", self.config.api_url)  # the token goes with each call
         loops: list[Any] = []
         if "worker" in self.roles:
+            from wakeful.bot.process.loading import build_runner
+
+            dist = self.distribution
             runner = build_runner(
-                self.config, self.store, self.client, self.distribution, self.wake_dispatcher
+                self.config,
+                self.store,
+                self.client,
+                tokens=None if dist is None else dist.workspaces.token,
+                wake_dispatcher=self.wake_dispatcher.kick,
             )
             loops.append(
                 Worker(

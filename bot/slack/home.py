@@ -19,7 +19,7 @@ from wakeful.bot.slack import blocks
 from wakeful.bot.slack.blocks import Block
 from wakeful.bot.slack.events import HomeOpened
 from wakeful.bot.slack.text import inert
-from wakeful.core.effects import Effects, Message
+from wakeful.core.effects import Effects, Post
 from wakeful.core.events import Event
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.query import Query
@@ -238,7 +238,7 @@ class HomeHook:
         if drawn is None:
             return
         effects.messages.append(
-            Message(
+            Post(
                 view.user,
                 "Home",
                 blocks=list(drawn)[:MAX_BLOCKS],
@@ -249,15 +249,13 @@ class HomeHook:
         )
 
 
-def failed_home(event: Event, text: str) -> list[Message]:
+def failed_home(event: Event, text: str) -> list[Post]:
     """What a person whose Home tab event ran out of attempts sees: the tab redrawn with the
     notice (it names no conversation to answer in)."""
     if not isinstance(event, HomeOpened):
         return []
     drawn = [header("Home"), section(text), section("Open the tab again later to refresh it.")]
-    return [
-        Message(event.user, "Home", blocks=drawn, kind="home", user=event.user, priority="urgent")
-    ]
+    return [Post(event.user, "Home", blocks=drawn, kind="home", user=event.user, priority="urgent")]
 
 
 def _pending(a: ApprovalState) -> Pending:

@@ -19,7 +19,7 @@ from typing import Any
 from slack_sdk.oauth.installation_store import Bot, Installation, InstallationStore
 from slack_sdk.oauth.state_store import OAuthStateStore
 
-from wakeful.bot.process.config import ConfigError
+from wakeful.bot.process.env_values import ConfigError
 from wakeful.core.errors import WakefulError
 from wakeful.core.store import Store
 from wakeful.core.store.installations import InstallationRow, SetAside, Status, workspace_key

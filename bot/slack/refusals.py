@@ -11,7 +11,7 @@ would not do: Slack refuses it in such a channel for the same reason.
 from __future__ import annotations
 
 from wakeful.bot.slack.kinds import NOTICE
-from wakeful.core.effects import Message
+from wakeful.core.effects import Post
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.rules.outbox import Part
 
@@ -56,7 +56,7 @@ def notice_text(error: str, channel: str, text: str) -> str | None:
     return f"I couldn't post in <#{channel}>: {why}{said}"
 
 
-def notice_for(part: Part, error: str) -> Message | None:
+def notice_for(part: Part, error: str) -> Post | None:
     """The notice for a refused part: to the person whose inbox the part belongs to, in their
     DM. None when nobody is to be told: the part is itself a notice (never a loop), it was
     going to a DM (the same refusal would meet the notice), or its inbox is not a person's."""
@@ -66,4 +66,4 @@ def notice_for(part: Part, error: str) -> Message | None:
     text = notice_text(error, part.channel, part.text)
     if text is None:
         return None
-    return Message(channel=user, user=user, text=text, kind=NOTICE.name, priority="urgent")
+    return Post(channel=user, user=user, text=text, kind=NOTICE.name, priority="urgent")

@@ -81,7 +81,7 @@ def find_manifest(explicit: str | None = None) -> Path | None:
     an editable install); None when there is none."""
     if explicit:
         return Path(explicit)
-    for candidate in (Path(os.getcwd()) / MANIFEST, Path(__file__).resolve().parents[1] / MANIFEST):
+    for candidate in (Path(os.getcwd()) / MANIFEST, Path(__file__).resolve().parents[2] / MANIFEST):
         if candidate.is_file():
             return candidate
     return None

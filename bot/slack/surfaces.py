@@ -19,9 +19,8 @@ from wakeful.bot.slack import blocks
 from wakeful.bot.slack.events import AssistantThreadStarted, MessagesTabOpened
 from wakeful.bot.slack.home import HomeHook, legacy_summary
 from wakeful.bot.slack.text import inert
-from wakeful.core.effects import ApprovalRequest, Effects, Message
-from wakeful.core.events import ApprovalAnswer, Conversation
-from wakeful.core.events import Message as Said
+from wakeful.core.effects import ApprovalRequest, Effects, Post
+from wakeful.core.events import ApprovalAnswer, Conversation, Message
 from wakeful.core.run import Run
 from wakeful.core.runner import RunHook
 from wakeful.core.store import Store
@@ -44,7 +43,7 @@ class SlackApprovals:
 
     self_approval: bool = True
 
-    def prompt(self, request: ApprovalRequest, to: Conversation) -> Message:
+    def prompt(self, request: ApprovalRequest, to: Conversation) -> Post:
         summary = inert(request.summary)
         text = f"Approval needed: {summary} for <@{request.requester}>"
         if not self.self_approval:
@@ -52,9 +51,9 @@ class SlackApprovals:
         shown = blocks.approval_prompt(
             request.id, summary, request.requester, request.deadline, self.self_approval
         )
-        return Message(to.channel, text, thread_ts=to.thread_ts, blocks=shown, priority="urgent")
+        return Post(to.channel, text, thread_ts=to.thread_ts, blocks=shown, priority="urgent")
 
-    def outcome(self, answer: ApprovalAnswer, note: str | None = None) -> Message | None:
+    def outcome(self, answer: ApprovalAnswer, note: str | None = None) -> Post | None:
         if not answer.channel:
             return None
         summary = inert(answer.summary or legacy_summary(answer.tool, answer.args))
@@ -63,7 +62,7 @@ class SlackApprovals:
         note = None if note is None else inert(note)
         line = blocks.outcome_line(answer.answer, answer.by, answer.answered_at, note)
         shown = blocks.approval_outcome(summary, answer.answer, answer.by, answer.answered_at, note)
-        return Message(
+        return Post(
             answer.channel,
             f"{summary}: {line}",
             thread_ts=answer.thread_ts,
@@ -101,18 +100,18 @@ class GreetingHook:
         for e in run.events:
             if isinstance(e, MessagesTabOpened):
                 if self._first_greeting(run, e):
-                    effects.messages.append(Message(e.channel, greeting, priority="urgent"))
+                    effects.messages.append(Post(e.channel, greeting, priority="urgent"))
                 if prompts:
                     effects.messages.append(
-                        Message(e.channel, PROMPTS_TITLE, kind="prompts", blocks=prompts)
+                        Post(e.channel, PROMPTS_TITLE, kind="prompts", blocks=prompts)
                     )
             elif isinstance(e, AssistantThreadStarted):
                 effects.messages.append(
-                    Message(e.channel, greeting, thread_ts=e.thread_ts, priority="urgent")
+                    Post(e.channel, greeting, thread_ts=e.thread_ts, priority="urgent")
                 )
                 if prompts:
                     effects.messages.append(
-                        Message(
+                        Post(
                             e.channel,
                             PROMPTS_TITLE,
                             thread_ts=e.thread_ts,
@@ -144,7 +143,7 @@ def thinking_threads(run: Run, everywhere: bool = True) -> list[tuple[str, str]]
     thread in the app's DM, the older assistant view)."""
     found: list[tuple[str, str]] = []
     for e in run.events:
-        if not isinstance(e, Said):
+        if not isinstance(e, Message):
             continue
         if not everywhere and (e.channel_type != "im" or e.mention or not e.thread_ts):
             continue
@@ -178,7 +177,7 @@ class StatusHook:
     def before(self, run: Run) -> None:
         loading = self._loading()
         rows = [
-            Message(
+            Post(
                 channel,
                 THINKING,
                 thread_ts=thread,
@@ -196,7 +195,7 @@ class StatusHook:
     def after(self, run: Run, effects: Effects) -> None:
         for channel, thread in self._threads(run):
             effects.messages.append(
-                Message(channel, "", thread_ts=thread, kind="status", priority="urgent")
+                Post(channel, "", thread_ts=thread, kind="status", priority="urgent")
             )
 
     def failed(self, run: Run, effects: Effects) -> None:

@@ -28,7 +28,7 @@ from wakeful.core.store.restores import Restores
 from wakeful.core.store.retention import Retention
 from wakeful.core.store.revocations import Revocations
 from wakeful.core.store.spend import Spend
-from wakeful.core.store.steps import Steps
+from wakeful.core.store.steps import StepRows
 from wakeful.core.store.target import ACCEPTED, Target, store_target
 from wakeful.core.store.threads import Threads
 from wakeful.core.store.timers import Timers
@@ -42,7 +42,7 @@ class Store(
     Outbox,
     Admin,
     DeadLetterOps,
-    Steps,
+    StepRows,
     Retention,
     OverviewReads,
     Threads,

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Sequence
 
 from wakeful.core import metrics
-from wakeful.core.effects import Message, check_json
+from wakeful.core.effects import Post, check_json
 from wakeful.core.errors import InvalidInput
 from wakeful.core.events import ApprovalAnswer
 from wakeful.core.records import Answered, ApprovalState
@@ -67,7 +67,7 @@ def request_all(
     if where is None:
         return  # no prompt says where the person is: the log line is all there is
     thread = str(where["thread_ts"] or "") or None
-    notice = Message(str(where["channel"]), text, thread_ts=thread, priority="urgent")
+    notice = Post(str(where["channel"]), text, thread_ts=thread, priority="urgent")
     queue(tx, [message_params(inbox, notice)], now)
 
 

@@ -13,14 +13,14 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from wakeful.core.effects import Message
-from wakeful.core.records import Event
+from wakeful.core.effects import Post
+from wakeful.core.records import StoredEvent
 from wakeful.core.settings import Settings
 from wakeful.core.store.sql import Tx
 
 NewEvent = tuple[str, str, str, str, int] | tuple[str, str, str, str, int, int | None]
 """(inbox, source, source_id, payload JSON, now[, waiting since]): one delivery on its way
-into the inbox; the sixth, when a person waits on it (`Event.awaited`), is when they began."""
+into the inbox; the sixth, when a person waits on it (`StoredEvent.awaited`), is when they began."""
 
 
 def insert_events(tx: Tx, events: Sequence[NewEvent]) -> list[int | None]:
@@ -115,7 +115,7 @@ class StoreBase:
     def __init__(self, db: Connector, settings: Settings | None = None) -> None:
         self.db = db
         self.settings = settings or Settings()
-        self.failure_notice: Callable[[Event], list[Message]] | None = None
+        self.failure_notice: Callable[[StoredEvent], list[Post]] | None = None
         """What to tell the person whose event ran out of attempts, and where (None: no one);
         the worker sets it from its agent's failure text."""
         self.process: str | None = None

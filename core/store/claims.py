@@ -12,7 +12,7 @@ from wakeful.core import metrics
 from wakeful.core.effects import Effects, RunTiming, check_json
 from wakeful.core.errors import LeaseLost, SessionUnusable
 from wakeful.core.inbox_id import InboxId
-from wakeful.core.records import Claim, Event
+from wakeful.core.records import Claim, StoredEvent
 from wakeful.core.rules.lease import grant, holds
 from wakeful.core.settings import Settings
 from wakeful.core.store import ops
@@ -180,7 +180,7 @@ class Claims(Restores):
         rows = tx.all("next_claimable", {"inbox": inbox, "now": now, "limit": s.claim_cap})
         if rows and int(rows[0]["attempts"]) > 0:
             rows = rows[:1]  # a retried event is claimed alone
-        events: list[Event] = []
+        events: list[StoredEvent] = []
         waits = [max(0, now - max(int(r["created_at"]), int(r["not_before"]))) for r in rows]
         if waits:
             tx.after_commit(lambda: metrics.observe_waits(waits))
@@ -206,7 +206,7 @@ class Claims(Restores):
             inbox=inbox, holder=holder, gen=gen, events=tuple(events), seq=seq, claimed_at=now
         )
 
-    def _tell_dead(self, tx: Tx, dead: Sequence[Event], now: int) -> None:
+    def _tell_dead(self, tx: Tx, dead: Sequence[StoredEvent], now: int) -> None:
         """Tell the person whose event ran out of attempts, once (in the transaction that
         makes it dead), where they wrote: `failure_notice` says what and where (the worker
         sets it from the agent's failure text); None tells no one."""

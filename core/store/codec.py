@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from wakeful.core import usage
-from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer, check_json
+from wakeful.core.effects import ApprovalRequest, Effects, Post, Timer, check_json
 from wakeful.core.errors import InvalidInput
 from wakeful.core.records import (
     ApprovalState,
-    Event,
     Lease,
     OutboxRow,
     RunRecord,
+    StoredEvent,
     TimerState,
 )
 from wakeful.core.rules.approvals import expiry_timer_id
@@ -56,7 +56,7 @@ def event_body(inbox: str, source: str, source_id: str, payload: Any) -> str:
 # -- records to parameters ---------------------------------------------------------------------
 
 
-def message_params(inbox: str, m: Message, ref: str | None = None) -> Params:
+def message_params(inbox: str, m: Post, ref: str | None = None) -> Params:
     return {
         "inbox": inbox,
         "kind": m.kind,
@@ -188,7 +188,7 @@ def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
     )
 
 
-def _shown(req: ApprovalRequest) -> Message:
+def _shown(req: ApprovalRequest) -> Post:
     """The prompt an approval is shown with: no path stores an approval nobody sees."""
     if req.prompt is None:
         raise InvalidInput(
@@ -201,8 +201,8 @@ def _shown(req: ApprovalRequest) -> Message:
 # -- rows to records -------------------------------------------------------------------------
 
 
-def event_record(row: Row, status: str | None = None, attempts: int | None = None) -> Event:
-    return Event(
+def event_record(row: Row, status: str | None = None, attempts: int | None = None) -> StoredEvent:
+    return StoredEvent(
         id=int(row["id"]),
         inbox=str(row["inbox"]),
         source=str(row["source"]),

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from wakeful.core import metrics
 from wakeful.core.errors import InvalidInput, SessionUnusable
 from wakeful.core.events import awaited
-from wakeful.core.records import Event, Ingested, ReadyList
+from wakeful.core.records import Ingested, ReadyList, StoredEvent
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.codec import event_body, event_record
 
@@ -31,17 +31,17 @@ class Inbox(StoreBase):
         metrics.count_ingest(source, "duplicate" if event_id is None else "stored")
         return Ingested(stored=event_id is not None, event_id=event_id)
 
-    def event(self, event_id: int) -> Event | None:
+    def event(self, event_id: int) -> StoredEvent | None:
         with self._tx(write=False) as tx:
             row = tx.one("get_event", {"id": event_id})
         return None if row is None else event_record(row)
 
-    def event_by_key(self, source: str, source_id: str) -> Event | None:
+    def event_by_key(self, source: str, source_id: str) -> StoredEvent | None:
         with self._tx(write=False) as tx:
             row = tx.one("get_event_by_key", {"source": source, "source_id": source_id})
         return None if row is None else event_record(row)
 
-    def events(self, inbox: str, status: EventStatus = None) -> list[Event]:
+    def events(self, inbox: str, status: EventStatus = None) -> list[StoredEvent]:
         """Events of one inbox, oldest first: every one (None), the `open` ones (pending or
         running: what a worker still has to do) or the `dead` ones (set aside after their
         attempts ran out)."""

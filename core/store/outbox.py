@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Collection, Iterable, Sequence
 
 from wakeful.core import kinds, metrics
-from wakeful.core.effects import Message
+from wakeful.core.effects import Post
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import OutboxRow
 from wakeful.core.rules.outbox import Batch, Part, plan_parts, ready
@@ -40,7 +40,7 @@ def answered(tx: Tx, keys: Sequence[str], now: int) -> None:
 
 
 class Outbox(StoreBase):
-    def post(self, inbox: str, messages: Sequence[Message], now: int) -> None:
+    def post(self, inbox: str, messages: Sequence[Post], now: int) -> None:
         """Queue messages outside a run (a click's ephemeral reply, an operator notice)."""
         prepared = [message_params(inbox, m) for m in messages]
         with self._tx(urgent=True) as tx:
@@ -177,7 +177,7 @@ class Outbox(StoreBase):
             if paused is not None:
                 ops.queue_lines(tx, self.settings, [paused], now)
 
-    def fail_part(self, part: Part, error: str, now: int, notice: Message | None = None) -> bool:
+    def fail_part(self, part: Part, error: str, now: int, notice: Post | None = None) -> bool:
         """A permanent failure: park the part's rows as `failed`, visible and requeueable.
 
         `notice` (telling the person what happened) is queued in the same transaction, and only

@@ -109,3 +109,14 @@ def _read_postgres(conn: Any) -> Probe:
         except psycopg.errors.UndefinedTable:
             version = 0
     return Probe("postgres", version, latest_version("postgres"), clock_skew=skew)
+
+
+def check_readable(db: str) -> Probe:
+    """The store exists and is at this wakeful's schema: an operator's read never creates or
+    migrates one (InvalidInput otherwise, saying what to do)."""
+    found = probe(db)
+    if found.version == 0:
+        raise InvalidInput(f"{db} is not a wakeful store")
+    if not found.current:
+        raise InvalidInput(f"the store is at {found.state()}; nothing was read")
+    return found

@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from wakeful.core.records import Event
+from wakeful.core.records import StoredEvent
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.sql import Tx
 
@@ -33,12 +33,12 @@ class Restored:
     rows_to_check: int
 
 
-def answer_key(event: Event) -> str:
+def answer_key(event: StoredEvent) -> str:
     """An event's key as outbox rows name it: its source's key, which a restore keeps."""
     return f"{event.source}:{event.source_id}"
 
 
-def occurred_at(event: Event) -> int:
+def occurred_at(event: StoredEvent) -> int:
     """When an event happened: its storing, or, for a timer occurrence (`<timer>@<time>`),
     its scheduled time, so a reminder that fired between the copy and the restore (and fires
     again after it) counts as from before the restore."""
@@ -49,7 +49,7 @@ def occurred_at(event: Event) -> int:
     return event.created_at
 
 
-def answer_marks(events: Sequence[Event], restored_at: int | None) -> dict[str, object]:
+def answer_marks(events: Sequence[StoredEvent], restored_at: int | None) -> dict[str, object]:
     """The `answers` and `look_first` columns of the rows a run over `events` writes."""
     if not events:
         return {"answers": None, "look_first": 0}

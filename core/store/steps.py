@@ -26,7 +26,7 @@ from wakeful.core.store.sql import Row
 from wakeful.core.tenancy import Workspace
 
 
-class Steps(StoreBase):
+class StepRows(StoreBase):
     def record_step(
         self,
         key: str,

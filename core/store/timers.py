@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any
 
 from wakeful.core import metrics
-from wakeful.core.effects import Message, Timer, check_json
+from wakeful.core.effects import Post, Timer, check_json
 from wakeful.core.events import TimerTick
 from wakeful.core.records import TimerFired, TimerState
 from wakeful.core.rules.schedule import missed
@@ -58,7 +58,7 @@ def set_timers(tx: Tx, inbox: str, timers: Sequence[Params], now: int, settings:
     tx.after_commit(lambda: log.warning("%s: %s", inbox, text))
     if where is None:
         return  # no conversation to answer in: the log line is all there is
-    notice = Message(where[0], text, thread_ts=where[1], priority="urgent")
+    notice = Post(where[0], text, thread_ts=where[1], priority="urgent")
     queue(tx, [message_params(inbox, notice)], now)
 
 

@@ -11,21 +11,58 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from wakeful.devtools.emulator.common import (
+    Call,
     JsonDict,
     log,
 )
 
-if TYPE_CHECKING:
-    from wakeful.devtools.emulator.state import SlackEmulator
+
+class Served(Protocol):
+    """What the HTTP layer asks of the emulator it serves (state.py's SlackEmulator): the Web
+    API and response_url answers, the OAuth page, and the admin calls other processes make."""
+
+    scopes: list[str]
+
+    def _dispatch(
+        self,
+        method: str,
+        params: JsonDict,
+        headers: dict[str, str],
+        auth: str | None,
+        body_ok: bool = True,
+    ) -> tuple[int, JsonDict, dict[str, str], float | None]: ...
+    def _response_url(
+        self, key: str, body: Any, headers: dict[str, str]
+    ) -> tuple[int, str, dict[str, str], float | None]: ...
+    def _pause(self, delay: float | None) -> None: ...
+    def authorize_page(self, query: JsonDict) -> tuple[int, str, dict[str, str]]: ...
+    def messages(self, channel: str) -> list[JsonDict]: ...
+    def calls(self, method: str | None = None) -> list[Call]: ...
+    def ephemerals(self, channel: str | None = None, user: str | None = None) -> list[JsonDict]: ...
+    def responses(self, key: str) -> list[Any]: ...
+    def fault(
+        self,
+        method: str,
+        *,
+        status: int | None = None,
+        error: str | None = None,
+        retry_after: int | None = None,
+        delay: float | None = None,
+        times: int = 1,
+    ) -> None: ...
+    def clear_faults(self) -> None: ...
+    def remove_channel(self, channel: str) -> None: ...
+    def add_channel(self, channel: str) -> None: ...
+    def clear(self) -> None: ...
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], emulator: SlackEmulator) -> None:
+    def __init__(self, address: tuple[str, int], emulator: Served) -> None:
         self.emulator = emulator
         super().__init__(address, _Handler)
 

@@ -22,7 +22,7 @@ from tests.acceptance.test_slack_app import (
     inbox,
     serving,
 )
-from wakeful.core.effects import Message
+from wakeful.core.effects import Post
 
 FLOOD_ROWS = 500
 VICTIM_BOUND = 2.0
@@ -60,12 +60,12 @@ def reply_latency(app: Wakeful, user: str, sent_at: float) -> float:
     return at - sent_at
 
 
-def flood_row(channel: str, n: int) -> Message:
+def flood_row(channel: str, n: int) -> Post:
     """Text and block posts alternate, so no two merge: each row is a post of its own."""
     if n % 2:
         block = {"type": "section", "text": {"type": "mrkdwn", "text": f"flood {n}"}}
-        return Message(channel, f"flood {n}", blocks=[block])
-    return Message(channel, f"flood {n}")
+        return Post(channel, f"flood {n}", blocks=[block])
+    return Post(channel, f"flood {n}")
 
 
 def test_a_reply_is_not_held_behind_another_conversations_500_paced_rows(app: Wakeful) -> None:

@@ -50,7 +50,7 @@ from wakeful.bot.front.wsgi import BODY_CAP, EVENTS_PATH, SlackFront
 from wakeful.bot.process.runtime import http_server, serve_in_thread
 from wakeful.bot.slack import blocks
 from wakeful.core.effects import Effects
-from wakeful.core.records import Event
+from wakeful.core.records import StoredEvent
 from wakeful.core.settings import MAX_PAYLOAD_BYTES
 from wakeful.core.store import Store, open_store
 
@@ -368,7 +368,7 @@ def snapshot(live: Live) -> Snapshot:
         )
 
 
-def new_events(live: Live, before: Snapshot) -> list[Event]:
+def new_events(live: Live, before: Snapshot) -> list[StoredEvent]:
     uri = f"file:{live.db}?mode=ro"
     with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
         ids = [
@@ -400,7 +400,7 @@ def assert_only_ephemerals_for(live: Live, before: Snapshot, clicker: Any, answe
         )
 
 
-def assert_well_typed(event: Event, sent: dict[str, Any]) -> None:
+def assert_well_typed(event: StoredEvent, sent: dict[str, Any]) -> None:
     """What the front stores is what every agent is promised: strings where Slack sends them."""
     p = event.payload
     assert event.source == "slack" and event.source_id == sent.get("event_id"), event

@@ -49,7 +49,7 @@ from wakeful.bot.front.wsgi import SlackFront
 from wakeful.bot.process.config import WebhookSource
 from wakeful.core.events import WebhookDelivery
 from wakeful.core.inbox_id import InboxId
-from wakeful.core.records import Event
+from wakeful.core.records import StoredEvent
 from wakeful.core.runner import typed
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.audit import count_events
@@ -122,7 +122,9 @@ def assert_nothing_stored(live: Live, before: tuple[int, int], answer: Answer | 
     assert snapshot(live) == before, f"the store changed after {answer}"
 
 
-def assert_one_well_typed_delivery(live: Live, source: str, delivery: str, answer: Answer) -> Event:
+def assert_one_well_typed_delivery(
+    live: Live, source: str, delivery: str, answer: Answer
+) -> StoredEvent:
     """A 200 stored exactly this delivery, in the shape every agent is promised."""
     event = live.store.event_by_key(source, delivery)
     assert event is not None, f"{answer} but nothing stored under ({source}, {delivery!r})"
@@ -143,7 +145,7 @@ def assert_one_well_typed_delivery(live: Live, source: str, delivery: str, answe
 
 def github_headers(body: bytes, delivery: str, event: str = "issues") -> list[tuple[str, str]]:
     return [
-        ("X-GitHub-Event", event),
+        ("X-GitHub-StoredEvent", event),
         ("X-GitHub-Delivery", delivery),
         ("X-Hub-Signature-256", github_signature(GITHUB_SECRET, body)),
         ("Content-Type", "application/json"),
@@ -296,7 +298,7 @@ def test_fuzz_forged_sha256_deliveries_are_401_and_store_nothing(
     FUZZ["forged-sha256"] += 1
     delivery = str(uuid.uuid4())
     if source == "github":
-        headers = [("X-GitHub-Event", event), ("X-GitHub-Delivery", delivery)]
+        headers = [("X-GitHub-StoredEvent", event), ("X-GitHub-Delivery", delivery)]
         headers += forged_sha256(recipe, body, GITHUB_SECRET, "X-Hub-Signature-256")
     else:
         headers = [("X-Wakeful-Delivery", delivery)]

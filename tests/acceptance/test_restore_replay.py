@@ -20,8 +20,8 @@ from tests.acceptance.test_slack_app import (
     pg_schema_url,
     shut_down,
 )
-from wakeful.core.effects import Message
-from wakeful.core.events import Message as Said
+from wakeful.core.effects import Post
+from wakeful.core.events import Message
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import SlackEmulator
 
@@ -43,14 +43,14 @@ def seed(db: Path) -> None:
     store = open_store(db)
     now = int(time.time())
     for i in range(PENDING):
-        said = Said(
+        said = Message(
             text="hello", user=user(i), team=TEAM, channel=dm(i), ts=f"{now}.{i:06d}",
             thread_ts=None, channel_type="im", mention=False,
         )  # fmt: skip
         store.ingest(f"{TEAM}:{user(i)}", "slack", f"Ev27R{i:02d}", said.to_wire(), now)
     assert store.acquire(f"{TEAM}:{user(0)}", "a-worker-of-the-copy", now) is not None
     # A post in flight when the copy was taken: `sending` until now + WAKEFUL_SEND_TIMEOUT.
-    store.post(f"{TEAM}:{user(99)}", [Message(IN_FLIGHT, "in flight", priority="urgent")], now)
+    store.post(f"{TEAM}:{user(99)}", [Post(IN_FLIGHT, "in flight", priority="urgent")], now)
     [batch] = store.claim_batches(now)
     assert batch.until >= now + 60
     store.close()
@@ -120,7 +120,7 @@ def test_after_a_pg_restore_mark_only_records_it_and_ends_the_copys_leases(
         store = open_store(dsn)
         now = int(time.time())
         assert store.acquire("T1:U1", "a-worker-of-the-copy", now) is not None
-        store.post("T1:U1", [Message("C1", "unsent")], now)
+        store.post("T1:U1", [Post("C1", "unsent")], now)
         store.close()
         marked = wakeful(tmp_path, dsn, "restore", "--mark-only", "nightly.dump")
         assert marked.returncode == 0, marked.stderr

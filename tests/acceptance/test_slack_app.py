@@ -37,8 +37,7 @@ import pytest
 
 from tests.conftest import need_pg
 from wakeful.bot.front.wsgi import BODY_CAP
-from wakeful.core.events import Message as Said
-from wakeful.core.events import decode
+from wakeful.core.events import Message, decode
 from wakeful.core.records import StepRecord
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.audit import count_events
@@ -457,7 +456,7 @@ def test_dm_and_mention_are_stored_before_the_ack(core_app: Wakeful) -> None:
     assert (p["channel"], p["ts"], p["thread_ts"], p["user"]) == ("C1002", mts, None, "U1002")
     # What the person wrote to the agent, and the whole text as Slack sent it.
     said = decode(p, source="slack")
-    assert isinstance(said, Said)
+    assert isinstance(said, Message)
     assert (said.text, said.raw_text) == ("what's up?", f"<@{BOT_USER}> what's up?")
     assert p["raw_prefix"] == f"<@{BOT_USER}> ", "only what was removed is stored beside it"
 

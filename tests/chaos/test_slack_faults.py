@@ -13,7 +13,7 @@ from tests.conftest import T0
 from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
-from wakeful.core.effects import Message
+from wakeful.core.effects import Post
 from wakeful.core.store import Store
 from wakeful.devtools.emulator import SlackEmulator
 
@@ -35,7 +35,7 @@ def dispatcher(
 
 
 def post(store: Store, clock: ManualClock, channel: str, text: str) -> None:
-    store.post("T1:U1", [Message(channel, text, priority="urgent")], clock.now)
+    store.post("T1:U1", [Post(channel, text, priority="urgent")], clock.now)
 
 
 def texts(emu: SlackEmulator, channel: str) -> list[str]:

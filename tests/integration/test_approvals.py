@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from tests.conftest import T0
 from tests.support.approvals import ApprovalRequest
-from wakeful.core.effects import Effects, Message
+from wakeful.core.effects import Effects, Post
 from wakeful.core.errors import InvalidInput
-from wakeful.core.records import Answered, Event
+from wakeful.core.records import Answered, StoredEvent
 from wakeful.core.store import Store
 
 HOUR = 3600
@@ -32,7 +32,7 @@ def request(
     inbox: str = INBOX,
     deadline: int | None = None,
     approvers: tuple[str, ...] = (),
-    prompt: Message | None = None,
+    prompt: Post | None = None,
     args: Any = None,
 ) -> ApprovalRequest:
     """A run asks for approval of a tool call and finishes."""
@@ -53,7 +53,7 @@ def request(
     return req
 
 
-def answer_events(store: Store, inbox: str = INBOX) -> list[Event]:
+def answer_events(store: Store, inbox: str = INBOX) -> list[StoredEvent]:
     return [e for e in store.events(inbox) if e.source == "approval"]
 
 
@@ -260,7 +260,7 @@ def test_the_same_approval_requested_twice_stays_one_request(store: Store) -> No
 
 
 def test_a_re_requested_approval_queues_its_prompt_once(store: Store) -> None:
-    prompt = Message(channel="C7", text="Refund order r1 for 42?")
+    prompt = Post(channel="C7", text="Refund order r1 for 42?")
     request(store, "r1", now=T0, prompt=prompt)
     request(store, "r1", now=T0 + 100, prompt=prompt)  # a retried run asks again
     prompts = [r for r in store.outbox(inbox=INBOX) if r.ref == "r1"]
@@ -365,7 +365,7 @@ def ask_many(store: Store, run: int, orders: int, now: int = T0) -> None:
             args={"order_id": f"{run}-{n}"},
             requester="U7",
             deadline=now + WINDOW,
-            prompt=Message("C7", f"Approval needed: refund order {run}-{n}"),
+            prompt=Post("C7", f"Approval needed: refund order {run}-{n}"),
         )
         for n in range(orders)
     ]

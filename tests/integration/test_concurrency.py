@@ -14,7 +14,7 @@ from typing import Any
 
 from tests.conftest import T0, MakeStore
 from tests.support.procs import worker_cmd
-from wakeful.core.effects import Message, Timer
+from wakeful.core.effects import Post, Timer
 from wakeful.core.store import Store
 from wakeful.core.store.sqlite import SQLiteConnector
 from wakeful.devtools.audit import count_events, overlapping_runs, runs
@@ -75,7 +75,7 @@ def test_racing_schedulers_store_each_occurrence_once(store: Store) -> None:
 
 def test_racing_dispatchers_never_claim_a_row_twice(store: Store) -> None:
     for d in range(30):
-        store.post(f"T1:U{d}", [Message(f"C{d}", f"row {d}", priority="urgent")], T0)
+        store.post(f"T1:U{d}", [Post(f"C{d}", f"row {d}", priority="urgent")], T0)
     batches = race(4, lambda i: store.claim_batches(T0))
     rows = [rid for bs in batches for b in bs for p in b.parts for rid in p.row_ids]
     assert sorted(rows) == sorted(set(rows))

@@ -23,7 +23,7 @@ from tests.conftest import T0, MakeStore
 from tests.integration.test_outbox import Rig, statuses
 from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core.dispatcher import Dispatcher
-from wakeful.core.effects import Message
+from wakeful.core.effects import Post
 from wakeful.core.rules.outbox import Part
 from wakeful.core.store import Store, open_store
 from wakeful.core.store.sqlite import SQLiteConnector
@@ -42,15 +42,15 @@ STALL = SEND_TIMEOUT + 2.0
 """How late every STALL_EVERY-th post is answered: its dispatcher's claim lapses meanwhile."""
 
 
-def rows(n: int) -> list[Message]:
+def rows(n: int) -> list[Post]:
     """Text and block posts alternate, so no two merge: n rows, n posts."""
     out = []
     for i in range(n):
         if i % 2:
             block = {"type": "section", "text": {"type": "mrkdwn", "text": f"part {i}"}}
-            out.append(Message(CHANNEL, f"part {i}", blocks=[block], priority="urgent"))
+            out.append(Post(CHANNEL, f"part {i}", blocks=[block], priority="urgent"))
         else:
-            out.append(Message(CHANNEL, f"part {i}", priority="urgent"))
+            out.append(Post(CHANNEL, f"part {i}", priority="urgent"))
     return out
 
 
@@ -145,7 +145,7 @@ def test_racing_dispatchers_post_every_part_of_a_200_part_batch_once(
 
 def test_only_the_holder_of_a_claim_can_renew_or_defer_it(make_store: MakeStore) -> None:
     store = make_store(send_timeout=60)
-    store.post(INBOX, [Message("C1", "one")], T0)
+    store.post(INBOX, [Post("C1", "one")], T0)
     (first,) = store.claim_batches(T0)
     assert first.until == T0 + 60
     assert store.renew_batch(first.dispatch_id, T0 + 60, T0 + 70)  # its sender, before a part

@@ -12,7 +12,7 @@ import pytest
 from tests.acceptance.test_slack_app import pg_schema_url
 from tests.support.approvals import ApprovalRequest
 from wakeful.bot.commands.cli import main
-from wakeful.core.effects import Effects, Message, Timer
+from wakeful.core.effects import Effects, Post, Timer
 from wakeful.core.store import open_store
 from wakeful.core.store.probe import latest_version
 
@@ -36,7 +36,7 @@ def seed(db: str) -> None:
     assert claim is not None
     ask = ApprovalRequest(id="R1", tool="refund_order", args={}, requester="U1", deadline=t + 3600)
     effects = Effects(
-        messages=[Message("D1", "a reply\nover two lines", priority="urgent")],
+        messages=[Post("D1", "a reply\nover two lines", priority="urgent")],
         approvals=[ask],
         failed={claim.events[0].id: "RuntimeError: the model is down"},
     )

@@ -27,7 +27,7 @@ from wakeful.bot.slack.installations import StoreInstallations, StoreStates, Tok
 from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.bot.slack.workspaces import Workspaces
 from wakeful.core.dispatcher import Dispatcher
-from wakeful.core.effects import Message, Timer
+from wakeful.core.effects import Post, Timer
 from wakeful.core.errors import TransientSendError
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.emulator import SlackEmulator
@@ -135,9 +135,9 @@ def test_each_row_goes_with_its_workspaces_token_and_a_gone_one_is_parked(
     install(emu, store, "TB")
     ws = workspaces(emu, store)
     sender = SlackSender(make_client("", emu.api_url), sleep=lambda _s: None, tokens=ws.token)
-    store.post("TA:UA1", [Message("DA1", "to A")], T0)
-    store.post("TB:UB1", [Message("DB1", "to B")], T0)
-    store.post("TC:UC1", [Message("DC1", "to C, never installed")], T0)
+    store.post("TA:UA1", [Post("DA1", "to A")], T0)
+    store.post("TB:UB1", [Post("DB1", "to B")], T0)
+    store.post("TC:UC1", [Post("DC1", "to C, never installed")], T0)
     Dispatcher(store=store, clock=lambda: T0, sender=sender).tick(T0)
     teams = {c.params["channel"]: c.team for c in emu.calls("chat.postMessage")}
     assert teams == {"DA1": "TA", "DB1": "TB"}
@@ -157,8 +157,8 @@ def test_tokens_sealed_with_another_key_hold_the_rows_and_still_let_events_in(
     other = StoreInstallations(store, TokenCipher(Fernet.generate_key().decode()))
     ws = Workspaces(store, other, emu.client_id, emu.client_secret, emu.api_url)
     sender = SlackSender(make_client("", emu.api_url), sleep=lambda _s: None, tokens=ws.token)
-    store.post("TA:UA1", [Message("DA1", "to A")], T0)
-    store.post("TA:UA2", [Message("DA2", "to A again")], T0)
+    store.post("TA:UA1", [Post("DA1", "to A")], T0)
+    store.post("TA:UA2", [Post("DA2", "to A again")], T0)
     with caplog.at_level("ERROR", logger="wakeful.workspaces"):
         Dispatcher(store=store, clock=lambda: T0, sender=sender).tick(T0)
     assert emu.calls("chat.postMessage") == []
@@ -209,9 +209,9 @@ def test_revoked_and_uninstalled_in_either_order_set_the_workspace_aside(
     installations = install(emu, store, "TB")
     ws = workspaces(emu, store)
     store.ingest("TB:UB1", "slack", "Ev1", {"text": "later"}, T0)
-    store.post("TB:UB1", [Message("DB1", "queued before")], T0)
+    store.post("TB:UB1", [Post("DB1", "queued before")], T0)
     store.add_timer("TB:UB1", Timer.once("remind-1", T0 + 600, {}), T0)
-    store.post("TA:UA1", [Message("DA1", "another workspace")], T0)
+    store.post("TA:UA1", [Post("DA1", "another workspace")], T0)
     reasons = {"revoked": "the bot token was revoked", "uninstalled": "the app was uninstalled"}
     for status in order:
         installations.end(None, "TB", status, reasons[status], org_wide=False)  # type: ignore[arg-type]
@@ -294,8 +294,8 @@ def _refresh_race(
             if expired:
                 emu.expire_tokens("TR")
             store.refresh_secrets("TR", row.version, row.secrets, row.profile, expiry, now)
-            store.post("TR:UR1", [Message("DR1", "one")], now)
-            store.post("TR:UR2", [Message("DR2", "two")], now)
+            store.post("TR:UR1", [Post("DR1", "one")], now)
+            store.post("TR:UR2", [Post("DR2", "two")], now)
             outs = _race(url, emu, tmp_path)
         finally:
             store.close()

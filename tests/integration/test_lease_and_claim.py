@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import T0, MakeStore
 from tests.support.approvals import ApprovalRequest
-from wakeful.core.effects import Effects, Message, Timer
+from wakeful.core.effects import Effects, Post, Timer
 from wakeful.core.errors import LeaseLost
 from wakeful.core.store import Store, claims
 from wakeful.core.store.claims import TOO_MANY_ATTEMPTS
@@ -177,7 +177,7 @@ def test_ready_inboxes_lists_claimable_work_only(store: Store) -> None:
 
 def effects_of_everything() -> Effects:
     effects = Effects(
-        messages=[Message(channel="D1", text="reply", priority="urgent")],
+        messages=[Post(channel="D1", text="reply", priority="urgent")],
         approvals=[
             ApprovalRequest(
                 id="r1",

@@ -22,7 +22,7 @@ from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core import logs, metrics
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
-from wakeful.core.effects import Effects, Message, Timer
+from wakeful.core.effects import Effects, Post, Timer
 from wakeful.core.errors import StoreUnavailable
 from wakeful.core.run import Run
 from wakeful.core.store import Store, open_store
@@ -89,7 +89,7 @@ class Scripted:
             # The lease runs out mid-run and another worker takes the inbox over.
             self.clock.now += self.store.settings.lease_ttl + 1
             assert self.store.acquire_and_claim(run.inbox, "other", self.clock.now)
-        return Effects(messages=[Message("D1", "done", priority="urgent")])
+        return Effects(messages=[Post("D1", "done", priority="urgent")])
 
 
 def worker(store: Store, behaviour: str, clock: ManualClock) -> Worker:
@@ -257,16 +257,16 @@ def test_sends_slack_errors_and_rate_limit_pauses_are_counted(
     paused = Delta("wakeful_dispatch_paused_seconds_total")
     timed = Delta("wakeful_outbox_send_seconds_count")
     emulator.fault("chat.postMessage", status=429, error="ratelimited", retry_after=7)
-    store.post(INBOX, [Message("C1", "one", priority="urgent")], T0)
+    store.post(INBOX, [Post("C1", "one", priority="urgent")], T0)
     assert dispatcher.tick(clock.now) == 0
     assert gauge(store, "wakeful_outbox_rows", state="sending") == 1
     assert (limited.moved, pauses.moved, paused.moved, retried.moved) == (1, 1, 7, 1)
     clock.now += 9
-    store.post(INBOX, [Message("C1", "two", priority="urgent")], clock.now)
+    store.post(INBOX, [Post("C1", "two", priority="urgent")], clock.now)
     assert dispatcher.tick(clock.now) == 1  # the retried batch first
     assert dispatcher.tick(clock.now) == 1
     emulator.remove_channel("C2")
-    store.post(INBOX, [Message("C2", "nowhere", priority="urgent")], clock.now)
+    store.post(INBOX, [Post("C2", "nowhere", priority="urgent")], clock.now)
     assert dispatcher.tick(clock.now) == 0
     assert (sent.moved, rows.moved, failed.moved, gone.moved, timed.moved) == (2, 2, 1, 1, 4)
     assert gauge(store, "wakeful_outbox_rows", state="parked") == 1
@@ -281,7 +281,7 @@ def test_the_gauges_follow_the_store(store: Store) -> None:
     assert gauge(store, "wakeful_oldest_pending_event_age_seconds") == 0
     for i in range(3):
         store.ingest(f"T1:U{i}", "slack", f"Ev{i}", {"text": "a"}, T0 + i)
-    store.post(INBOX, [Message("C1", "held by the gap")], T0)
+    store.post(INBOX, [Post("C1", "held by the gap")], T0)
     store.add_timer(INBOX, Timer.once("due", T0 + 5), T0)
     store.add_timer(INBOX, Timer.once("later", T0 + 10_000), T0)
     collector = metrics.StoreCollector(store, clock=lambda: T0 + 65)

@@ -16,7 +16,7 @@ from tests.conftest import T0, MakeStore
 from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
-from wakeful.core.effects import Effects, Message
+from wakeful.core.effects import Effects, Post
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import OutboxRow
 from wakeful.core.rules.ops import MAX_LINES
@@ -171,7 +171,7 @@ def test_a_post_parked_for_good_is_reported_where_and_why(
 ) -> None:
     w = World(make_store, emu)
     emu.leave_channel("C9")
-    w.store.post("T1:U7", [Message("C9", "Reminder: stretch", priority="urgent")], T0)
+    w.store.post("T1:U7", [Post("C9", "Reminder: stretch", priority="urgent")], T0)
     w.tick()
     [parked] = [r for r in w.store.outbox(inbox="T1:U7") if r.channel == "C9"]
     assert (parked.status, parked.error) == ("failed", "not_in_channel")
@@ -202,7 +202,7 @@ def test_a_refused_ops_post_is_parked_logged_once_and_never_reported(
 def test_a_pause_is_told_once_per_pause(make_store: MakeStore, emu: SlackEmulator) -> None:
     w = World(make_store, emu)
     for n in range(3):
-        w.store.post(f"T1:U9{n}", [Message(f"C9{n}", "hello", priority="urgent")], T0)
+        w.store.post(f"T1:U9{n}", [Post(f"C9{n}", "hello", priority="urgent")], T0)
     emu.fault("chat.postMessage", status=429, retry_after=30, times=3)
     w.tick()  # the sends meet 429s, one or more (concurrent), or a pause already in force
     emu.clear_faults()  # those not met stay unmet (when one pause deferred the others)
@@ -212,7 +212,7 @@ def test_a_pause_is_told_once_per_pause(make_store: MakeStore, emu: SlackEmulato
     assert [len(emu.messages(f"C9{n}")) for n in range(3)] == [1, 1, 1]
     [post] = w.ops_posts()
     assert listed(post) == ["Slack sends paused for 30 s: rate limited (ratelimited)"]
-    w.store.post("T1:U93", [Message("C93", "again", priority="urgent")], w.clock.now)
+    w.store.post("T1:U93", [Post("C93", "again", priority="urgent")], w.clock.now)
     emu.fault("chat.postMessage", status=429, retry_after=5)
     w.tick()
     assert len(w.ops_rows()) == 2  # a new pause is told too
@@ -237,9 +237,9 @@ def test_unset_tells_nothing(make_store: MakeStore, emu: SlackEmulator) -> None:
     w.dead_by_run("T1:U11", ops=("tool refund given up",))
     w.dead_by_attempts("T1:U12")
     emu.leave_channel("C9")
-    w.store.post("T1:U11", [Message("C9", "x", priority="urgent")], w.clock.now)
+    w.store.post("T1:U11", [Post("C9", "x", priority="urgent")], w.clock.now)
     emu.fault("chat.postMessage", status=429, retry_after=2)
-    w.store.post("T1:U12", [Message("C8", "y", priority="urgent")], w.clock.now)
+    w.store.post("T1:U12", [Post("C8", "y", priority="urgent")], w.clock.now)
     w.tick()
     w.tick(GAP)
     assert w.ops_rows() == []

@@ -17,7 +17,7 @@ from tests.support.approvals import ApprovalRequest
 from wakeful.bot.slack.kinds import SLACK_TEXT_LIMIT
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
-from wakeful.core.effects import Effects, Message
+from wakeful.core.effects import Effects, Post
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.records import Ingested
 from wakeful.core.rules.outbox import SEPARATOR, Part
@@ -90,7 +90,7 @@ class Rig:
         **kw: Any,
     ) -> None:
         self.clock.now = at
-        msg = Message(
+        msg = Post(
             channel=channel,
             text=text,
             thread_ts=thread,
@@ -206,7 +206,7 @@ def test_destinations_are_paced_independently(make_store: MakeStore) -> None:
 
 def test_updates_and_ephemerals_are_never_held(make_store: MakeStore) -> None:
     store = make_store(outbox_gap=GAP)
-    _request_with_prompt(store, Message("C1", "Refund order 1?"), [])
+    _request_with_prompt(store, Post("C1", "Refund order 1?"), [])
     rig = Rig(store)
     assert rig.tick(T0) == 1  # the prompt: the first post of the destination
     state = store.approval("req-1")
@@ -266,11 +266,11 @@ def test_a_batch_left_sending_by_a_crash_is_retried_after_send_timeout_with_its_
     make_store: MakeStore,
 ) -> None:
     store = make_store(send_timeout=60)
-    store.post(INBOX, [Message("C1", "one"), Message("C1", "two")], T0)
+    store.post(INBOX, [Post("C1", "one"), Post("C1", "two")], T0)
     (batch,) = store.claim_batches(T0)  # then the dispatcher dies
     assert not batch.retry and all(not p.retry for p in batch.parts)
     assert statuses(store) == ["sending", "sending"]
-    store.post(INBOX, [Message("C1", "newer", priority="urgent")], T0 + 10)
+    store.post(INBOX, [Post("C1", "newer", priority="urgent")], T0 + 10)
     assert store.claim_batches(T0 + 59) == []
     (again,) = store.claim_batches(T0 + 60)
     assert again.dispatch_id == batch.dispatch_id
@@ -430,7 +430,7 @@ def test_a_cut_row_interrupted_mid_way_is_resent_without_duplicating_chunks(
 # -- approval prompts --------------------------------------------------------------------------
 
 
-def _request_with_prompt(store: Store, prompt: Message, before: list[Message]) -> None:
+def _request_with_prompt(store: Store, prompt: Post, before: list[Post]) -> None:
     store.ingest(INBOX, "slack", "ask", {"text": "refund"}, T0)
     claim = store.acquire_and_claim(INBOX, "W", T0)
     assert claim is not None
@@ -451,16 +451,16 @@ BUTTONS = [{"type": "actions", "elements": [{"type": "button", "text": "Yes"}]}]
 @pytest.mark.parametrize(
     ("prompt", "before"),
     [
-        (Message("C7", "Refund order 1?"), []),
-        (Message("C7", "Refund order 1?", blocks=BUTTONS), []),
-        (Message("C7", "Refund order 1?", priority="urgent"), []),
-        (Message("C7", "Refund order 1?", blocks=BUTTONS), [Message("C7", "Let me check.")]),
-        (Message("C7", "Refund order 1?"), [Message("C7", "Let me check.")]),
+        (Post("C7", "Refund order 1?"), []),
+        (Post("C7", "Refund order 1?", blocks=BUTTONS), []),
+        (Post("C7", "Refund order 1?", priority="urgent"), []),
+        (Post("C7", "Refund order 1?", blocks=BUTTONS), [Post("C7", "Let me check.")]),
+        (Post("C7", "Refund order 1?"), [Post("C7", "Let me check.")]),
     ],
     ids=["normal-text", "normal-blocks", "urgent", "after-text-then-blocks", "merged-text"],
 )
 def test_posting_an_approval_prompt_records_where_it_went(
-    store: Store, prompt: Message, before: list[Message]
+    store: Store, prompt: Post, before: list[Post]
 ) -> None:
     _request_with_prompt(store, prompt, before)
     rig = Rig(store)
@@ -474,7 +474,7 @@ def test_posting_an_approval_prompt_records_where_it_went(
 
 
 def test_an_update_reaches_a_prompt_that_was_posted_urgently(store: Store) -> None:
-    _request_with_prompt(store, Message("C7", "Refund order 1?", priority="urgent"), [])
+    _request_with_prompt(store, Post("C7", "Refund order 1?", priority="urgent"), [])
     rig = Rig(store)
     assert rig.tick(T0) == 1
     prompt_ts = rig.sender.ts_of[rig.sender.posted[0].part_id]
@@ -491,8 +491,8 @@ def test_a_prompt_and_its_update_in_one_pass_rewrite_the_prompt(store: Store) ->
     # The answer came before the dispatcher ever ran: the prompt and its rewrite go out in one
     # batch. Sent parts are recorded together at the end of a pass, but the prompt's ts must
     # be recorded before the update looks it up, or the update is parked as "never posted".
-    _request_with_prompt(store, Message("C7", "Refund order 1?", priority="urgent"), [])
-    store.post(INBOX, [Message("C7", "Refund approved", kind="update", ref="req-1")], T0 + 1)
+    _request_with_prompt(store, Post("C7", "Refund order 1?", priority="urgent"), [])
+    store.post(INBOX, [Post("C7", "Refund approved", kind="update", ref="req-1")], T0 + 1)
     rig = Rig(store, T0 + 1)
     assert rig.tick(T0 + 1) == 2
     assert store.dead_letters().outbox == []

@@ -12,9 +12,9 @@ from tests.conftest import T0
 from tests.support.agents import refund_desk
 from wakeful.bot.builtin.common import SESSION_RESET
 from wakeful.core.clock import ManualClock
-from wakeful.core.effects import Effects, Message
+from wakeful.core.effects import Effects, Post
 from wakeful.core.errors import SessionUnusable
-from wakeful.core.events import Message as Said
+from wakeful.core.events import Message
 from wakeful.core.run import Run
 from wakeful.core.store import Store
 from wakeful.core.store.sqlite import SQLiteConnector
@@ -34,15 +34,15 @@ class PickyAgent:
         if isinstance(run.session, dict) and run.session.get("poisoned"):
             raise SessionUnusable(
                 "the model refused the saved history",
-                Message("D1", "starting over", priority="urgent"),
+                Post("D1", "starting over", priority="urgent"),
             )
-        fx = Effects(messages=[Message("D1", f"ok {len(run.events)}", priority="urgent")])
+        fx = Effects(messages=[Post("D1", f"ok {len(run.events)}", priority="urgent")])
         fx.set_session({"seen": len(run.events)})
         return fx
 
 
 def say(store: Store, key: str, text: str, at: int) -> None:
-    said = Said(text=text, user="U1", team="T1", channel="D1", ts=f"{at}.1")
+    said = Message(text=text, user="U1", team="T1", channel="D1", ts=f"{at}.1")
     assert store.ingest(INBOX, "slack", key, said.to_wire(), at).stored
 
 

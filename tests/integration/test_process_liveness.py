@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import PG_DSN, T0, MakeStore, need_pg
 from tests.support.tcp_proxy import TcpProxy
 from wakeful.core.clock import ManualClock
-from wakeful.core.effects import Effects, Message
+from wakeful.core.effects import Effects, Post
 from wakeful.core.errors import StoreUnavailable
 from wakeful.core.heartbeat import Heartbeat
 from wakeful.core.records import ProcessRecord
@@ -113,12 +113,12 @@ def test_a_stalled_holder_that_wakes_up_after_the_takeover_is_fenced(store: Stor
     assert theirs is not None and theirs.gen == 2 and theirs.ids == mine.ids
     assert [e.attempts for e in theirs.events] == [2]
     # The stalled process wakes: its finish is refused by the generation, as after a TTL ...
-    assert not store.finish(mine, Effects(messages=[Message("D1", "late")]), later + 1)
+    assert not store.finish(mine, Effects(messages=[Post("D1", "late")]), later + 1)
     assert store.outbox(inbox=INBOX) == []
     # ... and its heartbeat finds its row gone: it registers again, as itself.
     assert not store.beat(stalled.id, later + 1)
     register(store, 111, host=ELSEWHERE, at=later + 1)
-    assert b.finish(theirs, Effects(messages=[Message("D1", "on time")]), later + 2)
+    assert b.finish(theirs, Effects(messages=[Post("D1", "on time")]), later + 2)
     assert [r.text for r in store.outbox(inbox=INBOX)] == ["on time"]
     assert sorted(p.pid for p in b.processes()) == [111, 222]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import T0, MakeStore
-from wakeful.core.effects import Message, Timer
+from wakeful.core.effects import Post, Timer
 from wakeful.core.store import Store, open_store
 from wakeful.core.store.sqlite import SQLiteConnector
 from wakeful.devtools.emulator import SlackEmulator
@@ -138,7 +138,7 @@ def test_several_dispatcher_processes_never_post_a_row_twice(make_store: MakeSto
     now = int(time.time())
     for c in range(40):
         for i in range(5):
-            store.post(f"T1:U{c}", [Message(f"C{c}", f"row {c}-{i}", priority="urgent")], now)
+            store.post(f"T1:U{c}", [Post(f"C{c}", f"row {c}-{i}", priority="urgent")], now)
     with SlackEmulator(bot_token="xoxb-race") as emu:
         env = _cli_env(*_where(store), SLACK_BOT_TOKEN="xoxb-race", SLACK_API_URL=emu.api_url)
         procs = _fleet("dispatcher", 3, env)

@@ -10,7 +10,7 @@ from wakeful.bot.slack.refusals import notice_text
 from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
-from wakeful.core.effects import Message
+from wakeful.core.effects import Post
 from wakeful.devtools.emulator import SlackEmulator
 
 TOKEN = "xoxb-refusals"
@@ -54,8 +54,8 @@ def test_a_post_refused_for_not_in_channel_is_told_once_in_the_persons_dm(
 ) -> None:
     d, clock = dispatcher(make_store, emu)
     emu.leave_channel("C27001")
-    d.store.post(PERSON, [Message("C27001", "Reminder: stretch", priority="urgent")], T0)
-    d.store.post(PERSON, [Message("C27001", "and another", priority="urgent")], T0)
+    d.store.post(PERSON, [Post("C27001", "Reminder: stretch", priority="urgent")], T0)
+    d.store.post(PERSON, [Post("C27001", "and another", priority="urgent")], T0)
     drain(d, clock)
     rows = d.store.outbox(inbox=PERSON)
     parked = [r for r in rows if r.channel == "C27001"]
@@ -73,7 +73,7 @@ def test_a_refused_notice_is_parked_without_another_notice(
     d, clock = dispatcher(make_store, emu)
     emu.leave_channel("C27002")
     emu.remove_channel("D27002")  # the person's DM refuses too: no loop of notices
-    d.store.post(PERSON.replace("27001", "27002"), [Message("C27002", "hi")], T0)
+    d.store.post(PERSON.replace("27001", "27002"), [Post("C27002", "hi")], T0)
     drain(d, clock, passes=6)
     rows = d.store.outbox(inbox="T1:U27002")
     assert sorted((r.kind, r.status, r.error) for r in rows) == [
@@ -90,8 +90,8 @@ def test_nobody_is_told_about_a_dm_or_a_conversation_inbox(
     d, clock = dispatcher(make_store, emu)
     emu.remove_channel("D27003")
     emu.leave_channel("C27003")
-    d.store.post("T1:U27003", [Message("D27003", "hi")], T0)
-    d.store.post("channel:C27003", [Message("C27003", "a webhook report")], T0)
+    d.store.post("T1:U27003", [Post("D27003", "hi")], T0)
+    d.store.post("channel:C27003", [Post("C27003", "a webhook report")], T0)
     drain(d, clock)
     kinds = [r.kind for r in d.store.outbox(status="failed")]
     assert kinds == ["post", "post"]

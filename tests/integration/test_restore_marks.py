@@ -9,7 +9,7 @@ from tests.conftest import T0, MakeStore
 from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
-from wakeful.core.effects import ApprovalRequest, Effects, Message
+from wakeful.core.effects import ApprovalRequest, Effects, Post
 from wakeful.core.store import Store
 from wakeful.devtools.emulator import SlackEmulator
 
@@ -22,7 +22,7 @@ def run(store: Store, inbox: str, key: str, at: int, text: str, stored: bool = F
         assert store.ingest(inbox, "slack", key, {"text": key}, at).stored
     claim = store.acquire_and_claim(inbox, "W", at)
     assert claim is not None
-    assert store.finish(claim, Effects(messages=[Message("C1", text)]), at, release=True)
+    assert store.finish(claim, Effects(messages=[Post("C1", text)]), at, release=True)
 
 
 def test_a_runs_rows_name_the_events_they_answer(make_store: MakeStore) -> None:
@@ -32,7 +32,7 @@ def test_a_runs_rows_name_the_events_they_answer(make_store: MakeStore) -> None:
     assert row.answers == ("slack:Ev1",) and not row.look_first
     [part] = store.claim_batches(T0)[0].parts
     assert part.answers == ("slack:Ev1",) and not part.look_first
-    store.post("T1:U1", [Message("C2", "an operator's notice")], T0)
+    store.post("T1:U1", [Post("C2", "an operator's notice")], T0)
     assert [r.answers for r in store.outbox(inbox="T1:U1") if r.channel == "C2"] == [()]
 
 
@@ -43,9 +43,9 @@ def test_a_restore_ends_the_copys_leases_and_claims_and_marks_what_it_did_not_se
     assert store.last_restored() is None
     assert store.ingest("T1:U1", "slack", "Ev1", {"text": "x"}, T0).stored
     assert store.acquire("T1:U2", "gone", T0) is not None  # a lease the copy holds
-    store.post("T1:U3", [Message("C3", "in flight")], T0)
+    store.post("T1:U3", [Post("C3", "in flight")], T0)
     [batch] = store.claim_batches(T0)  # `sending` until T0 + send_timeout
-    store.post("T1:U3", [Message("C4", "pending")], T0)
+    store.post("T1:U3", [Post("C4", "pending")], T0)
 
     marked = store.mark_restored(T0 + 5, "copy.db")
     assert (marked.leases_expired, marked.rows_to_check) == (1, 2)
@@ -58,7 +58,7 @@ def test_a_restore_ends_the_copys_leases_and_claims_and_marks_what_it_did_not_se
     # A reply written after the restore to an event from before it is looked for first ...
     claim = store.acquire_and_claim("T1:U1", "W", T0 + 6)
     assert claim is not None
-    assert store.finish(claim, Effects(messages=[Message("C1", "hi")]), T0 + 6, release=True)
+    assert store.finish(claim, Effects(messages=[Post("C1", "hi")]), T0 + 6, release=True)
     [row] = store.outbox(inbox="T1:U1")
     assert row.look_first and row.answers == ("slack:Ev1",)
     # ... and one to an event after it is not; a new process reads the mark from the store.
@@ -82,7 +82,7 @@ def test_a_timer_that_fired_before_the_restore_counts_as_from_before(
     assert store.ingest("T1:U1", "timer", f"T1:U1/remind@{T0 + 50}", {}, T0 + 120).stored
     claim = store.acquire_and_claim("T1:U1", "W", T0 + 120)
     assert claim is not None
-    assert store.finish(claim, Effects(messages=[Message("C1", "Reminder")]), T0 + 120)
+    assert store.finish(claim, Effects(messages=[Post("C1", "Reminder")]), T0 + 120)
     [row] = store.outbox(inbox="T1:U1")
     assert row.look_first and row.answers == (f"timer:T1:U1/remind@{T0 + 50}",)
 
@@ -121,9 +121,9 @@ def test_a_prompt_to_look_for_is_never_taken_for_the_reply_beside_it(
     make_store: MakeStore,
 ) -> None:
     def run_of(store: Store, at: int, prompt: bool) -> None:
-        shown = Message("C1", "Approve refund order 7?", ref="r-7")
+        shown = Post("C1", "Approve refund order 7?", ref="r-7")
         asks = [ApprovalRequest("r-7", "refund_order", {}, "U1", at + 600, prompt=shown)]
-        effects = Effects(messages=[Message("C1", "Asking.")], approvals=asks if prompt else [])
+        effects = Effects(messages=[Post("C1", "Asking.")], approvals=asks if prompt else [])
         claim = store.acquire_and_claim("T1:U1", "W", at)
         assert claim is not None and store.finish(claim, effects, at, release=True)
 

@@ -11,7 +11,7 @@ from tests.conftest import T0, MakeStore
 from tests.support.approvals import ApprovalRequest
 from wakeful.bot.process.config import Config, ConfigError
 from wakeful.core.clock import ManualClock
-from wakeful.core.effects import Effects, Message
+from wakeful.core.effects import Effects, Post
 from wakeful.core.errors import InvalidInput
 from wakeful.core.scheduler import Scheduler
 from wakeful.core.settings import DAY, REDELIVERY_WINDOW, Settings
@@ -44,9 +44,9 @@ def test_aged_history_is_pruned_and_everything_open_dead_or_parked_stays(
     store: Store,
 ) -> None:
     old, recent = T0, T0 + 20 * DAY
-    handle(store, "T1:U1", "old", old, messages=[Message("D1", "old reply")])
+    handle(store, "T1:U1", "old", old, messages=[Post("D1", "old reply")])
     answered_approval(store, "T1:U1", "old-approval", old)
-    store.post("T1:U1", [Message("D1", "old sent")], old)
+    store.post("T1:U1", [Post("D1", "old sent")], old)
     for batch in store.claim_batches(old):
         for part in batch.parts:
             store.mark_sent(part, "1.0", old)
@@ -59,7 +59,7 @@ def test_aged_history_is_pruned_and_everything_open_dead_or_parked_stays(
     store.record_step("call-new", "T1:U2", "claude:call:0", None, {"a": 2}, recent, replay=True)
     open_req = ApprovalRequest("open-approval", "refund_order", {}, "U4", old + 10 * DAY)
     handle(store, "T1:U4", "asks", old, approvals=[open_req])
-    store.post("T1:U5", [Message("C-gone", "never delivered")], old)
+    store.post("T1:U5", [Post("C-gone", "never delivered")], old)
     (batch,) = [b for b in store.claim_batches(old) if b.channel == "C-gone"]
     store.fail_part(batch.parts[0], "channel_not_found", old)
 
@@ -195,11 +195,11 @@ def test_a_thread_the_bot_left_alone_past_the_retention_is_forgotten(store: Stor
     store.remember_thread("C1", "100.1", "mentioned", old)
     store.remember_thread("C1", "200.2", "mentioned", old)
     store.remember_thread("C1", "200.2", "mentioned", old + 20 * DAY)  # mentioned again
-    store.post("T1:U1", [Message("C1", "in a thread", thread_ts="300.3")], old)
+    store.post("T1:U1", [Post("C1", "in a thread", thread_ts="300.3")], old)
     for batch in store.claim_batches(old):
         for part in batch.parts:
             store.mark_sent(part, "300.4", old)
-    store.post("T1:U1", [Message("C1", "still going", thread_ts="300.3")], old + 25 * DAY)
+    store.post("T1:U1", [Post("C1", "still going", thread_ts="300.3")], old + 25 * DAY)
     for batch in store.claim_batches(old + 25 * DAY):
         for part in batch.parts:
             store.mark_sent(part, "300.5", old + 25 * DAY)

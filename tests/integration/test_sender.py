@@ -20,7 +20,7 @@ from tests.conftest import T0, MakeStore
 from wakeful.bot.slack.sender import EVENT_TYPE, SlackSender, classify, make_client
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
-from wakeful.core.effects import Message
+from wakeful.core.effects import Post
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.rules.outbox import Part
 from wakeful.devtools.emulator import SlackEmulator
@@ -388,7 +388,7 @@ def test_a_dispatcher_crash_before_mark_sent_never_posts_twice(
     make_store: MakeStore, emu: SlackEmulator, fake: FakeTime, reached_slack: bool
 ) -> None:
     store = make_store()
-    store.post(INBOX, [Message("C1", "Refunded order 42.", priority="urgent")], T0)
+    store.post(INBOX, [Post("C1", "Refunded order 42.", priority="urgent")], T0)
     sender = SlackSender(make_client(TOKEN, emu.api_url), sleep=fake.sleep, clock=fake.clock)
     [batch] = store.claim_batches(T0)
     [sending] = batch.parts

@@ -16,7 +16,7 @@ from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core import metrics
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
-from wakeful.core.effects import Message
+from wakeful.core.effects import Post
 from wakeful.core.store import Store
 from wakeful.devtools.emulator import SlackEmulator
 from wakeful.devtools.emulator.checks import TEXT_LIMIT
@@ -56,7 +56,7 @@ def test_a_post_over_40000_characters_is_cut_and_never_refused(
     store = make_store()
     text = "\n".join(f"line {i:06d} " + "x" * 80 for i in range(600))  # about 55,000
     assert len(text) > TEXT_LIMIT
-    store.post(INBOX, [Message("C1", text, priority="urgent")], T0)
+    store.post(INBOX, [Post("C1", text, priority="urgent")], T0)
     dispatch(store, emu)
     posted = [m["text"] for m in emu.messages("C1")]
     assert len(posted) == 2 and all(len(t) <= TEXT_LIMIT for t in posted)
@@ -114,17 +114,17 @@ def test_a_permanent_refusal_parks_the_row_with_its_reason_and_tells_the_operato
 ) -> None:
     store = make_store()
     if scene == "invalid_blocks":
-        message = Message("C1", "too long a section", blocks=section("z" * 3001), priority="urgent")
+        message = Post("C1", "too long a section", blocks=section("z" * 3001), priority="urgent")
     elif scene == "not_in_channel":
         emu.leave_channel("C1")
-        message = Message("C1", "nobody invited me", priority="urgent")
+        message = Post("C1", "nobody invited me", priority="urgent")
     elif scene == "user_not_in_channel":
         emu.set_members("C1", ["U1"])
-        message = Message("C1", "just for you", kind="ephemeral", user="U2")
+        message = Post("C1", "just for you", kind="ephemeral", user="U2")
     else:
         emu.scopes = [s for s in emu.scopes if s != "chat:write"]
-        message = Message("C1", "no scope to say it", priority="urgent")
-    others = [] if scene == "missing_scope" else [Message("C3", "unrelated", priority="urgent")]
+        message = Post("C1", "no scope to say it", priority="urgent")
+    others = [] if scene == "missing_scope" else [Post("C3", "unrelated", priority="urgent")]
     store.post(INBOX, [message, *others], T0)
     method = "chat.postEphemeral" if scene == "user_not_in_channel" else "chat.postMessage"
     before = errors(method, scene)
@@ -169,7 +169,7 @@ def test_a_transient_refusal_keeps_the_row_and_retries_it(
     store = make_store()
     status = 429 if error == "ratelimited" else 500
     emu.fault("chat.postMessage", status=status, error=error, retry_after=1, times=1)
-    store.post(INBOX, [Message("C1", "try again", priority="urgent")], T0)
+    store.post(INBOX, [Post("C1", "try again", priority="urgent")], T0)
     dispatch(store, emu)
     assert [r.status for r in store.outbox(inbox=INBOX)] == ["sending"]
     assert parked(store) == []

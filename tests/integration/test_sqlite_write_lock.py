@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import T0
 from wakeful.core.clock import ManualClock
-from wakeful.core.effects import Effects, Message, Timer
+from wakeful.core.effects import Effects, Post, Timer
 from wakeful.core.errors import StoreUnavailable
 from wakeful.core.scheduler import Scheduler
 from wakeful.core.settings import DAY, Settings
@@ -51,7 +51,7 @@ def test_a_dispatcher_pass_with_nothing_to_send_takes_no_write_lock(
     stores: tuple[Store, Store],
 ) -> None:
     setup, probe = stores
-    setup.post("T1:U1", [Message("C1", "now", priority="urgent")], T0)
+    setup.post("T1:U1", [Post("C1", "now", priority="urgent")], T0)
     assert len(setup.claim_batches(T0)) == 1  # in flight until T0 + 60
     with write_locked(setup.db.path):  # type: ignore[attr-defined]
         assert probe.claim_batches(T0 + 1) == []  # still in flight: nothing to claim

@@ -30,7 +30,7 @@ from wakeful.bot.front.wsgi import EVENTS_PATH, SlackFront
 from wakeful.bot.process.config import WebhookSource
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
-from wakeful.core.effects import Effects, Message, Timer
+from wakeful.core.effects import Effects, Post, Timer
 from wakeful.core.errors import InvalidInput
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.scheduler import Scheduler
@@ -80,15 +80,15 @@ def claim_one(store: Store, inbox: str, source_id: str) -> Any:
 
 def nul_effects(tag: str) -> Effects:
     """Every kind of effect, each carrying a NUL in its content."""
-    prompt = Message("D1", f"Approve {tag}\x00?", blocks=[{"type": "section", "text": "\x00"}])
+    prompt = Post("D1", f"Approve {tag}\x00?", blocks=[{"type": "section", "text": "\x00"}])
     digest = {"since": T0, "periods": 1, "missed": 0, "unit": "period", "lines": []}
     request = ApprovalRequest(
         f"req-{tag}", "refund_order", {"reason": "a\x00b"}, "U1", T0 + 600, prompt=prompt
     )
     fx = Effects(
         messages=[
-            Message("D1", f"reply {tag} a\x00b"),
-            Message("D1", "digest", kind="digest", facts={**digest, "note": "x\x00"}),
+            Post("D1", f"reply {tag} a\x00b"),
+            Post("D1", "digest", kind="digest", facts={**digest, "note": "x\x00"}),
         ],
         timers=[Timer.once(f"remind-{tag}", T0 + 60, {"text": "a\x00b"})],
         approvals=[request],
@@ -131,9 +131,9 @@ def test_one_run_with_nul_does_not_fail_the_others_finished_with_it(store: Store
 @pytest.mark.parametrize(
     "build",
     [
-        lambda: Message("C1\x00", "hi"),
-        lambda: Message("C1", "hi", thread_ts="1.2\ud800"),
-        lambda: Message("C1", "hi", kind="ephemeral", user="U1\x00"),
+        lambda: Post("C1\x00", "hi"),
+        lambda: Post("C1", "hi", thread_ts="1.2\ud800"),
+        lambda: Post("C1", "hi", kind="ephemeral", user="U1\x00"),
         lambda: Timer.once("remind\x00", T0),
         lambda: ApprovalRequest("req\x00", "refund_order", {}, "U1", T0),
         lambda: ApprovalRequest("req", "refund_order", {}, "U1\udfff", T0),

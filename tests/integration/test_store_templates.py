@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import PG_DSN, T0, need_pg
 from tests.support.store_templates import PgSchemas, SqliteTemplate
-from wakeful.core.effects import Message
+from wakeful.core.effects import Post
 from wakeful.core.settings import Settings
 from wakeful.core.store import Store, open_store
 
@@ -23,7 +23,7 @@ def used(store: Store) -> None:
     """Rows in several tables, identities moved on."""
     for i in range(3):
         store.ingest("T1:U1", "slack", f"Ev{i}", {"text": "hi"}, T0)
-    store.post("T1:U1", [Message("D1", "a reply", priority="urgent")], T0)
+    store.post("T1:U1", [Post("D1", "a reply", priority="urgent")], T0)
 
 
 def assert_fresh(store: Store) -> None:

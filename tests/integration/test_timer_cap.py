@@ -15,8 +15,7 @@ from tests.integration.test_refund_desk import INBOX, Desk
 from wakeful.agents import Agent, Conversation, Message, Run, Timer, Tool
 from wakeful.bot.process.config import Config, ConfigError
 from wakeful.core.clock import ManualClock
-from wakeful.core.effects import ApprovalRequest, Effects
-from wakeful.core.effects import Message as Post
+from wakeful.core.effects import ApprovalRequest, Effects, Post
 from wakeful.core.settings import DEFAULTS
 from wakeful.core.store import Store
 from wakeful.core.worker import Worker

@@ -14,7 +14,7 @@ from tests.conftest import T0
 from wakeful.core.effects import Effects, Timer
 from wakeful.core.errors import InvalidInput
 from wakeful.core.events import TimerTick
-from wakeful.core.records import Event
+from wakeful.core.records import StoredEvent
 from wakeful.core.rules.schedule import next_daily
 from wakeful.core.runner import typed
 from wakeful.core.store import Store
@@ -27,7 +27,7 @@ INBOX = "T1:U1"
 MakeStore = Callable[..., Store]
 
 
-def timer_events(store: Store, inbox: str = INBOX) -> list[Event]:
+def timer_events(store: Store, inbox: str = INBOX) -> list[StoredEvent]:
     return [e for e in store.events(inbox) if e.source == "timer"]
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import T0
 from wakeful.core.clock import ManualClock
-from wakeful.core.effects import Effects, Message
+from wakeful.core.effects import Effects, Post
 from wakeful.core.loops import Wakeup
 from wakeful.core.run import Run
 from wakeful.core.scheduler import Scheduler
@@ -35,7 +35,7 @@ class EchoAgent:
         if "boom" in texts:
             raise RuntimeError("poison")
         run.heartbeat()
-        effects = Effects(messages=[Message("D1", f"handled {len(texts)}", priority="urgent")])
+        effects = Effects(messages=[Post("D1", f"handled {len(texts)}", priority="urgent")])
         effects.set_session({"seen": (run.session or {}).get("seen", 0) + len(texts)})
         return effects
 
@@ -184,7 +184,7 @@ def test_a_newly_ready_inbox_waits_at_most_two_runs_behind_a_backlog(
             if len(started) == backlogs + 1:  # every backlog had a turn: now they take turns
                 second.set()
             time.sleep(run_time)
-            return Effects(messages=[Message("D1", f"handled {len(run.events)}")])
+            return Effects(messages=[Post("D1", f"handled {len(run.events)}")])
 
     now = int(time.time())
     for i in range(1000):  # 20 batches of claim_cap (50)

@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.conftest import PG_DSN, T0, need_pg
 from tests.support.tcp_proxy import TcpProxy
 from wakeful.core.clock import ManualClock
-from wakeful.core.effects import Effects, Message
+from wakeful.core.effects import Effects, Post
 from wakeful.core.errors import StoreUnavailable
 from wakeful.core.run import Run
 from wakeful.core.settings import Settings
@@ -33,7 +33,7 @@ class Replier:
 
     def run(self, run: Run) -> Effects:
         self.runs.append([e.key for e in run.events])
-        return Effects(messages=[Message("D1", f"{run.inbox}: " + "x" * 3000)])
+        return Effects(messages=[Post("D1", f"{run.inbox}: " + "x" * 3000)])
 
 
 class Ticks:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.conftest import T0
 from wakeful.core.dispatcher import Dispatcher
-from wakeful.core.effects import Message
+from wakeful.core.effects import Post
 from wakeful.core.errors import TransientSendError
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.rules.outbox import Part
@@ -27,8 +27,8 @@ def test_a_flooded_workspace_does_not_push_anothers_replies_past_the_claim_limit
     store: Store,
 ) -> None:
     for i in range(30):
-        store.post(f"TA:U{i:03d}", [Message(f"DA{i:03d}", "flood")], T0)
-    store.post("TB:U001", [Message("DB001", "reply")], T0 + 1)
+        store.post(f"TA:U{i:03d}", [Post(f"DA{i:03d}", "flood")], T0)
+    store.post("TB:U001", [Post("DB001", "reply")], T0 + 1)
     batches = store.claim_batches(T0 + 2, limit=5)
     channels = [b.channel for b in batches]
     assert "DB001" in channels[:2]
@@ -54,10 +54,10 @@ class _Limited:
 def test_a_rate_limit_pauses_only_its_own_workspaces_sends(store: Store) -> None:
     sender = _Limited()
     dispatcher = Dispatcher(store=store, clock=lambda: T0, sender=sender, concurrency=1)
-    store.post("TA:U1", [Message("DA1", "first in A")], T0)
+    store.post("TA:U1", [Post("DA1", "first in A")], T0)
     dispatcher.tick(T0)  # A answers 429: A is paused for a minute
-    store.post("TA:U2", [Message("DA2", "second in A")], T0)
-    store.post("TB:U1", [Message("DB1", "in B")], T0)
+    store.post("TA:U2", [Post("DA2", "second in A")], T0)
+    store.post("TB:U1", [Post("DB1", "in B")], T0)
     dispatcher.tick(T0)
     assert sender.sent == ["DB1"]  # B's reply went out while A waits out its Retry-After
     assert {r.channel for r in store.outbox("sent")} == {"DB1"}  # A's rows wait their turn
@@ -70,8 +70,8 @@ def test_with_one_workspace_a_rate_limit_still_pauses_every_send(store: Store) -
 
     sender = OneWorkspace()
     dispatcher = Dispatcher(store=store, clock=lambda: T0, sender=sender, concurrency=1)
-    store.post("TA:U1", [Message("DA1", "first")], T0)
+    store.post("TA:U1", [Post("DA1", "first")], T0)
     dispatcher.tick(T0)
-    store.post("TB:U1", [Message("DB1", "other")], T0)
+    store.post("TB:U1", [Post("DB1", "other")], T0)
     dispatcher.tick(T0)
     assert sender.sent == []  # as before issue 26: Slack's one app limit, one pause

@@ -10,17 +10,17 @@ import dataclasses
 from typing import Any
 
 from wakeful.core import effects
-from wakeful.core.effects import Message
+from wakeful.core.effects import Post
 
 CHANNEL = "C0PROMPTS"
 
 
 def ApprovalRequest(
-    *args: Any, prompt: Message | None = None, **kwargs: Any
+    *args: Any, prompt: Post | None = None, **kwargs: Any
 ) -> effects.ApprovalRequest:
     """`wakeful.core.effects.ApprovalRequest` with a plain prompt when none is given."""
     request = effects.ApprovalRequest(*args, **kwargs)
-    shown = prompt or Message(
+    shown = prompt or Post(
         request.channel or CHANNEL,
         f"Approval needed: {request.summary or request.tool} (request {request.id})",
         priority="urgent",

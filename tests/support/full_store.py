@@ -28,7 +28,7 @@ from slack_sdk.oauth.installation_store import Installation
 
 from tests.support.approvals import ApprovalRequest
 from wakeful.bot.slack.installations import StoreInstallations, TokenCipher
-from wakeful.core.effects import Effects, Message, RunTiming, Timer, ToolWait
+from wakeful.core.effects import Effects, Post, RunTiming, Timer, ToolWait
 from wakeful.core.records import Claim, ProcessRecord
 from wakeful.core.store import Store, open_store
 from wakeful.core.store.dead_letters import DeadFilter
@@ -218,7 +218,7 @@ def _approvals(store: Store, t: int, now: int) -> dict[str, str]:
     # The answers' run: one call done, one failed for good, two held by transient failures.
     claim = _run(store, WAIT, t + 150)
     answer_of = {e.source_id: e.id for e in claim.events}
-    effects = Effects(messages=[Message("D0WAIT", "On it.")])
+    effects = Effects(messages=[Post("D0WAIT", "On it.")])
     effects.tool_outcomes = {ids["done"]: ("done", None), ids["failed"]: ("failed", FAILED_REASON)}
     effects.tool_waits = [
         ToolWait(
@@ -241,7 +241,7 @@ def _backlog(store: Store, t: int, now: int) -> int:
     """A saved session; one event running under a lease held past `now`; two pending."""
     _ingest(store, BUSY, "slack", "EvBUSY0001", {"text": "remember: I like tea"}, t)
     claim = _run(store, BUSY, t + 1)
-    effects = Effects(messages=[Message("D0BUSY", "Noted.", priority="urgent")])
+    effects = Effects(messages=[Post("D0BUSY", "Noted.", priority="urgent")])
     effects.set_session({"likes": "tea"})
     effects.usage = [  # the run called a model twice, once replayed from its recorded step
         ModelUsage(
@@ -266,15 +266,15 @@ def _outbox(store: Store, t: int, now: int) -> tuple[int, int, int]:
     """A reply sent, one held by the gap behind it, one parked, one paused (T2)."""
     _ingest(store, POST, "slack", "EvPOST0001", {"text": "hello"}, t)
     claim = _run(store, POST, t + 1)
-    replies = [Message("D0POST", "Hello!"), Message("D0GONE", "I'll remind you in 10 minutes")]
+    replies = [Post("D0POST", "Hello!"), Post("D0GONE", "I'll remind you in 10 minutes")]
     _finish(store, claim, Effects(messages=replies), t + 2)
     _dispatch(store, t + 3, park={"D0GONE": PARK_ERROR})
     _ingest(store, POST, "slack", "EvPOST0002", {"text": "and again"}, t + 10)
     claim = _run(store, POST, t + 11)
-    _finish(store, claim, Effects(messages=[Message("D0POST", "Held by the gap.")]), t + 12)
+    _finish(store, claim, Effects(messages=[Post("D0POST", "Held by the gap.")]), t + 12)
     _ingest(store, PAUSED, "slack", "EvPAUSE001", {"text": "hi from T2"}, now - 60)
     claim = _run(store, PAUSED, now - 59)
-    _finish(store, claim, Effects(messages=[Message("D0PAUSE", "Hi T2!")]), now - 58)
+    _finish(store, claim, Effects(messages=[Post("D0PAUSE", "Hi T2!")]), now - 58)
     _dispatch(store, now - 57, pause={"D0PAUSE": (now + 300, PAUSE_ERROR)})
     rows = {(o.channel, o.status): o.id for o in store.outbox()}
     return rows[("D0GONE", "failed")], rows[("D0POST", "pending")], rows[("D0PAUSE", "sending")]

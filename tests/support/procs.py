@@ -20,9 +20,9 @@ import threading
 import time
 
 from wakeful.core.clock import Clock, ServerClock
-from wakeful.core.effects import Effects, Message
+from wakeful.core.effects import Effects, Post
 from wakeful.core.run import Run
-from wakeful.core.runner import Agent
+from wakeful.core.runner import AgentLike
 from wakeful.core.settings import Settings
 from wakeful.core.store import Store, open_store
 from wakeful.core.worker import Worker
@@ -57,7 +57,7 @@ class RecordingAgent:
             "end": time.time(),
             "events": [e.id for e in run.events],
         }
-        return Effects(messages=[Message(f"C-{run.inbox}", json.dumps(record), priority="urgent")])
+        return Effects(messages=[Post(f"C-{run.inbox}", json.dumps(record), priority="urgent")])
 
 
 class NoopAgent:
@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
     clock: Clock = (
         ServerClock(store, host=host) if args.clock == "server" else (lambda: int(host()))
     )
-    agent: Agent = (
+    agent: AgentLike = (
         NoopAgent() if args.noop else RecordingAgent(args.holder, args.max_sleep, args.runs_log)
     )
     worker = Worker(

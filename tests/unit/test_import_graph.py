@@ -1,4 +1,5 @@
-"""core/ imports in one direction: no module of the engine reaches itself through its imports.
+"""Imports in one direction: no module of the package (core/, bot/, agents/, devtools/) or of the
+bench reaches itself through its imports.
 
 Type-only imports (under TYPE_CHECKING) and imports inside functions count too: a circle
 hidden there still means two modules that cannot be read, tested or moved apart.
@@ -10,34 +11,43 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CORE = ROOT / "core"
+PACKAGE = ("core", "bot", "agents", "devtools")
+"""The folders installed as wakeful.core, wakeful.bot, wakeful.agents and wakeful.devtools."""
 
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
-    return "wakeful." + ".".join(parts)
+    prefix = "" if parts[0] == "bench" else "wakeful."
+    return prefix + ".".join(parts)
 
 
-def core_imports() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in CORE.rglob("*.py")}
-    graph: dict[str, set[str]] = {name: set() for name in modules}
-    for name, path in modules.items():
+def imports_of(folders: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module -> the modules of `folders` it imports (at the top, in a function, TYPE_CHECKING)."""
+    paths = {module_name(p): p for f in folders for p in (ROOT / f).rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in paths}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # `from .common import x` (the bench's relative imports)
+                    up = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{up}.{base}" if base else up
                 # `from wakeful.core import metrics` names a module; `from x import Name`, x.
                 targets = [
-                    f"{node.module}.{a.name}"
-                    if f"{node.module}.{a.name}" in modules
-                    else node.module
-                    for a in node.names
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names
                 ]
-            graph[name] |= {t for t in targets if t in modules and t != name}
+            graph[name] |= {t for t in targets if t in paths and t != name}
     return graph
+
+
+def core_imports() -> dict[str, set[str]]:
+    return imports_of(("core",))
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -84,3 +94,16 @@ def test_the_check_finds_a_circle() -> None:
 
 def test_core_has_no_import_circles() -> None:
     assert circles(core_imports()) == []
+
+
+def test_the_graph_sees_the_package_s_and_the_bench_s_imports() -> None:
+    graph = imports_of((*PACKAGE, "bench"))
+    assert "wakeful.bot.process.config" in graph["wakeful.bot.slack.installations"] or (
+        "wakeful.bot.process.env_values" in graph["wakeful.bot.slack.installations"]
+    )
+    assert "bench.common" in graph["bench.engine"]  # a relative import
+    assert "wakeful.devtools.emulator.server" in graph["wakeful.devtools.emulator.state"]
+
+
+def test_the_package_and_the_bench_have_no_import_circles() -> None:
+    assert circles(imports_of((*PACKAGE, "bench"))) == []

@@ -40,7 +40,7 @@ from wakeful.bot.slack.home import build_view, default_home
 from wakeful.bot.slack.surfaces import SlackApprovals
 from wakeful.bot.slack.text import addressed, inert
 from wakeful.core import events as ev
-from wakeful.core.effects import ApprovalRequest, Effects, Message, Timer
+from wakeful.core.effects import ApprovalRequest, Effects, Post, Timer
 from wakeful.core.query import Query
 from wakeful.core.runner import Runner
 from wakeful.core.store import Store, open_store
@@ -90,7 +90,7 @@ def shown(text: str) -> str:
 
 def slack_texts(value: Any) -> Iterator[str]:
     """Every string Slack renders in a message, a block list or a view."""
-    if isinstance(value, Message):
+    if isinstance(value, Post):
         yield value.text
         yield from slack_texts(value.blocks)
     elif isinstance(value, dict):
@@ -351,7 +351,7 @@ def test_home_tab_and_status(store: Store, text: str) -> None:
     assert view is not None
     assert_inert(desk.home(view), text)
     assert_inert(default_home(view), text)
-    assert_inert(Message("D1", status_text(Query(store), inbox)), text)
+    assert_inert(Post("D1", status_text(Query(store), inbox)), text)
 
 
 @given(hostile, st.sampled_from(["repository", "title", "url"]))
@@ -370,7 +370,7 @@ def test_webhook_report_line(store: Store, text: str, where: str) -> None:
     )
     line = report_line(delivery)
     one_line = " ".join(text.split())
-    assert_inert(Message("C1", line), one_line if len(one_line) < TITLE_CAP else None)
+    assert_inert(Post("C1", line), one_line if len(one_line) < TITLE_CAP else None)
 
 
 @given(hostile)
@@ -399,7 +399,7 @@ def test_claude_reply_and_approval_prompt(store: Store, fake: FakeAnthropic, tex
 def test_the_fuzz_would_catch_an_echo_that_skips_inert() -> None:
     """The checks themselves: an unescaped echo fails them."""
     with pytest.raises(AssertionError, match="active control sequence"):
-        assert_inert(Message("C1", "Reminder: <!channel> payroll moved"))
+        assert_inert(Post("C1", "Reminder: <!channel> payroll moved"))
     with pytest.raises(AssertionError, match="raw angle bracket"):
-        assert_inert(Message("C1", "Reminder: <foo|bar>"))
-    assert_inert(Message("C1", f"Approval needed: refund order 7 for <@{USER}>"))
+        assert_inert(Post("C1", "Reminder: <foo|bar>"))
+    assert_inert(Post("C1", f"Approval needed: refund order 7 for <@{USER}>"))
