@@ -30,6 +30,7 @@ from wakeful.bot.front import payloads
 from wakeful.bot.process.config import Config
 from wakeful.bot.process.loading import build_runner
 from wakeful.bot.slack.events import HomeOpened
+from wakeful.bot.slack.kinds import SLACK_KINDS
 from wakeful.core.clock import ManualClock
 from wakeful.core.events import Command, Event, Message, WebhookDelivery
 from wakeful.core.inbox_id import InboxId
@@ -140,7 +141,9 @@ class Harness:
         self.folder = Path(folder or tempfile.mkdtemp(prefix="wakeful-harness-"))
         settings = {"WAKEFUL_APPROVERS": ",".join(approvers), "WAKEFUL_BATCH_WINDOW": "0"}
         self.config = Config.from_env({**settings, **(env or {})})
-        self.store: Store = open_store(self.folder / "harness.db", self.config.settings)
+        self.store: Store = open_store(
+            self.folder / "harness.db", self.config.settings, kinds=SLACK_KINDS
+        )
         self.clock = ManualClock(now)
         self.runner = build_runner(
             self.config,

@@ -11,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import SlackFront
 from wakeful.core.store import open_store
 
@@ -24,7 +25,7 @@ def main(argv: list[str]) -> int:
     store = open_store(Path(tempfile.mkdtemp(prefix="wakeful-bench-stub-")) / "stub.db")
     ids = itertools.count(1)
     store.db.store_event = lambda event: next(ids)  # type: ignore[method-assign]
-    return serve(SlackFront(store, args.secret, "UBOT", "BBOT"))
+    return serve(SlackFront(Listeners(store, args.secret, "UBOT", "BBOT")))
 
 
 if __name__ == "__main__":

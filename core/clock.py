@@ -20,8 +20,41 @@ log = logging.getLogger("wakeful.clock")
 Clock = Callable[[], int]
 
 
-def wall_clock() -> int:
-    return int(time.time())
+class LoopClock(Protocol):
+    """A clock a loop can time itself by: integer seconds for every rule, plus a sub-second
+    timeline (batch windows, commit sharing, run times) and epoch milliseconds (the run log),
+    read from one source, so a loop driven by a test's clock never mixes in the machine's time."""
+
+    def __call__(self) -> int: ...
+
+    def monotonic(self) -> float:
+        """Seconds that never go back; only differences mean anything."""
+        ...
+
+    def wall_ms(self) -> int:
+        """Epoch milliseconds, for timestamps a person reads."""
+        ...
+
+
+class HostClock:
+    """This machine's clock (`host` in seconds: a test gives it a skew); its sub-second
+    readings are always the machine's own."""
+
+    def __init__(self, host: Callable[[], float] = time.time) -> None:
+        self._host = host
+
+    def __call__(self) -> int:
+        return int(self._host())
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wall_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+wall_clock = HostClock()
+"""The host's clock: the default of every loop, and on SQLite the only clock there is."""
 
 
 class ManualClock:
@@ -87,6 +120,13 @@ class ServerClock:
             finally:
                 self._lock.release()
         return int(self._host() + self._offset)
+
+    def monotonic(self) -> float:
+        return self._monotonic()
+
+    def wall_ms(self) -> int:
+        """The host's: the run log's timestamps decide nothing, so they skip the offset."""
+        return time.time_ns() // 1_000_000
 
     def _measure(self) -> None:
         before = self._host()

@@ -13,6 +13,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -22,29 +23,37 @@ from wakeful.core.effects import Post
 from wakeful.core.errors import PermanentSendError, StoreUnavailable, TransientSendError
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Loop
+from wakeful.core.records import ApprovalState
 from wakeful.core.rules.outbox import Batch, Part
+from wakeful.core.settings import Settings
 from wakeful.core.store import ops
 
 log = logging.getLogger("wakeful")
 
 
 class Sender(Protocol):
-    """Delivers one part; returns the posted message's id (Slack ts) or None.
+    """Delivers parts for the dispatcher. `reserve` and `workspace_of` have defaults (no
+    pacing, one workspace) that a sender subclassing this class inherits."""
 
-    When `part.retry` is set an earlier attempt may have reached the destination: look for
-    `part.part_id` there first and return the existing id instead of posting twice. Raise
-    TransientSendError or PermanentSendError on failure.
+    def send(self, part: Part) -> str | None:
+        """Deliver one part; the posted message's id (Slack ts) or None.
 
-    A sender that paces its posts (Slack: about one a second per channel) may also offer
-    `reserve(part) -> float`: take the part's turn and return the seconds until it comes, so
-    the running dispatcher waits for the turn without holding a send thread; `send(part)`
-    then posts at that turn instead of taking a new one.
+        When `part.retry` is set an earlier attempt may have reached the destination: look
+        for `part.part_id` there first and return the existing id instead of posting twice.
+        Raise TransientSendError or PermanentSendError on failure."""
+        ...
 
-    A sender that posts in many workspaces may offer `workspace_of(part) -> str`: a rate
-    limit then pauses only the sends of the part's workspace.
-    """
+    def reserve(self, part: Part) -> float:
+        """Take the part's turn and return the seconds until it comes, so the running
+        dispatcher waits for the turn without holding a send thread; `send(part)` then posts
+        at that turn instead of taking a new one. A sender that paces its posts (Slack:
+        about one a second per channel) overrides it; 0: no turn to wait for."""
+        return 0.0
 
-    def send(self, part: Part) -> str | None: ...
+    def workspace_of(self, part: Part) -> str:
+        """Whose limits the part's call counts against: a rate limit pauses only the sends
+        of that workspace. A sender that posts in many workspaces overrides it; "": one."""
+        return ""
 
 
 @dataclass(eq=False)
@@ -65,8 +74,29 @@ class _Flight:
         return self.batch.channel, self.batch.thread_ts
 
 
+class DispatcherStore(Protocol):
+    """The store as the dispatcher uses it: claim due batches, fence them, record each part."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    def claim_batches(self, now: int, *, busy: Collection[tuple[str, str]] = ()) -> list[Batch]: ...
+
+    def renew_batch(self, dispatch_id: str, held: int, until: int) -> bool: ...
+
+    def defer_batch(
+        self, dispatch_id: str, until: int, error: str, now: int, *, held: int, paused: str | None
+    ) -> None: ...
+
+    def mark_sent(self, part: Part, ts: str | None, now: int) -> None: ...
+
+    def fail_part(self, part: Part, error: str, now: int, notice: Post | None) -> bool: ...
+
+    def approval(self, request_id: str) -> ApprovalState | None: ...
+
+
 @dataclass(kw_only=True)
-class Dispatcher(Loop):
+class Dispatcher(Loop[DispatcherStore]):
     """Sends claimed batches; never holds a database lock while a sender is on the network.
 
     Batches of different destinations go out independently (`concurrency` send threads), the
@@ -239,7 +269,7 @@ class Dispatcher(Loop):
             part = parts[flight.next]
             if turns and not flight.turn_taken:
                 flight.turn_taken = True
-                delay = self._reserve(part)
+                delay = self.sender.reserve(part)
                 if delay > 0:
                     self._park(flight, delay)
                     return False
@@ -251,19 +281,9 @@ class Dispatcher(Loop):
             self._release(flight)
         return True
 
-    def _workspace(self, part: Part) -> str:
-        """Whose limits a part's call counts against: the sender's `workspace_of(part)` when
-        it serves many workspaces (Slack's limits are per workspace), else one key for all."""
-        workspace_of = getattr(self.sender, "workspace_of", None)
-        return "" if workspace_of is None else str(workspace_of(part))
-
-    def _reserve(self, part: Part) -> float:
-        reserve = getattr(self.sender, "reserve", None)
-        return 0.0 if reserve is None else float(reserve(part))
-
     def _send(self, flight: _Flight, part: Part) -> bool:
         """Send one part and record the outcome; False when the batch must stop here."""
-        key = self._workspace(part)
+        key = self.sender.workspace_of(part)
         paused, why = self._paused.get(key, (0, ""))
         if self.clock() < paused:
             self._defer(flight, paused, f"paused: {why}")

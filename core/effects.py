@@ -7,7 +7,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from wakeful.core import kinds
 from wakeful.core.errors import InvalidInput
 from wakeful.core.storable import check_name, needs_cleaning, storable_value
 from wakeful.core.usage import ModelUsage
@@ -26,8 +25,9 @@ class Post:
     `ephemeral` shows only to `user` (`ref`, when set, is where a command's answer goes).
     Updates and ephemerals answer a person at once, so they are never held by the gap. A
     `digest` is a paced post whose `facts` (core/rules/digest.py) let held digests merge into
-    one. The edge that sends registers kinds of its own (surfaces), which the engine carries
-    without naming them.
+    one. The edge that sends adds kinds of its own (surfaces), which the engine carries
+    without naming them; the registry in force (core/kinds.py `Kinds`) checks what each kind
+    asks of a post when a run or the store takes it.
     """
 
     channel: str
@@ -36,37 +36,22 @@ class Post:
     blocks: list[dict[str, Any]] | None = None
     priority: Priority = "normal"
     kind: str = "post"
-    """A kind of core/kinds.py (the engine's, or a surface the Slack edge registered)."""
+    """A kind of the registry in force (core/kinds.py: the engine's, or a Slack surface)."""
     ref: str | None = None
     user: str | None = None
     facts: Any = None
     """Structured content a kind merges on (a digest's counts), JSON."""
 
     def __post_init__(self) -> None:
+        # What the kind asks of the post (a user, a ref, ...) and the destination's limits are
+        # checked by the registry in force, where one is (core/kinds.py `Kinds.check`).
         if not self.channel:
             raise InvalidInput("message channel must not be empty")
         if not isinstance(self.text, str):
             raise InvalidInput("message text must be a string")
-        kind = kinds.get(self.kind)
-        if kind is None:
-            known = ", ".join(kinds.known())
-            raise InvalidInput(f"unknown message kind {self.kind!r} (known: {known})")
-        if not self.text and not self.blocks and not kind.may_be_empty:
-            raise InvalidInput("message needs text or blocks")
         if self.priority not in ("normal", "urgent"):
             raise InvalidInput(f"priority must be 'normal' or 'urgent', got {self.priority!r}")
-        if kind.needs_ref and not self.ref:
-            raise InvalidInput(f"a {self.kind} message needs the ref of what it rewrites")
-        if kind.needs_user and not self.user:
-            raise InvalidInput(f"a {self.kind} message needs a user")
-        if kind.needs_thread and not self.thread_ts:
-            raise InvalidInput(f"a {self.kind} message needs its thread's ts")
-        if kind.needs_facts and not isinstance(self.facts, dict):
-            raise InvalidInput(f"a {self.kind} message needs its facts")
         check_json(self.facts, "message facts")
-        most = kinds.limits().blocks
-        if most and self.blocks is not None and len(self.blocks) > most:
-            raise InvalidInput(f"a message may carry at most {most} blocks")
         names = {"channel": self.channel, "thread_ts": self.thread_ts, "ref": self.ref}
         for what, name in {**names, "user": self.user}.items():
             check_name(f"message {what}", name)

@@ -21,6 +21,7 @@ from wakeful.core.errors import StoreUnavailable
 from wakeful.core.loops import Kicker, Loop, Wakeup
 from wakeful.core.records import ProcessRecord
 from wakeful.core.rules.liveness import Host, PidStart, Watch, silence_for
+from wakeful.core.store import Store
 from wakeful.core.store.processes import Reaped
 
 log = logging.getLogger("wakeful")
@@ -75,7 +76,7 @@ def utc(seconds: int) -> str:
 
 
 @dataclass(kw_only=True)
-class Heartbeat(Loop):
+class Heartbeat(Loop[Store]):
     """Records this process alive every `poll` seconds and ends the leases of dead ones.
 
     `start` runs one beat before the process takes work or answers /healthz, so the leases of

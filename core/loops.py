@@ -11,13 +11,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from wakeful.core.clock import Clock, wall_clock
 from wakeful.core.errors import StoreReplaced, StoreUnavailable
-from wakeful.core.store import Store
 
 log = logging.getLogger("wakeful")
+S = TypeVar("S")
 
 
 class Kicker(Protocol):
@@ -76,8 +76,9 @@ class Bell:
 
 
 @dataclass(kw_only=True)
-class Loop:
-    store: Store
+class Loop(Generic[S]):
+    store: S
+    """The store as this loop uses it: each loop names the part it needs (a Protocol)."""
     clock: Clock = wall_clock
     poll: float = 1.0
     wakeup: Wakeup = field(default_factory=Wakeup)

@@ -13,14 +13,15 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol, runtime_checkable
 
 from wakeful.core import effects as fx
 from wakeful.core import tenancy
 from wakeful.core.approved import Approved, run_approved, told_or_tell
 from wakeful.core.errors import LeaseLost, SessionUnusable, StoreUnavailable
 from wakeful.core.events import ApprovalAnswer, Command, Conversation, Event, Message, decode
+from wakeful.core.kinds import ENGINE_KINDS, Kinds
 from wakeful.core.records import Claim, StoredEvent
 from wakeful.core.run import PlainApprovals, Run, RunServices, Tool
 from wakeful.core.settings import DEFAULTS, Settings
@@ -35,6 +36,7 @@ FAILURE_TEXT = (
 agent's `failure_text`, replaces it; `{attempts}` is filled in)."""
 
 
+@runtime_checkable
 class AgentLike(Protocol):
     """What the worker calls: anything with `run(run)` (see wakeful.agents.Agent)."""
 
@@ -44,12 +46,43 @@ class AgentLike(Protocol):
 class RunHook(Protocol):
     """Work around a run that is not the agent's (a surface to refresh, a status to show).
     `before` may queue what must show at once; `after` may add to the run's effects, which
-    the fenced finish writes with the rest. A hook may also have `failed(run, effects)`,
-    called instead of `after` when the agent failed (to undo what `before` showed)."""
+    the fenced finish writes with the rest; `failed` is called instead of `after` when the
+    agent failed (to undo what `before` showed)."""
 
     def before(self, run: Run) -> None: ...
 
     def after(self, run: Run, effects: fx.Effects) -> None: ...
+
+    def failed(self, run: Run, effects: fx.Effects) -> None: ...
+
+
+def declared(agent: object, shape: type[Any]) -> dict[str, Any]:
+    """The attributes `agent` has among the fields of the dataclass `shape`, by name: read
+    once, where the agent is loaded, into a typed object. The one place an agent's optional
+    attributes are looked up by name: an agent need not subclass wakeful.agents.Agent (one
+    with only `run` has none of them, and gets the defaults)."""
+    return {f.name: getattr(agent, f.name) for f in fields(shape) if hasattr(agent, f.name)}
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What the engine reads off an agent beside `run` (wakeful.agents.Agent declares
+    both): the tools it may ask a person to approve and its own failure text."""
+
+    tools: tuple[object, ...] = ()
+    """As the agent lists them: loading refuses an agent that lists anything but Tools."""
+    failure_text: str | None = None
+
+    @classmethod
+    def of(cls, agent: object) -> Declared:
+        found = declared(agent, cls)
+        text = found.get("failure_text")
+        return cls(tuple(found.get("tools") or ()), str(text) if text else None)
+
+    @property
+    def tool_map(self) -> dict[str, Tool]:
+        """The agent's Tools by name (what the engine runs once a person approves)."""
+        return {t.name: t for t in self.tools if isinstance(t, Tool)}
 
 
 def typed(event: StoredEvent) -> Event:
@@ -74,10 +107,15 @@ class Runner:
     settings: Settings = DEFAULTS
     """The engine's tunables: attempts, and how long an approved call waits on its service."""
     failure_text: str | None = None
-    """WAKEFUL_FAILURE_TEXT; the agent's own `failure_text` comes first, FAILURE_TEXT last."""
+    """What a person whose event ran out of attempts is told: the agent's own
+    `failure_text`, else WAKEFUL_FAILURE_TEXT (decided where the agent is loaded); None:
+    FAILURE_TEXT."""
     edge_notice: Callable[[Event, str], list[fx.Post]] | None = None
     """How the edge tells a person whose event names no conversation (the Slack edge: the
     Home tab, redrawn with the notice)."""
+    kinds: Kinds = ENGINE_KINDS
+    """The outbox's kinds and limits (the store's): what the agent asked to post is checked
+    against them when the run ends (core/kinds.py `Kinds.check`)."""
 
     def notice_for(self, event: StoredEvent) -> list[fx.Post]:
         """What the people who caused an event that ran out of attempts are told, once (the
@@ -90,7 +128,7 @@ class Runner:
         people = typed_event.people
         if not people:
             return []
-        text = getattr(self.agent, "failure_text", None) or self.failure_text or FAILURE_TEXT
+        text = self.failure_text or FAILURE_TEXT
         text = text.replace("{attempts}", str(event.attempts))
         if isinstance(typed_event, Command):
             return [
@@ -156,9 +194,7 @@ class Runner:
         for run in started:
             effects.usage = list(run.usage)
             for hook in self.hooks:
-                undo = getattr(hook, "failed", None)
-                if undo is not None:
-                    undo(run, effects)
+                hook.failed(run, effects)
         return effects
 
     def _unusable_session(self, claim: Claim, exc: SessionUnusable) -> fx.Effects:
@@ -224,6 +260,8 @@ class Runner:
         returned = self.agent.run(run)
         # The engine's own test agents return their effects; an agent asks through the run.
         effects = returned if isinstance(returned, fx.Effects) else run.effects()
+        for post in [*effects.messages, *(a.prompt for a in effects.approvals if a.prompt)]:
+            self.kinds.check(post)  # one the store would refuse fails the run, as the agent's
         answers = [e for e in events if isinstance(e, ApprovalAnswer)]
         updates = [u for e in answers if (u := self._outcome(e))]
         effects.messages[:0] = [*calls.messages, *updates]
@@ -274,11 +312,11 @@ def _conversation_of(claim: Claim) -> Conversation | None:
 
 def runner_for(agent: AgentLike, store: Any) -> Runner:
     """A runner with the engine's defaults: approvals shown as plain text, the agent's own
-    tools, no hooks (what the engine's tests and the scenarios run; `wakeful serve` builds
-    one with the Slack edge's surfaces, bot/process/loading.py)."""
+    tools and failure text, no hooks (what the engine's tests and the scenarios run;
+    `wakeful serve` builds one with the Slack edge's surfaces, bot/process/loading.py)."""
     from wakeful.core.query import Query
 
-    tools = {t.name: t for t in getattr(agent, "tools", ()) or () if isinstance(t, Tool)}
+    agent_declared = Declared.of(agent)
     services = RunServices(
         ledger=store,
         query=Query(store),
@@ -286,8 +324,15 @@ def runner_for(agent: AgentLike, store: Any) -> Runner:
         timers=store.timer_budget,
         approval_ttl=store.settings.approval_ttl,
         view=PlainApprovals(),
-        tools=tools,
+        tools=agent_declared.tool_map,
         approval=store.approval,
         workspace_of=store.workspace_of,
     )
-    return Runner(agent, services, (), store.settings)
+    return Runner(
+        agent,
+        services,
+        (),
+        store.settings,
+        failure_text=agent_declared.failure_text,
+        kinds=store.kinds,
+    )

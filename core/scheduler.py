@@ -6,15 +6,26 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from wakeful.core.loops import Kicker, Loop, Wakeup
+from wakeful.core.records import TimerFired
+from wakeful.core.store.retention import Pruned
 from wakeful.core.store.timers import DUE_PAGE
 
 log = logging.getLogger("wakeful")
 
 
+class SchedulerStore(Protocol):
+    """The store as the scheduler uses it: fire what is due, prune what aged out."""
+
+    def fire_due_timers(self, now: int) -> TimerFired: ...
+
+    def prune(self, now: int) -> Pruned: ...
+
+
 @dataclass(kw_only=True)
-class Scheduler(Loop):
+class Scheduler(Loop[SchedulerStore]):
     """Turns due timers into inbox events; kicks the worker when it stored some."""
 
     wake_worker: Kicker = field(default_factory=Wakeup)

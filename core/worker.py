@@ -12,33 +12,56 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any, Protocol
 
 from wakeful.core import logs, metrics
-from wakeful.core.effects import Effects, RunTiming
+from wakeful.core.clock import LoopClock, wall_clock
+from wakeful.core.effects import Effects, Post, RunTiming
 from wakeful.core.errors import LeaseLost, StoreUnavailable
 from wakeful.core.loops import Kicker, Loop, Wakeup
-from wakeful.core.records import Claim
+from wakeful.core.outage import Outage, OutageStore, Ran
+from wakeful.core.records import Claim, ReadyList, StoredEvent
+from wakeful.core.rules import turns
 from wakeful.core.runner import AgentLike, Runner, runner_for
 
 log = logging.getLogger("wakeful")
 
 
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+class WorkerStore(OutageStore, Protocol):
+    """The store as the worker uses it: list the ready inboxes, claim them, finish fenced."""
+
+    failure_notice: Callable[[StoredEvent], list[Post]] | None
+
+    def ready_list(self, now: int, limit: int) -> ReadyList: ...
+
+    def claim_inboxes(self, inboxes: Sequence[str], holder: str, now: int) -> list[Claim]: ...
+
+    def session(self, inbox: str) -> Any: ...
+
+    def finish_and_claim(
+        self, claim: Claim, effects: Effects, now: int
+    ) -> tuple[bool, Claim | None]: ...
+
+    def finish_and_claim_many(
+        self, runs: Sequence[tuple[Claim, Effects]], now: int
+    ) -> list[tuple[bool, Claim | None]]: ...
+
+    def log_fenced(self, claim: Claim, timing: RunTiming, error: str) -> None: ...
 
 
 @dataclass(kw_only=True)
-class Worker(Loop):
+class Worker(Loop[WorkerStore]):
     """Takes the lease of each ready inbox, claims, runs the agent, finishes fenced."""
 
+    clock: LoopClock = wall_clock
     agent: AgentLike | None = None
-    """What runs each batch; `runner` instead gives it the surfaces around it."""
+    """What runs each batch; `runner` instead gives it the surfaces around it (`agent` alone
+    builds the engine's default runner, which reads more of the store: core/runner.py)."""
     runner: Runner | None = None
     holder: str = ""
     batch_inboxes: int = 20
@@ -60,17 +83,14 @@ class Worker(Loop):
     store_retry: float = 2.0
     """Most seconds between tries while the store refuses writes (0.1 s at first, doubling)."""
     monotonic: Callable[[], float] | None = None
-    """Seconds for the sub-second timeline; None: the clock's own (`ManualClock.monotonic`)
-    when it has one, else the machine's, so a worker never mixes a test's clock with real time."""
+    """Seconds for the sub-second timeline; None: the clock's (`LoopClock.monotonic`)."""
     wall_ms: Callable[[], int] | None = None
-    """Epoch milliseconds, for the run log's start and finish of each run (None: as above)."""
+    """Epoch milliseconds, for the run log's start and finish of each run (None: the clock's)."""
 
     def __post_init__(self) -> None:
-        mono: Callable[[], float] = getattr(self.clock, "monotonic", time.monotonic)
-        self._mono = mono if self.monotonic is None else self.monotonic
+        self._mono = self.monotonic or self.clock.monotonic
         self.wakeup.time_with(self._mono)  # a batch window starts at a kick, on this timeline
-        wall: Callable[[], int] = getattr(self.clock, "wall_ms", _wall_ms)
-        self._wall_ms = wall if self.wall_ms is None else self.wall_ms
+        self._wall_ms = self.wall_ms or self.clock.wall_ms
         if self.runner is None:
             if self.agent is None:
                 raise TypeError("a Worker needs an agent or a runner")
@@ -78,84 +98,40 @@ class Worker(Loop):
         self.store.failure_notice = self.runner.notice_for
         if not self.holder:
             self.holder = f"worker-{uuid.uuid4().hex[:8]}"
-        self._seen: dict[str, float] = {}
-        self._cuts: list[tuple[int, float]] = []  # looks that cut the ready list: (top id, kick)
+        self._outage = Outage(self.store, self.clock, self.holder, self.store_retry)
+        self._since: dict[str, float] = {}  # ready inboxes not yet run: when each arrived
+        self._cuts: list[turns.Cut] = []  # looks that cut the ready list
         self._run_time: float | None = None  # seconds a run takes, smoothed; None: not known
         self._followers: list[Claim] = []  # next batches finishes claimed: the next round's
         self._holding: float | None = None  # since when followers wait for a batch window
         self._looked_at = float("-inf")  # when the ready list was last read (monotonic)
-        self._held: list[_Ran] = []  # runs whose finish the store refused as unavailable
-        self._give_back: list[Claim] = []  # claims whose run the store ended: attempt goes back
-        self._refusals = 0  # store refusals in a row
-        self._retry_at = 0.0  # no store work before this (monotonic)
 
     def tick(self, now: int) -> int:
         """One round: what the store refused last time first, then each newly ready inbox,
         then the next batch of an inbox this worker ran before (the one that waited longest;
         every one when runs are fast), so busy inboxes take turns and a newly ready one never
         waits behind a backlog, only behind the run in progress."""
-        if self._mono() < self._retry_at:
+        if self._mono() < self._outage.retry_at:
             return 0  # the store refused writes a moment ago: let it be
         try:
             runs = self._resume()
             runs += self._round(now)
         except StoreUnavailable:
-            self._give_back += self._followers  # not run: their attempts go back
+            self._outage.give_back += self._followers  # not run: their attempts go back
             self._followers = []
-            self._keep_leases()
-            self._refusals += 1
-            backoff = min(self.store_retry, 0.1 * 2 ** min(self._refusals - 1, 10))
-            self._retry_at = self._mono() + backoff
+            self._outage.keep_leases()
+            self._outage.refused(self._mono())
             raise
-        if self._refusals:
-            log.warning("%s: the store is available again", self.holder)
-        self._refusals = 0
+        self._outage.accepted()
         return runs
 
     def _resume(self) -> int:
         """Finish the runs the store refused, with the effects they had (no run is repeated
         while its lease holds), then give back the attempts of those that cannot finish."""
-        runs = 0
-        if self._held:
-            held, self._held = self._held, []
-            runs = self._finish(held, None, resumed=True)
-        while self._give_back:
-            claim = self._give_back[0]
-            try:
-                given = self.store.give_back(claim, self.clock())
-            except StoreUnavailable:
-                raise
-            except Exception:
-                log.exception("%s: could not give back %s %s", self.holder, claim.inbox, claim.ids)
-                given = 0
-            self._give_back.pop(0)
-            if given:
-                log.info(
-                    "%s: %s: %d event(s) back to pending with their attempt given back (the "
-                    "store, not the run, failed)",
-                    self.holder,
-                    claim.inbox,
-                    given,
-                )
+        held = self._outage.take_held()
+        runs = self._finish(held, None, resumed=True) if held else 0
+        self._outage.give_back_claims()
         return runs
-
-    def _keep_leases(self) -> None:
-        """Renew the lease of each held run at half its term, so a store that still takes
-        small writes but not the finish (a disk that is nearly full) does not let it lapse:
-        the finish can still land, and the agent is not run again."""
-        now = self.clock()
-        for ran in self._held:
-            if now - ran.renewed_at < self.store.settings.lease_ttl / 2:
-                continue
-            claim = ran.claim
-            try:
-                if self.store.renew(claim.inbox, self.holder, claim.gen, now):
-                    ran.renewed_at = now
-            except StoreUnavailable:
-                return  # the store takes nothing now; the finish's retry will tell
-            except Exception:
-                log.exception("%s: could not renew %s", self.holder, claim.inbox)
-                return
 
     def _round(self, now: int) -> int:
         previous, self._followers = self._followers, []
@@ -164,30 +140,20 @@ class Worker(Loop):
         except BaseException:
             self._followers = previous + self._followers  # still claimed: kept, or given back
             raise
-        if previous and self._window_ends_within(self._run_time or 0.0):
-            # An inbox's batch window ends before a busy inbox's next run would: it goes
-            # first, and the busy ones wait for it (a window at most, then they run).
-            t = self._mono()
-            self._holding = t if self._holding is None else self._holding
-            if t - self._holding < self.batch_window:
-                self._followers = previous + self._followers
-                return runs
-        self._holding = None
-        if not previous:
-            return runs
-        # Slow runs go one busy inbox at a time, each after a fresh look at the ready list;
-        # fast ones all together, so their finishes still share commits.
-        fast = self._run_time is not None and self._run_time < self.flush_after
-        now_runs = previous if fast else previous[:1]
-        self._followers = previous[len(now_runs) :] + self._followers
-        return runs + self._run_claims(now_runs)
-
-    def _window_ends_within(self, seconds: float) -> bool:
-        """Whether some ready inbox not yet run will have waited out its batch window within
-        `seconds` from now."""
-        if self.batch_window <= 0 or not self._seen:
-            return False
-        return min(self._seen.values()) + self.batch_window - self._mono() < seconds
+        t = self._mono()
+        window_ends = turns.window_end(self._since, self.batch_window)
+        turn = turns.followers_turn(
+            len(previous),
+            self._holding,
+            t,
+            window_ends,
+            self.batch_window,
+            self._run_time,
+            self.flush_after,
+        )
+        self._holding = turn.holding
+        self._followers = previous[turn.run :] + self._followers
+        return runs + self._run_claims(previous[: turn.run])
 
     def _run_ready(self, now: int) -> int:
         kicked = self.wakeup.since_first_kick()
@@ -198,60 +164,29 @@ class Worker(Loop):
         # An inbox's batch window starts when its first event was stored (the kick that said
         # so), not when this tick got round to seeing it.
         arrived = t if kicked is None else t - kicked
-        self._seen = {
-            inbox: self._seen[inbox] if inbox in self._seen else self._cut_arrival(first, arrived)
-            for inbox, first in listed.inboxes
-        }
-        self._note_cut(listed.top, arrived, t, cut=len(ready) >= limit)
-        # Workers on other hosts read the same list, oldest first: each starts at a random
-        # place among the first `batch_inboxes`, so they take different inboxes instead of
-        # queueing on the same leases, and the oldest work still goes first.
+        self._since = turns.arrivals(listed.inboxes, self._since, arrived, self._cuts)
+        cut = len(ready) >= limit
+        self._cuts = turns.note_cut(self._cuts, listed.top, arrived, t, cut, self.batch_window)
         start = random.randrange(min(len(ready), self.batch_inboxes)) if ready else 0
-        settled = [
-            inbox
-            for inbox in ready[start:] + ready[:start]
-            if self.batch_window <= 0 or t - self._seen[inbox] >= self.batch_window
-        ][: self.batch_inboxes]
+        settled = turns.settled(ready, self._since, start, t, self.batch_window, self.batch_inboxes)
         runs = 0
-        fast = self._run_time is not None and self._run_time < self.flush_after
-        size = self.group if fast else 1
-        for i in range(0, len(settled), size):
-            chosen = settled[i : i + size]
+        size = self.group if turns.fast(self._run_time, self.flush_after) else 1
+        for chosen in turns.groups(settled, size):
             runs += self._run_claims(self.store.claim_inboxes(chosen, self.holder, self.clock()))
             for inbox in chosen:
-                self._seen.pop(inbox, None)
+                self._since.pop(inbox, None)
         return runs
 
-    def _cut_arrival(self, first: int, arrived: float) -> float:
-        """When an inbox first seen now arrived: this tick's kick, or, if its oldest event was
-        already stored at an earlier look that cut the list before it, that look's kick."""
-        for top, at in self._cuts:
-            if first <= top:
-                return min(at, arrived)
-        return arrived
-
-    def _note_cut(self, top: int, arrived: float, t: float, cut: bool) -> None:
-        """Remember a look that left inboxes unseen (the newest event id then, and its kick);
-        a look that listed every ready inbox ends the record. Looks whose kick is over a window
-        old collapse into the newest of them: any inbox they date is due already."""
-        if not cut:
-            self._cuts.clear()
-            return
-        self._cuts.append((top, arrived))
-        expired = [c for c in self._cuts if c[1] <= t - self.batch_window]
-        if len(expired) > 1:
-            self._cuts = [expired[-1], *(c for c in self._cuts if c[1] > t - self.batch_window)]
-
     def idle_wait(self) -> float:
-        if self._held or self._give_back:
-            return max(0.01, min(self.poll, self._retry_at - self._mono()))
-        if not self._seen or self.batch_window <= 0:
+        if self._outage.pending:
+            return max(0.01, min(self.poll, self._outage.retry_at - self._mono()))
+        ends = turns.window_end(self._since, self.batch_window)
+        if ends is None:
             return self.poll
-        due = min(self._seen.values()) + self.batch_window - self._mono()
-        return max(0.01, min(self.poll, due))
+        return max(0.01, min(self.poll, ends - self._mono()))
 
     def sleep(self, wakeup: Wakeup, stop: threading.Event) -> None:
-        if not (self.batch_window > 0 and self._seen):
+        if turns.window_end(self._since, self.batch_window) is None:
             return super().sleep(wakeup, stop)
         # An inbox is waiting out its batch window. A kick still matters (a new inbox's window
         # starts when a tick first sees it), but under load kicks come hundreds a second and
@@ -265,7 +200,7 @@ class Worker(Loop):
 
         Should the store become unavailable, the runs not yet committed are held for a later
         finish, the claims not yet run are given back, and StoreUnavailable is raised."""
-        queue, pending, runs = deque(claims), list[_Ran](), 0
+        queue, pending, runs = deque(claims), list[Ran](), 0
         since = 0.0
         claim: Claim | None = None
         try:
@@ -290,27 +225,17 @@ class Worker(Loop):
                     self._log_fenced(claim, RunTiming(run_id, started_ms, self._wall_ms()), exc)
                     effects = None
                 took = self._mono() - started
-                smoothed = self._run_time
-                self._run_time = took if smoothed is None else 0.8 * smoothed + 0.2 * took
+                self._run_time = turns.smoothed(self._run_time, took)
                 if effects is not None:
                     effects.timing = RunTiming(run_id, started_ms, self._wall_ms())
                     since = since if pending else started
-                    pending.append(_Ran(claim, effects, started, run_id))
+                    pending.append(Ran(claim, effects, started, run_id))
                 claim = None
                 if pending and (not queue or self._mono() - since >= self.flush_after):
                     ready, pending = pending, []
                     runs += self._finish(ready, queue)
         except StoreUnavailable as exc:
-            self._held += pending
-            self._give_back += ([] if claim is None else [claim]) + list(queue)
-            log.warning(
-                "%s: store unavailable (%s); %d run(s) held for their finish, %d claim(s) to "
-                "give back: no attempt is spent on the store's failure",
-                self.holder,
-                exc,
-                len(self._held),
-                len(self._give_back),
-            )
+            self._outage.caught(exc, pending, ([] if claim is None else [claim]) + list(queue))
             raise
         return runs
 
@@ -325,9 +250,7 @@ class Worker(Loop):
         log.warning("%s: lost %s before its run started; skipped", self.holder, claim.inbox)
         return False
 
-    def _finish(
-        self, pending: list[_Ran], queue: deque[Claim] | None, resumed: bool = False
-    ) -> int:
+    def _finish(self, pending: list[Ran], queue: deque[Claim] | None, resumed: bool = False) -> int:
         """Commit finished runs and act on each outcome; `resumed` for runs held from an
         earlier refusal, whose lapsed lease means their attempt goes back. Raises
         StoreUnavailable, after the outcomes that did commit, when the store refuses."""
@@ -338,7 +261,7 @@ class Worker(Loop):
                 continue  # neither the run nor its failure could be written: logged
             claim, effects = ran.claim, ran.effects
             if not finished and resumed:
-                self._give_back.append(claim)  # the lease lapsed while the store refused
+                self._outage.give_back.append(claim)  # the lease lapsed while the store refused
                 continue
             outcome = _outcome(effects) if finished else "fenced"
             _count_run(outcome, self._mono() - ran.started, len(effects.dead))
@@ -367,8 +290,8 @@ class Worker(Loop):
         return done
 
     def _commit(
-        self, pending: list[_Ran]
-    ) -> tuple[list[tuple[_Ran, bool | None, Claim | None]], StoreUnavailable | None]:
+        self, pending: list[Ran]
+    ) -> tuple[list[tuple[Ran, bool | None, Claim | None]], StoreUnavailable | None]:
         """Several runs share one transaction (each fenced on its own); a group the store
         refuses for any reason but being unavailable (one run's effects it cannot hold) is
         finished again one run at a time, so only the run at fault fails. When the store is
@@ -381,7 +304,7 @@ class Worker(Loop):
                 outcomes = self.store.finish_and_claim_many(many, now)
                 return [(r, *o) for r, o in zip(pending, outcomes, strict=True)], None
             except StoreUnavailable as exc:
-                self._held += pending
+                self._outage.held += pending
                 return [], exc
             except Exception as exc:
                 log.warning(
@@ -390,16 +313,16 @@ class Worker(Loop):
                     len(pending),
                     exc,
                 )
-        results: list[tuple[_Ran, bool | None, Claim | None]] = []
+        results: list[tuple[Ran, bool | None, Claim | None]] = []
         for i, ran in enumerate(pending):
             try:
                 results.append((ran, *self._finish_alone(ran, now)))
             except StoreUnavailable as exc:
-                self._held += pending[i:]
+                self._outage.held += pending[i:]
                 return results, exc
         return results, None
 
-    def _finish_alone(self, ran: _Ran, now: int) -> tuple[bool | None, Claim | None]:
+    def _finish_alone(self, ran: Ran, now: int) -> tuple[bool | None, Claim | None]:
         """Finish one run. One the store refuses (not as unavailable) becomes the run's own
         failure, with the store's error: retried like an agent's failure, dead after the last
         attempt. (finished None: not even that could be written; the lease lapses.)"""
@@ -458,22 +381,6 @@ class Worker(Loop):
         assert self.runner is not None
         session = partial(self.store.session, claim.inbox)
         return self.runner.run(claim, session, self.clock(), heartbeat)
-
-
-@dataclass(slots=True)
-class _Ran:
-    """A run whose agent has returned, waiting for its finish to be committed (its effects
-    become its failure if the store refuses them)."""
-
-    claim: Claim
-    effects: Effects
-    started: float
-    run_id: str
-    renewed_at: int = 0
-    """When its lease was last known renewed (store clock); 0: at its claim."""
-
-    def __post_init__(self) -> None:
-        self.renewed_at = self.renewed_at or self.claim.claimed_at
 
 
 def _outcome(effects: Effects) -> str:

@@ -23,10 +23,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import EVENTS_PATH, SlackFront
 from wakeful.bot.process.config import Config, WebhookSource
 from wakeful.bot.process.runtime import Runtime, http_server, serve_in_thread
 from wakeful.bot.slack.home import as_text
+from wakeful.bot.slack.kinds import SLACK_KINDS
 from wakeful.core.settings import Settings
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import Call, EventSender, SlackEmulator
@@ -219,19 +221,19 @@ class Demo:
                     WebhookSource("stripe", "stripe", STRIPE_SECRET, OPS),
                 ),
             )
-            store = self.store = open_store(config.db, config.settings)
+            store = self.store = open_store(config.db, config.settings, kinds=SLACK_KINDS)
             stop_gateway = self.gateway(tmp, store)
             runtime = Runtime(config, store, ("worker", "scheduler", "dispatcher"), poll=0.2)
-            front = SlackFront(
+            listeners = Listeners(
                 store,
                 SECRET,
                 "UBOT",
                 "BBOT",
                 runtime.wake_worker,
                 runtime.wake_dispatcher,
-                webhook_sources=config.webhooks,
                 approvers=config.approvers,
             )
+            front = SlackFront(listeners, webhook_sources=config.webhooks)
             server = http_server(front, "127.0.0.1", 0)
             stop_http = serve_in_thread(server)
             runtime.start()

@@ -141,6 +141,7 @@ class Dev:
 
     def start(self, stack: contextlib.ExitStack) -> None:
         """The store, the gateway and fake Stripe (when used), the HTTP front, the worker."""
+        from wakeful.bot.front.listeners import Listeners
         from wakeful.bot.front.wsgi import SlackFront
         from wakeful.bot.process.runtime import http_server, open_configured_store, serve_in_thread
         from wakeful.core.loops import Wakeup
@@ -159,7 +160,7 @@ class Dev:
             worker_env, stop_gateway = start_gateway(self.folder, stripe, store)
             stack.callback(stop_gateway)
             self.environ.update(worker_env)
-        front = SlackFront(
+        listeners = Listeners(
             store,
             SECRET,
             "UBOT",
@@ -167,8 +168,11 @@ class Dev:
             Wakeup(),  # the worker is another process: it polls the store
             Wakeup(),
             self.clock,
-            webhook_sources=config.webhooks,
             approvers=config.approvers,
+        )
+        front = SlackFront(
+            listeners,
+            webhook_sources=config.webhooks,
             verifier_clock=VerifierClock(self.clock),
         )
         server = http_server(front, "127.0.0.1", 0)

@@ -80,3 +80,10 @@ class ShiftedClock:
     def seconds(self) -> float:
         """The same time with its fraction: what signed requests are stamped with."""
         return time.time() + self.offset
+
+    def monotonic(self) -> float:
+        """The loops' sub-second timeline: the host's (`/advance` moves only the seconds)."""
+        return time.monotonic()
+
+    def wall_ms(self) -> int:
+        return time.time_ns() // 1_000_000

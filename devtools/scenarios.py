@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from wakeful.core.clock import ManualClock
-from wakeful.core.dispatcher import Dispatcher
+from wakeful.core.dispatcher import Dispatcher, Sender
 from wakeful.core.effects import ApprovalRequest, Effects, Post, Timer
 from wakeful.core.rules.outbox import SEPARATOR, Part
 from wakeful.core.settings import Settings
@@ -24,7 +24,7 @@ DAY = 86_400
 StoreFactory = Callable[[Settings], Store]
 
 
-class _RecordingSender:
+class _RecordingSender(Sender):
     """Stands in for Slack: keeps what was posted, in order."""
 
     def __init__(self) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import wakeful.bot.slack.kinds  # noqa: F401 (the Slack edge's outbox kinds, as every wakeful process has them)
 from tests.support.store_templates import PgSchemas, SqliteTemplate
+from wakeful.bot.slack.kinds import SLACK_KINDS
+from wakeful.core.kinds import Kinds
 from wakeful.core.settings import Settings
 from wakeful.core.store import Store
 
@@ -146,18 +147,19 @@ def make_store(
     request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: SqliteTemplate
 ) -> Iterator[MakeStore]:
     """A factory of fresh, empty, migrated stores of one backend; all are closed after the
-    test. Each is as a first `open_store` leaves it, without migrating each one."""
+    test. Each is as a first `open_store` leaves it, without migrating each one, and takes
+    Slack's outbox kinds, as every wakeful process's store does (`kinds=` says otherwise)."""
     made: list[Store] = []
     counter = iter(range(1000))
 
-    def make(**overrides: int) -> Store:
+    def make(*, kinds: Kinds = SLACK_KINDS, **overrides: int) -> Store:
         settings = Settings(**overrides)
         if request.param == "sqlite":
             path = tmp_path / f"store-{next(counter)}.db"
-            store: Store = sqlite_template.store(path, settings)
+            store: Store = sqlite_template.store(path, settings, kinds)
         else:
             need_pg()
-            store = PG_SCHEMAS.store(settings)
+            store = PG_SCHEMAS.store(settings, kinds=kinds)
         made.append(store)
         return store
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import secrets
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -56,162 +55,26 @@ def _serve(args: argparse.Namespace) -> int:
 
         gateway_child.watch(gateway, gateway_gone)
     try:
-        _serve_with(args, config)
+        from wakeful.bot.commands import serve
+
+        serve.run(config, () if args.no_loops else LOOP_ROLES, args.manifest)
     finally:
         if gateway is not None:
             gateway_child.stop(gateway)
     return 1 if gateway_died else 0
 
 
-def _serve_with(args: argparse.Namespace, config: Config) -> None:
-    from wakeful.bot.front.wsgi import EVENTS_PATH, SlackFront
-    from wakeful.bot.process.runtime import (
-        Runtime,
-        http_server,
-        identify,
-        install_signal_handlers,
-        open_configured_store,
-        serve_in_thread,
-    )
-    from wakeful.bot.slack.sender import make_client
-
-    store = open_configured_store(config)
-    client = make_client(config.bot_token, config.api_url)
-    roles = () if args.no_loops else LOOP_ROLES
-    if roles:
-        # The loops share the interpreter with the HTTP threads: hand the GIL over more often
-        # so a burst of agent runs does not hold an acknowledgement back (default is 5 ms).
-        sys.setswitchinterval(0.0005)
-    # Socket Mode needs no signing secret (nothing is served over HTTP); Bolt wants one anyway.
-    secret = config.signing_secret or secrets.token_hex(16)
-    if config.distribution:
-        from wakeful.bot.slack.distribution import Distribution
-
-        dist = Distribution.build(config, store)
-        oauth = dist.oauth_settings(args.manifest)
-        runtime = Runtime(config, store, roles, distribution=dist)
-        front = SlackFront(
-            store,
-            secret,
-            wake_worker=runtime.wake_worker,
-            wake_dispatcher=runtime.wake_dispatcher,
-            clock=runtime.clock,
-            webhook_sources=config.webhooks,
-            approvers=config.approvers,
-            authorizer=dist.authorize(),
-            installations=dist.installations,
-            oauth_settings=oauth,
-            client=dist.oauth_client(),
-            workspace_label=dist.workspace_label,
-        )
-    else:
-        me = identify(client, config.api_url)
-        runtime = Runtime(config, store, roles)
-        front = SlackFront(
-            store,
-            secret,
-            me["user_id"],
-            me["bot_id"],
-            runtime.wake_worker,
-            runtime.wake_dispatcher,
-            runtime.clock,
-            webhook_sources=config.webhooks,
-            approvers=config.approvers,
-        )
-    # bound before any loop starts: a port in use stops this process with nothing claimed
-    http = None if config.socket_mode else http_server(front, config.host, config.port)
-    runtime.start()
-    exporter: MetricsServer | None = None
-    try:
-        if http is None:
-            from slack_sdk.errors import SlackApiError
-            from slack_sdk.socket_mode.builtin import SocketModeClient
-
-            socket = SocketModeClient(config.app_token, web_client=client, concurrency=16)
-            socket.socket_mode_request_listeners.append(front.on_socket_request)
-            install_signal_handlers(runtime.stop.set)
-            try:
-                socket.connect()
-            except SlackApiError as exc:
-                raise ConfigError(
-                    f"SLACK_APP_TOKEN could not open a Socket Mode connection "
-                    f"({exc.response.get('error')})"
-                ) from exc
-            except OSError as exc:
-                raise ConfigError(f"cannot reach Slack for Socket Mode: {exc}") from exc
-            logs.say("wakeful: connected in Socket Mode")
-            stop_http = None
-            if config.webhooks:  # webhooks still arrive over HTTP (and /healthz with them)
-                server = http_server(front, config.host, config.port)
-                stop_http = serve_in_thread(server)
-                _print_webhooks(config, server.effective_port)
-            exporter = _metrics_port(config, store)
-            runtime.stop.wait()
-            socket.close()
-            if stop_http is not None:
-                stop_http()
-        else:
-            server = http
-            port = server.effective_port
-
-            def stop() -> None:
-                runtime.stop.set()
-                raise KeyboardInterrupt
-
-            # The handlers first: a SIGTERM the moment "listening on" is out (a supervisor's,
-            # a test's) is a clean stop, not the default action's exit code.
-            install_signal_handlers(stop)
-            try:
-                logs.say(f"wakeful: listening on http://{config.host}:{port}{EVENTS_PATH}")
-                if config.distribution:
-                    logs.say(
-                        f"wakeful: distribution mode: install at http://{config.host}:{port}"
-                        "/slack/install"
-                    )
-                _print_webhooks(config, port)
-                exporter = _metrics_port(config, store)
-                server.run()
-            except KeyboardInterrupt:
-                pass
-            finally:
-                server.close()
-    finally:
-        _stop(exporter, runtime, store)
-
-
 def _stop(exporter: MetricsServer | None, runtime: Runtime, store: Store) -> None:
-    """Stop what a command started, the other way round: metrics port, loops, store."""
+    """Stop what a loop command started, the other way round: metrics port, loop, store."""
     if exporter is not None:
         exporter.close()
     runtime.shutdown()
     store.close()
 
 
-def _metrics_port(config: Config, store: Store) -> MetricsServer | None:
-    """GET /metrics on WAKEFUL_METRICS_PORT, when set (the loops serve no other HTTP)."""
-    if config.metrics_port is None:
-        return None
-    from wakeful.core.metrics import MetricsServer
-
-    try:
-        server = MetricsServer(store, config.host, config.metrics_port)
-    except OSError as exc:
-        raise ConfigError(
-            f"WAKEFUL_METRICS_PORT {config.metrics_port} cannot be opened: {exc}"
-        ) from exc
-    logs.say(f"wakeful: metrics on http://{config.host}:{server.port}/metrics")
-    return server
-
-
-def _print_webhooks(config: Config, port: int) -> None:
-    """One line naming the webhook endpoints served and where each one reports."""
-    if config.webhooks:
-        served = ", ".join(f"/webhooks/{s.name} -> {s.channel}" for s in config.webhooks)
-        logs.say(f"wakeful: webhooks on http://{config.host}:{port}: {served}")
-
-
 def _loop(role: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
+        from wakeful.bot.commands.serve import metrics_port
         from wakeful.bot.process.runtime import (
             Runtime,
             install_signal_handlers,
@@ -234,7 +97,7 @@ def _loop(role: str) -> Callable[[argparse.Namespace], int]:
         logs.say(f"wakeful: {role} running on {redact(config.db)}")
         exporter: MetricsServer | None = None
         try:
-            exporter = _metrics_port(config, store)
+            exporter = metrics_port(config, store)
             runtime.stop.wait()
         finally:
             _stop(exporter, runtime, store)

@@ -18,15 +18,15 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from wakeful.bot.process.config import Config
 from wakeful.core import logs
 from wakeful.core.errors import InvalidInput
-from wakeful.core.records import StoredEvent
+from wakeful.core.records import DeadLetters, SetAsideSession, StoredEvent
 from wakeful.core.settings import parse_duration
-from wakeful.core.store import Store
-from wakeful.core.store.dead_letters import Attempt, DeadFilter
+from wakeful.core.store.dead_letters import Action, Attempt, DeadFilter, Operation
+from wakeful.core.store.sql import Row
 
 PAYLOAD_CHARS = 400
 """Most characters of a payload shown per event (redacted first)."""
@@ -121,7 +121,29 @@ def register(
     p.set_defaults(with_env=requeue)
 
 
-def _open(env: dict[str, str]) -> Store:
+class DeadLetterStore(Protocol):
+    """The store as these commands use it: find dead events, act on them, audited."""
+
+    def matching(self, which: DeadFilter, limit: int | None = ...) -> list[Row]: ...
+
+    def event(self, event_id: int) -> StoredEvent | None: ...
+
+    def event_attempts(self, event_id: int) -> list[Attempt]: ...
+
+    def operations(self, *, limit: int) -> list[dict[str, Any]]: ...
+
+    def operate(self, action: Action, which: DeadFilter, actor: str, now: int) -> Operation: ...
+
+    def dead_letters(self, *, limit: int) -> DeadLetters: ...
+
+    def set_aside_sessions(self, *, limit: int) -> list[SetAsideSession]: ...
+
+    def requeue_outbox(self, row_id: int, now: int) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+def _open(env: dict[str, str]) -> DeadLetterStore:
     """The store as it is: a mistyped path is refused, never created."""
     from wakeful.core.store import open_store
     from wakeful.core.store.probe import check_readable
@@ -162,7 +184,7 @@ def dead_letters(args: argparse.Namespace, env: dict[str, str]) -> int:
     return 0
 
 
-def _print_outbox_and_sessions(store: Store, limit: int) -> None:
+def _print_outbox_and_sessions(store: DeadLetterStore, limit: int) -> None:
     dead = store.dead_letters(limit=limit)
     print(f"failed outbox rows: {len(dead.outbox)}")
     for r in dead.outbox:

@@ -15,10 +15,10 @@ import dataclasses
 import datetime
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from wakeful.core import logs, usage
-from wakeful.core.store import Store
+from wakeful.core.store.base import Connector
 from wakeful.core.store.installations import ASIDE_PREFIX
 from wakeful.core.store.overview import InboxView, Overview
 from wakeful.core.usage import ModelUsage
@@ -27,7 +27,16 @@ CELL = 60
 """Widest cell in a table; longer text (errors, message text) is cut with an ellipsis."""
 
 
-def render_json(view: Overview | InboxView, store: Store, db: str) -> str:
+class Described(Protocol):
+    """The store as the views describe it: its backend and schema."""
+
+    @property
+    def db(self) -> Connector: ...
+
+    def schema_version(self) -> int: ...
+
+
+def render_json(view: Overview | InboxView, store: Described, db: str) -> str:
     """The view as JSON: every string in it redacted (payloads, errors, tracebacks, texts),
     times as epoch seconds, each run's model usage as an object."""
     data = dataclasses.asdict(view)
@@ -443,6 +452,6 @@ def _span(seconds: int) -> str:
     return f"{secs}s"
 
 
-def header_line(db: str, store: Store, now: int) -> str:
+def header_line(db: str, store: Described, now: int) -> str:
     when = datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
     return f"store {db} ({store.db.dialect}, schema {store.schema_version()}) at {when}"

@@ -10,9 +10,13 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from typing import Protocol
 
+from wakeful.bot.commands.inspection import Described
 from wakeful.bot.process.config import Config
 from wakeful.core import logs
+from wakeful.core.store.overview import InboxView, Overview
+from wakeful.core.store.restores import Restored
 from wakeful.core.store.target import store_target
 
 PG_DUMP = (
@@ -22,6 +26,18 @@ PG_DUMP = (
     "stopping every wakeful process, then `wakeful restore --mark-only {path}` so replies "
     "Slack already shows are not posted again"
 )
+
+
+class OpsStore(Described, Protocol):
+    """The store as `inspect` and `restore` use it: read the views, mark a copy restored."""
+
+    def overview(self, now: int, *, limit: int) -> Overview: ...
+
+    def inbox_view(self, inbox: str, now: int, *, limit: int) -> InboxView: ...
+
+    def mark_restored(self, now: int, source: str) -> Restored: ...
+
+    def close(self) -> None: ...
 
 
 def inspect(args: argparse.Namespace, env: dict[str, str]) -> int:
@@ -36,7 +52,7 @@ def inspect(args: argparse.Namespace, env: dict[str, str]) -> int:
 
     config = Config.from_env(env)
     check_readable(config.db)
-    store = open_store(config.db, config.settings, migrate=False)
+    store: OpsStore = open_store(config.db, config.settings, migrate=False)
     shown = logs.redact(config.db)
     now = int(time.time())
     try:
@@ -117,7 +133,7 @@ def _mark_restored(db: str, source: str) -> int:
     for in Slack before they are posted): run by `restore`, or alone after a pg_restore."""
     from wakeful.core.store import open_store
 
-    store = open_store(db)
+    store: OpsStore = open_store(db)
     try:
         marked = store.mark_restored(int(time.time()), source)
     finally:

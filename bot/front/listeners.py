@@ -3,6 +3,7 @@
 The Bolt app is built with `process_before_response=True`, so a listener finishes (the insert
 has committed) before the acknowledgement leaves: messages and mentions go to `ingest`, Approve
 / Deny clicks to `answer`. Listeners only write to the store; the dispatcher holds the token.
+The HTTP front (bot/front/wsgi.py) holds them; Socket Mode uses them as they are.
 """
 
 from __future__ import annotations
@@ -16,13 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slack_bolt import Ack, App, BoltContext, BoltRequest, BoltResponse
-from slack_bolt.authorization import AuthorizeResult
-from slack_bolt.authorization.authorize import Authorize
 from slack_bolt.oauth.oauth_settings import OAuthSettings
 from slack_sdk import WebClient
 
-import wakeful.bot.slack.kinds  # noqa: F401 (registers Slack's outbox kinds)
-from wakeful.bot.front import payloads, store_failures
+from wakeful.bot.front import payloads, socket_mode, store_failures
+from wakeful.bot.front.authorize import InstallationsAuthorize, OneWorkspace
 from wakeful.bot.slack import blocks
 from wakeful.bot.slack.events import AssistantThreadStarted, Feedback, HomeOpened, MessagesTabOpened
 from wakeful.bot.slack.installations import StoreInstallations
@@ -61,10 +60,10 @@ class Listeners:
     """WAKEFUL_APPROVERS: who may answer the approvals of their workspace (checked when the
     click arrives, so a removal takes effect on approvals already open) and see and press
     the Home tab's Requeue there (core/tenancy.py `is_approver`)."""
-    authorizer: Authorize | None = None
+    authorizer: InstallationsAuthorize | None = None
     """Who the bot is in the request's workspace: None is the one workspace of
     SLACK_BOT_TOKEN (`bot_user_id`, `bot_id`); distribution mode passes the installation
-    store's (bot/slack/workspaces.py)."""
+    store's (bot/slack/workspaces.py), whose `note_org_team` runs on every request."""
     installations: StoreInstallations | None = None
     """Distribution mode: where tokens_revoked and app_uninstalled end an installation."""
     oauth_settings: OAuthSettings | None = None
@@ -89,9 +88,8 @@ class Listeners:
             oauth_settings=self.oauth_settings,
             client=self.client,
         )
-        note_org_team = getattr(self.authorizer, "note_org_team", None)
-        if note_org_team is not None:  # distribution mode (bot/slack/workspaces.py)
-            self.app.use(note_org_team)
+        if self.authorizer is not None:  # distribution mode (bot/slack/workspaces.py)
+            self.app.use(self.authorizer.note_org_team)
         self.app.event("message")(self._on_message)
         self.app.event("app_mention")(self._on_mention)
         self.app.action(blocks.APPROVE)(self._on_approve)
@@ -104,6 +102,11 @@ class Listeners:
         self.app.event("tokens_revoked")(self._on_tokens_revoked)
         self.app.event("app_uninstalled")(self._on_uninstalled)
         self.app.error(self._on_error)
+
+    def on_socket_request(self, client: Any, req: Any) -> None:
+        """A Socket Mode envelope (a SocketModeClient listener): these listeners without the
+        HTTP front, which Socket Mode does not need (bot/front/socket_mode.py)."""
+        socket_mode.on_request(self.app, client, req)
 
     def _is_ours_or_noise(self, event: dict[str, Any], me: str | None = None) -> bool:
         """The bot's own message (`me`: its user id in the request's workspace), an edit or
@@ -427,31 +430,6 @@ class Listeners:
             return BoltResponse(status=400, body=f"bad request: {error}")
         logger.exception("listener failed", exc_info=error)
         return BoltResponse(status=500, body="internal error")
-
-
-class OneWorkspace(Authorize):
-    """Single-workspace mode: every request is the one bot's, known from auth.test at start.
-    No token here: listeners only write to the store; the dispatcher holds it."""
-
-    def __init__(self, bot_user_id: str, bot_id: str) -> None:
-        self.bot_user_id = bot_user_id or None
-        self.bot_id = bot_id or None
-
-    def __call__(
-        self,
-        *,
-        context: BoltContext,
-        enterprise_id: str | None,
-        team_id: str | None,
-        user_id: str | None,
-        **_: Any,
-    ) -> AuthorizeResult:
-        return AuthorizeResult(
-            enterprise_id=enterprise_id,
-            team_id=team_id,
-            bot_user_id=self.bot_user_id,
-            bot_id=self.bot_id,
-        )
 
 
 class _Throttled:

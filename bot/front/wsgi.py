@@ -10,7 +10,8 @@ is the Prometheus text format (counters of this process and the store's gauges).
 mode `GET /slack/install` and `GET /slack/oauth_redirect` are Bolt's OAuth flow.
 
 Each Slack request is verified once and parsed once: Bolt gets the parsed body and does not
-verify it again (its RequestVerification is off).
+verify it again (its RequestVerification is off). The front holds the listeners (as Bolt's own
+WSGI adapter holds its app); Socket Mode uses the same listeners without it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from prometheus_client import Counter
@@ -27,7 +28,7 @@ from slack_bolt import BoltResponse
 from slack_bolt.request import BoltRequest
 from slack_sdk.signature import Clock
 
-from wakeful.bot.front import payloads, socket_mode, store_failures
+from wakeful.bot.front import payloads, store_failures
 from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.signature import RequestSignature
 from wakeful.bot.front.webhooks import WEBHOOKS_PATH, Webhooks
@@ -59,26 +60,25 @@ Reply = tuple[str, list[tuple[str, str]], bytes]
 
 
 @dataclass(eq=False)
-class SlackFront(Listeners):
-    """Slack requests (HTTP or Socket Mode) into core: the listeners' Bolt app behind a WSGI
-    callable that checks each request before Bolt sees it."""
+class SlackFront:
+    """Slack's HTTP requests (and webhooks, /healthz, /metrics) into core: a WSGI callable
+    that checks each request before the listeners' Bolt app sees it."""
 
-    verifier_clock: Clock | None = None
-    body_cap: int = BODY_CAP
+    listeners: Listeners
+    """The Bolt app and its store, wake-ups, clock and signing secret, shared with webhooks."""
+    _: KW_ONLY
     webhook_sources: tuple[WebhookSource, ...] = ()
     """The webhook endpoints served under /webhooks/ (Config.webhooks)."""
     workspace_label: Callable[[str], str] | None = None
     """A workspace as a metric label (bounded: `all` past WAKEFUL_WORKSPACE_LABELS)."""
+    verifier_clock: Clock | None = None
+    body_cap: int = BODY_CAP
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        self.signature = RequestSignature(self.signing_secret, self.verifier_clock)
-        self.metrics_registry = metrics.registry_for(self.store)
-        self.webhooks = Webhooks(self.store, self.webhook_sources, self.wake_worker, self.clock)
-
-    def on_socket_request(self, client: Any, req: Any) -> None:
-        """A Socket Mode envelope (a SocketModeClient listener)."""
-        socket_mode.on_request(self.app, client, req)
+        held = self.listeners
+        self.signature = RequestSignature(held.signing_secret, self.verifier_clock)
+        self.metrics_registry = metrics.registry_for(held.store)
+        self.webhooks = Webhooks(held.store, self.webhook_sources, held.wake_worker, held.clock)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter()
@@ -102,7 +102,7 @@ class SlackFront(Listeners):
             return "200 OK", [("Content-Type", metrics.CONTENT_TYPE)], body
         if path.startswith(WEBHOOKS_PATH):
             return self._webhook(environ, path[len(WEBHOOKS_PATH) :], method)
-        if path in (INSTALL_PATH, REDIRECT_PATH) and self.oauth_settings is not None:
+        if path in (INSTALL_PATH, REDIRECT_PATH) and self.listeners.oauth_settings is not None:
             return self._oauth(environ, path, method)
         if path != EVENTS_PATH:
             return reply(404, "not found")
@@ -148,10 +148,11 @@ class SlackFront(Listeners):
         state cookie and state store, its code exchange, its installation store)."""
         if method != "GET":
             return reply(405, "use GET")
-        flow = self.app.oauth_flow
+        flow = self.listeners.app.oauth_flow
         assert flow is not None
-        headers: dict[str, str | Sequence[str]] = {k: [v] for k, v in http_headers(environ).items()}
-        request = BoltRequest(body="", query=environ.get("QUERY_STRING", ""), headers=headers)
+        request = BoltRequest(
+            body="", query=environ.get("QUERY_STRING", ""), headers={**http_headers(environ)}
+        )
         try:
             if path == INSTALL_PATH:
                 response = flow.handle_installation(request)
@@ -176,18 +177,12 @@ class SlackFront(Listeners):
         """Hand Bolt the request already verified and parsed: one HMAC and one parse per
         request (Bolt's own verification is off, see Listeners, and it reads this dict
         instead of the text)."""
-        headers: dict[str, str | Sequence[str]] = {
-            key[5:].replace("_", "-").lower(): [str(value)]
-            for key, value in environ.items()
-            if key.startswith("HTTP_")
-        }
-        headers["content-type"] = [str(environ.get("CONTENT_TYPE", ""))]
         try:
-            request = parsed_request(body, environ.get("QUERY_STRING", ""), headers)
+            request = parsed_request(body, environ.get("QUERY_STRING", ""), http_headers(environ))
         except Exception as exc:  # Bolt could not read the payload's structure: bad input
             return rejected(reply(400, f"malformed body: {type(exc).__name__}"))
         try:
-            response = self.app.dispatch(request)
+            response = self.listeners.app.dispatch(request)
         except StoreError as error:
             return reply(*store_failures.answer_to(error))
         if response.status == 404:
@@ -195,8 +190,9 @@ class SlackFront(Listeners):
         return _bolt_reply(response)
 
     def _health(self) -> Reply:
-        ok = self.store.healthy()
-        body = json.dumps({"ok": ok, "store": type(self.store.db).__name__}).encode()
+        store = self.listeners.store
+        ok = store.healthy()
+        body = json.dumps({"ok": ok, "store": type(store.db).__name__}).encode()
         status = "200 OK" if ok else "503 Service Unavailable"
         return status, [("Content-Type", "application/json")], body
 
@@ -212,19 +208,18 @@ def _bolt_reply(response: BoltResponse) -> Reply:
     return f"{response.status} {_REASONS.get(response.status, 'OK')}", out_headers, body
 
 
-def parsed_request(
-    body: dict[str, Any], query: str, headers: dict[str, str | Sequence[str]]
-) -> BoltRequest:
+def parsed_request(body: dict[str, Any], query: str, headers: dict[str, str]) -> BoltRequest:
     """A BoltRequest over a body already parsed (payloads.parse): Bolt takes a dict only in
     its Socket Mode form, which is otherwise the same request; it is marked HTTP again so
     nothing downstream mistakes it for an envelope."""
-    request = BoltRequest(body=body, query=query, headers=headers, mode="socket_mode")
+    request = BoltRequest(body=body, query=query, headers={**headers}, mode="socket_mode")
     request.mode = "http"
     return request
 
 
 def http_headers(environ: Environ) -> dict[str, str]:
-    """The request's headers keyed in lower case, Content-Type included."""
+    """The request's headers keyed in lower case, Content-Type included: what Bolt (it wraps
+    each value in a list) and the webhooks both read."""
     headers = {
         key[5:].replace("_", "-").lower(): str(value)
         for key, value in environ.items()

@@ -22,7 +22,7 @@ from wakeful.core.gateway.client import Gateway
 from wakeful.core.query import Query
 from wakeful.core.rules.schedule import zone as check_zone
 from wakeful.core.run import RunServices, Steps, Tool
-from wakeful.core.runner import AgentLike, RunHook, Runner
+from wakeful.core.runner import AgentLike, Declared, RunHook, Runner
 from wakeful.core.setup import AgentSettings, Setup, Zone
 from wakeful.core.store import Store
 from wakeful.core.tenancy import Workspace
@@ -58,7 +58,7 @@ def load_factory(spec: str, env: Mapping[str, str] | None = None) -> Factory:
             raise ConfigError(
                 "WAKEFUL_AGENT=claude needs the anthropic package: pip install 'wakeful[claude]'"
             ) from exc
-        missing = getattr(exc, "name", None) or ""
+        missing = exc.name or ""
         if missing and not _is_part_of(module_name, missing):
             # the module was found; something it imports is not installed
             raise ConfigError(
@@ -181,23 +181,23 @@ def build_runner(
     `tokens` (distribution mode) gives the time-zone look-up the token of the workspace whose
     run asks; `wake_dispatcher` sends a status at once; `zone` (the test harness) names a
     person's time zone instead of asking Slack."""
-    from wakeful.bot.slack.surfaces import SlackApprovals, surface_hooks
+    from wakeful.bot.slack.surfaces import SlackApprovals, Surface, surface_hooks
     from wakeful.bot.slack.zones import WorkspaceHook, ZoneLookup
 
     env = os.environ if env is None else env
     made = factory or load_factory(config.agent, env)
     setup = make_setup(config, store, zone or ZoneLookup(client, tokens=tokens), env, clock)
-    agent = made(setup)
-    if not callable(getattr(agent, "run", None)):
+    agent: object = made(setup)
+    if not (isinstance(agent, AgentLike) and callable(agent.run)):
         raise ConfigError(
             f"WAKEFUL_AGENT {config.agent!r} returned {type(agent).__name__}, which has no "
             "run(self, run) method"
         )
-    tools: dict[str, Tool] = {}
-    for tool in getattr(agent, "tools", ()) or ():
-        if not isinstance(tool, Tool):
-            raise ConfigError(f"{type(agent).__name__}.tools must hold wakeful.agents.Tool")
-        tools[tool.name] = tool
+    # What the agent declares beside `run`, read once here (an agent with only `run` gets
+    # the defaults): its tools and failure text for the engine, its surfaces for Slack.
+    agent_declared = Declared.of(agent)
+    if any(not isinstance(tool, Tool) for tool in agent_declared.tools):
+        raise ConfigError(f"{type(agent).__name__}.tools must hold wakeful.agents.Tool")
     services = RunServices(
         ledger=store,
         query=setup.query,
@@ -206,20 +206,20 @@ def build_runner(
         approvers=config.approvers,
         approval_ttl=config.settings.approval_ttl,
         view=SlackApprovals(config.settings.self_approval),
-        tools=tools,
+        tools=agent_declared.tool_map,
         approval=store.approval,
         # One workspace holds every inbox; in distribution mode, each team (or its org).
         workspace_of=store.workspace_of if config.distribution else Workspace.only,
     )
-    hooks: list[RunHook] = surface_hooks(store, config, agent, wake_dispatcher)
+    hooks: list[RunHook] = surface_hooks(store, config, agent, Surface.of(agent), wake_dispatcher)
     if tokens is not None:
         hooks.insert(0, WorkspaceHook())
-    runner_agent: AgentLike = agent
     return Runner(
-        runner_agent,
+        agent,
         services,
         tuple(hooks),
         config.settings,
-        failure_text=config.failure_text,
+        failure_text=agent_declared.failure_text or config.failure_text,
         edge_notice=failed_home,
+        kinds=store.kinds,  # Slack's, as the process's assembly opened the store with them
     )

@@ -17,9 +17,10 @@ from slack_sdk.errors import SlackApiError
 
 from wakeful.bot.process.config import Config, ConfigError
 from wakeful.bot.slack.distribution import Distribution
+from wakeful.bot.slack.kinds import SLACK_KINDS
 from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.bot.slack.web_client import KeepAliveWebClient
-from wakeful.core.clock import Clock, ServerClock, wall_clock
+from wakeful.core.clock import LoopClock, ServerClock, wall_clock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.errors import StoreUnavailable
 from wakeful.core.heartbeat import Heartbeat
@@ -66,7 +67,7 @@ class Runtime:
     stop: threading.Event = field(default_factory=threading.Event)
     threads: list[threading.Thread] = field(default_factory=list)
     client: WebClient | None = None
-    clock: Clock = field(default=wall_clock)
+    clock: LoopClock = field(default=wall_clock)
     """Where every loop (and the front) of this process reads the time: on PostgreSQL the
     database server's clock (see core/clock.py), so hosts whose clocks disagree still agree
     on leases, backoffs and due times; on SQLite the host's, the only one there is."""
@@ -177,7 +178,7 @@ class Runtime:
 
 
 def open_configured_store(config: Config) -> Store:
-    """Open (and migrate) the configured store.
+    """Open (and migrate) the configured store, taking and planning Slack's outbox kinds.
 
     On PostgreSQL a server that refuses or ends connections while this process starts (hosts
     booting before the database, a failover, a restart) is waited for, up to
@@ -186,8 +187,10 @@ def open_configured_store(config: Config) -> Store:
     not pass by itself."""
     if "://" not in config.db:
         if config.sqlite_max_pages:
-            return open_store(config.db, config.settings, max_pages=config.sqlite_max_pages)
-        return open_store(config.db, config.settings)
+            return open_store(
+                config.db, config.settings, kinds=SLACK_KINDS, max_pages=config.sqlite_max_pages
+            )
+        return open_store(config.db, config.settings, kinds=SLACK_KINDS)
     deadline = time.monotonic() + config.startup_wait
     pause = 0.5
     while True:
@@ -196,7 +199,10 @@ def open_configured_store(config: Config) -> Store:
             # Each try connects for at most half what is left (10 s at most), so a short
             # patience still gets a second try.
             return open_store(
-                config.db, config.settings, connect_timeout=min(10.0, max(left / 2, 1))
+                config.db,
+                config.settings,
+                kinds=SLACK_KINDS,
+                connect_timeout=min(10.0, max(left / 2, 1)),
             )
         except StoreUnavailable as exc:  # a StoreRefused (no such role, ...) is not waited for
             left = deadline - time.monotonic()

@@ -226,6 +226,9 @@ class HomeHook:
     def before(self, run: Run) -> None:
         return None
 
+    def failed(self, run: Run, effects: Effects) -> None:
+        return None  # a failed run changed nothing the tab shows
+
     def after(self, run: Run, effects: Effects) -> None:
         if run.inbox.user is None or not self.store.has_opened_home(run.inbox):
             return

@@ -27,10 +27,10 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookClient
 
-from wakeful.bot.slack.kinds import NOTICE  # (and registers Slack's outbox kinds)
+from wakeful.bot.slack.kinds import NOTICE, SLACK_KINDS
 from wakeful.bot.slack.refusals import notice_for
 from wakeful.bot.slack.web_client import KeepAliveWebClient
-from wakeful.core import kinds, metrics
+from wakeful.core import metrics
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.rules.outbox import Part
@@ -166,7 +166,7 @@ class SlackSender:
         now). Its `send` then posts at that turn instead of taking another, so a dispatcher can
         wait for the turn without holding a thread. Only posts are paced: anything else has no
         turn to wait for."""
-        if not kinds.paced(part.kind):  # not a post in the conversation: no pace applies
+        if not SLACK_KINDS.paced(part.kind):  # not a post in the conversation: no pace applies
             return 0.0
         with self._lock:
             now = self._clock()

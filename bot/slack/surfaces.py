@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import wakeful.bot.slack.kinds  # noqa: F401 (registers Slack's outbox kinds)
+from wakeful.agents.base import GREETING
 from wakeful.bot.process.config import Config
 from wakeful.bot.slack import blocks
 from wakeful.bot.slack.events import AssistantThreadStarted, MessagesTabOpened
@@ -22,11 +22,10 @@ from wakeful.bot.slack.text import inert
 from wakeful.core.effects import ApprovalRequest, Effects, Post
 from wakeful.core.events import ApprovalAnswer, Conversation, Message
 from wakeful.core.run import Run
-from wakeful.core.runner import RunHook
+from wakeful.core.runner import RunHook, declared
 from wakeful.core.store import Store
 
 THINKING = "is thinking…"
-GREETING = "Hi! Ask me anything here; I answer in this thread."
 PROMPTS_TITLE = "Try one of these"
 MAX_PROMPTS = 4
 MAX_LOADING = 10
@@ -72,9 +71,34 @@ class SlackApprovals:
         )
 
 
-def _prompts(agent: Any) -> list[dict[str, str]]:
-    pairs = list(getattr(agent, "suggested_prompts", ()) or ())[:MAX_PROMPTS]
-    return [{"title": str(title), "message": str(message)} for title, message in pairs]
+@dataclass(frozen=True)
+class Surface:
+    """What an agent shows around its conversations (the attributes wakeful.agents.Agent
+    declares, with its defaults), read once where the agent is loaded, as Slack takes them."""
+
+    greeting: str = GREETING
+    suggested_prompts: tuple[tuple[str, str], ...] = ()
+    """At most MAX_PROMPTS (title, message) pairs."""
+    thinking_status: bool = False
+    loading_messages: tuple[str, ...] = ()
+    """At most MAX_LOADING lines, none empty."""
+
+    @classmethod
+    def of(cls, agent: object) -> Surface:
+        found = declared(agent, cls)
+        pairs = list(found.get("suggested_prompts") or ())[:MAX_PROMPTS]
+        lines = [str(m) for m in found.get("loading_messages") or () if str(m)]
+        return cls(
+            greeting=str(found.get("greeting") or GREETING),
+            suggested_prompts=tuple((str(title), str(message)) for title, message in pairs),
+            thinking_status=bool(found.get("thinking_status", False)),
+            loading_messages=tuple(lines[:MAX_LOADING]),
+        )
+
+    @property
+    def prompts(self) -> list[dict[str, str]]:
+        """The suggested prompts as Slack's blocks take them."""
+        return [{"title": title, "message": message} for title, message in self.suggested_prompts]
 
 
 @dataclass
@@ -85,7 +109,7 @@ class GreetingHook:
     first time only (a durable mark per person). An assistant thread (the older assistant
     view): greeting and prompts in the thread (its key refuses a retried event's second)."""
 
-    agent: Any
+    surface: Surface
     store: Store | None = None
 
     def before(self, run: Run) -> None:
@@ -95,8 +119,8 @@ class GreetingHook:
         return None
 
     def after(self, run: Run, effects: Effects) -> None:
-        greeting = str(getattr(self.agent, "greeting", "") or GREETING)
-        prompts = _prompts(self.agent)
+        greeting = self.surface.greeting
+        prompts = self.surface.prompts
         for e in run.events:
             if isinstance(e, MessagesTabOpened):
                 if self._first_greeting(run, e):
@@ -163,16 +187,15 @@ class StatusHook:
     itself removes a status after 2 minutes without a message (a worker that died mid-run)."""
 
     store: Store
-    agent: Any = None
+    surface: Surface = Surface()
     kick: Callable[[], None] | None = None
     """Wakes this process's dispatcher, so the status goes out while the run is in flight."""
 
     def _threads(self, run: Run) -> list[tuple[str, str]]:
-        return thinking_threads(run, bool(getattr(self.agent, "thinking_status", False)))
+        return thinking_threads(run, self.surface.thinking_status)
 
     def _loading(self) -> list[dict[str, Any]] | None:
-        lines = [str(m) for m in getattr(self.agent, "loading_messages", ()) or () if str(m)]
-        return [{"loading": line} for line in lines[:MAX_LOADING]] or None
+        return [{"loading": line} for line in self.surface.loading_messages] or None
 
     def before(self, run: Run) -> None:
         loading = self._loading()
@@ -203,14 +226,19 @@ class StatusHook:
 
 
 def surface_hooks(
-    store: Store, config: Config, agent: Any, kick: Callable[[], None] | None = None
+    store: Store,
+    config: Config,
+    agent: Any,
+    surface: Surface,
+    kick: Callable[[], None] | None = None,
 ) -> list[RunHook]:
     """The hooks every agent's runs get: the Home tab, the greeting, and (with
-    WAKEFUL_ASSISTANT) the "is thinking…" status (`kick` wakes the dispatcher for it)."""
+    WAKEFUL_ASSISTANT) the "is thinking…" status (`kick` wakes the dispatcher for it).
+    `surface` is what the agent declared, read where it was loaded."""
     home = HomeHook(store, agent, config.approvers, unowned=not config.distribution)
-    hooks: list[RunHook] = [home, GreetingHook(agent, store)]
+    hooks: list[RunHook] = [home, GreetingHook(surface, store)]
     if config.assistant:
-        hooks.append(StatusHook(store, agent, kick))
+        hooks.append(StatusHook(store, surface, kick))
     return hooks
 
 
@@ -218,6 +246,7 @@ __all__: Sequence[str] = (
     "GreetingHook",
     "SlackApprovals",
     "StatusHook",
+    "Surface",
     "legacy_summary",
     "surface_hooks",
 )

@@ -50,6 +50,9 @@ class WorkspaceHook:
     def after(self, run: Run, effects: Effects) -> None:
         return None
 
+    def failed(self, run: Run, effects: Effects) -> None:
+        return None
+
 
 class ZoneLookup:
     """users.info -> the user's IANA zone; "" when it cannot be read now (Slack failed, or has

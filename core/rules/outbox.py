@@ -9,9 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from wakeful.core import kinds
 from wakeful.core.inbox_id import InboxId
-from wakeful.core.kinds import Kind
+from wakeful.core.kinds import POST, Kind, Kinds
 from wakeful.core.records import OutboxRow
 
 SEPARATOR = "\n\n"
@@ -59,7 +58,9 @@ class Batch:
     """The claim's deadline as the claim wrote it: its sender's fence (see `renew_batch`)."""
 
 
-def ready(rows: Sequence[OutboxRow], last_sent_at: int | None, now: int, gap: int) -> bool:
+def ready(
+    rows: Sequence[OutboxRow], last_sent_at: int | None, now: int, gap: int, *, kinds: Kinds
+) -> bool:
     """Whether a destination's pending rows go out now.
 
     An urgent row, or any kind that is not a paced post (an update, an ephemeral, a Home view,
@@ -89,29 +90,27 @@ def _chunks(text: str, limit: int) -> list[str]:
     return out
 
 
-def _kind(name: str) -> Kind:
-    return kinds.get(name) or Kind(name)
-
-
 def _joined(kind: Kind) -> bool:
     """A paced kind with no merge of its own (a post): consecutive rows join their texts."""
     return kind.paced and kind.merge is None
 
 
-def _text_limit() -> int:
-    return kinds.limits().text or 10**12
+def _text_limit(kinds: Kinds) -> int:
+    return kinds.limits.text or 10**12
 
 
-def _block_limit() -> int:
-    return kinds.limits().blocks or 10**12
+def _block_limit(kinds: Kinds) -> int:
+    return kinds.limits.blocks or 10**12
 
 
-def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tuple[Part, ...]:
+def plan_parts(
+    dispatch_id: str, rows: Sequence[OutboxRow], retry: bool, *, kinds: Kinds
+) -> tuple[Part, ...]:
     """Merge consecutive posts of one destination into as few Slack calls as the limits allow.
 
     Text posts merge with text posts and block posts with block posts (joining a text row into
     a blocks message would hide it); a switch, an approval prompt, an update or an ephemeral
-    starts a new part. A part never exceeds the destination's limits (core/kinds.py: Slack's
+    starts a new part. A part never exceeds the destination's limits (`kinds.limits`: Slack's
     40,000 characters and 50 blocks); one row longer than that is cut into several posts in
     order. Each part id is `<dispatch id>:<first row id>.<chunk>`. Rows of a kind with a merge
     merge by it (a gathered kind across the whole batch).
@@ -135,11 +134,11 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
 
     def _flush() -> None:
         first = group[0]
-        kind = _kind(first.kind)
+        kind = kinds.kind(first.kind)
         ids = tuple(sorted(i for r in group for i in carried.get(r.id, (r.id,))))
         normal = kind.paced and any(r.priority == "normal" for r in group)
         if _joined(kind) and first.blocks is None:
-            texts = _chunks(SEPARATOR.join(r.text for r in group), _text_limit())
+            texts = _chunks(SEPARATOR.join(r.text for r in group), _text_limit(kinds))
             for i, text in enumerate(texts):
                 part = _part(dispatch_id, first, i, text, None, ids, retry, normal)
                 if i < len(texts) - 1:
@@ -147,7 +146,7 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
                 parts.append(part)
         elif kind.merge is not None:
             text, blocks = kind.merge(group)
-            texts = _chunks(text, _text_limit()) if kind.paced else [text]
+            texts = _chunks(text, _text_limit(kinds)) if kind.paced else [text]
             for i, chunk in enumerate(texts):
                 part = _part(dispatch_id, group[-1], i, chunk, blocks, ids, retry, normal)
                 part = replace(part, part_id=f"{dispatch_id}:{first.id}.{i}")
@@ -156,15 +155,15 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
             blocks = None
             if first.blocks is not None:
                 blocks = [b for r in group for b in (r.blocks or [])]
-            text = SEPARATOR.join(r.text for r in group if r.text)[: _text_limit()]
+            text = SEPARATOR.join(r.text for r in group if r.text)[: _text_limit(kinds)]
             parts.append(_part(dispatch_id, first, 0, text, blocks, ids, retry, normal))
 
     gathered: dict[str, list[OutboxRow]] = {}
     for row in rows:
-        if _kind(row.kind).gathered:
+        if kinds.kind(row.kind).gathered:
             gathered.setdefault(row.kind, []).append(row)
     for row in rows:
-        kind = _kind(row.kind)
+        kind = kinds.kind(row.kind)
         if kind.gathered:
             if row is not gathered[row.kind][-1]:
                 continue  # merged into the latest of its kind
@@ -173,9 +172,9 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
                 # other posts of the batch (a separate post would wait out the destination's
                 # pacing in the same conversation).
                 text, _ = kind.merge(gathered[row.kind])
-                row = replace(row, kind=kinds.POST.name, text=text, facts=None, ref=None)
+                row = replace(row, kind=POST.name, text=text, facts=None, ref=None)
                 carried[row.id] = tuple(r.id for r in gathered[kind.name])
-                if group and not _joins(group, row):
+                if group and not _joins(group, row, kinds):
                     flush()
                 group.append(row)
                 continue
@@ -183,7 +182,7 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
             group.extend(gathered[row.kind])
             flush()
             continue
-        if group and not _joins(group, row):
+        if group and not _joins(group, row, kinds):
             flush()
         group.append(row)
         if not (_joined(kind) or kind.merge is not None):
@@ -192,7 +191,7 @@ def plan_parts(dispatch_id: str, rows: Sequence[OutboxRow], retry: bool) -> tupl
     return tuple(parts)
 
 
-def _joins(group: list[OutboxRow], row: OutboxRow) -> bool:
+def _joins(group: list[OutboxRow], row: OutboxRow, kinds: Kinds) -> bool:
     last = group[-1]
     if row.kind != last.kind:
         return False
@@ -201,7 +200,7 @@ def _joins(group: list[OutboxRow], row: OutboxRow) -> bool:
     teams = (InboxId(row.inbox).team, InboxId(last.inbox).team)
     if None not in teams and teams[0] != teams[1]:
         return False  # one call is made with one workspace's token (a shared channel)
-    kind = _kind(row.kind)
+    kind = kinds.kind(row.kind)
     if kind.merge is not None:
         return row.user == last.user
     if not _joined(kind):
@@ -215,7 +214,7 @@ def _joins(group: list[OutboxRow], row: OutboxRow) -> bool:
     if row.blocks is not None:
         blocks = sum(len(r.blocks or []) for r in group) + len(row.blocks)
         text = sum(len(r.text) + len(SEPARATOR) for r in group) + len(row.text)
-        return blocks <= _block_limit() and text <= _text_limit()
+        return blocks <= _block_limit(kinds) and text <= _text_limit(kinds)
     return True
 
 

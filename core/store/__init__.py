@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from wakeful.core.errors import InvalidInput
+from wakeful.core.kinds import ENGINE_KINDS, Kinds
 from wakeful.core.settings import Settings
 from wakeful.core.store.admin import Admin
 from wakeful.core.store.approvals import Approvals
@@ -74,9 +75,16 @@ def open_connector(target: str | Path, **options: Any) -> Connector:
     return SQLiteConnector(where, **options)
 
 
-def open_store(target: str | Path, settings: Settings | None = None, **options: Any) -> Store:
-    """A store on the backend `target` names (see `open_connector`)."""
-    return Store(open_connector(target, **options), settings)
+def open_store(
+    target: str | Path,
+    settings: Settings | None = None,
+    *,
+    kinds: Kinds = ENGINE_KINDS,
+    **options: Any,
+) -> Store:
+    """A store on the backend `target` names (see `open_connector`), taking and planning the
+    outbox rows of `kinds` (the engine's alone unless the process's assembly says more)."""
+    return Store(open_connector(target, **options), settings, kinds)
 
 
 __all__ = [

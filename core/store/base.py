@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from wakeful.core.effects import Post
+from wakeful.core.kinds import ENGINE_KINDS, Kinds
 from wakeful.core.records import StoredEvent
 from wakeful.core.settings import Settings
 from wakeful.core.store.sql import Tx
@@ -110,11 +111,16 @@ def prefix_match(prefix: str) -> dict[str, Any]:
 
 
 class StoreBase:
-    """The settings and the backend every concern of the store shares."""
+    """The settings, the outbox's kinds and the backend every concern of the store shares."""
 
-    def __init__(self, db: Connector, settings: Settings | None = None) -> None:
+    def __init__(
+        self, db: Connector, settings: Settings | None = None, kinds: Kinds = ENGINE_KINDS
+    ) -> None:
         self.db = db
         self.settings = settings or Settings()
+        self.kinds = kinds
+        """The kinds the outbox takes and plans (core/kinds.py): the engine's alone unless the
+        process's assembly hands in its edge's (bot/slack/kinds.py `SLACK_KINDS`)."""
         self.failure_notice: Callable[[StoredEvent], list[Post]] | None = None
         """What to tell the person whose event ran out of attempts, and where (None: no one);
         the worker sets it from its agent's failure text."""

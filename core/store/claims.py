@@ -213,11 +213,10 @@ class Claims(Restores):
         notice = self.failure_notice
         if notice is None:
             return
-        told = [
-            {**message_params(e.inbox, m), **answer_marks([e], None)}
-            for e in dead
-            for m in notice(e)
-        ]
+        notices = [(e, m) for e in dead for m in notice(e)]
+        for _, m in notices:
+            self.kinds.check(m)
+        told = [{**message_params(e.inbox, m), **answer_marks([e], None)} for e, m in notices]
         if told:
             queue(tx, told, now)
 
@@ -236,7 +235,7 @@ class Claims(Restores):
         returned. Events in `effects.failed` go back to pending with their error (their backoff
         was fixed at claim time, or now if later).
         """
-        prepared = prepare_effects(claim.inbox, effects, now)
+        prepared = prepare_effects(claim.inbox, effects, now, self.kinds)
         try:
             with self._tx() as tx:
                 finished = self._finish(tx, claim, effects, prepared, now) is not None
@@ -254,7 +253,7 @@ class Claims(Restores):
         Returns (finished, next claim). When nothing is left the lease is released in the same
         transaction and the next claim is None: a worker's whole cycle is two commits.
         """
-        prepared = prepare_effects(claim.inbox, effects, now)
+        prepared = prepare_effects(claim.inbox, effects, now, self.kinds)
         try:
             with self._tx() as tx:
                 return self._finish_then_claim(tx, claim, effects, prepared, now)
@@ -269,7 +268,8 @@ class Claims(Restores):
         Each run is fenced on its own: a run that lost its lease, or whose events are no longer
         running under its generation, is rolled back to a savepoint and reported unfinished,
         while the others commit. One commit for all of them."""
-        prepared = [prepare_effects(claim.inbox, effects, now) for claim, effects in runs]
+        kinds = self.kinds
+        prepared = [prepare_effects(claim.inbox, effects, now, kinds) for claim, effects in runs]
         outcomes: list[tuple[bool, Claim | None]] = []
         with self._tx() as tx:
             for (claim, effects), p in zip(runs, prepared, strict=True):

@@ -11,6 +11,7 @@ from typing import Any
 from wakeful.core import usage
 from wakeful.core.effects import ApprovalRequest, Effects, Post, Timer, check_json
 from wakeful.core.errors import InvalidInput
+from wakeful.core.kinds import Kinds
 from wakeful.core.records import (
     ApprovalState,
     Lease,
@@ -132,10 +133,13 @@ class PreparedEffects:
     tool_outcomes: list[Params] | None = None
 
 
-def prepare_effects(inbox: str, effects: Effects, now: int) -> PreparedEffects:
+def prepare_effects(inbox: str, effects: Effects, now: int, kinds: Kinds) -> PreparedEffects:
     """Validate and serialise everything before the transaction opens, so it stays short and a
-    malformed effect fails the run without touching the store. Text a store cannot hold
-    becomes U+FFFD here (error texts in place: the finish writes them from `effects`)."""
+    malformed effect fails the run without touching the store: each post (and approval prompt)
+    against the store's `kinds`. Text a store cannot hold becomes U+FFFD here (error texts in
+    place: the finish writes them from `effects`)."""
+    for m in [*effects.messages, *(_shown(req) for req in effects.approvals)]:
+        kinds.check(m)
     for errors in (effects.failed, effects.dead):
         for event_id, error in errors.items():
             errors[event_id] = storable(str(error))

@@ -23,9 +23,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from wakeful.core import kinds, logs
+from wakeful.core import logs
 from wakeful.core.effects import Post
 from wakeful.core.inbox_id import InboxId
+from wakeful.core.kinds import OPS
 from wakeful.core.settings import Settings
 from wakeful.core.store.codec import message_params
 from wakeful.core.store.sql import Tx
@@ -52,7 +53,7 @@ def queue_lines(tx: Tx, settings: Settings, lines: Iterable[str], now: int) -> i
     inbox, channel = where
     queued = 0
     for line in lines:
-        params = message_params(inbox, Post(channel, line, kind=kinds.OPS.name))
+        params = message_params(inbox, Post(channel, line, kind=OPS.name))
         tx.run("insert_outbox", {**params, "now": now})
         queued += 1
     return queued

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Iterable, Sequence
 
-from wakeful.core import kinds, metrics
+from wakeful.core import metrics
 from wakeful.core.effects import Post
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import OutboxRow
@@ -41,7 +41,10 @@ def answered(tx: Tx, keys: Sequence[str], now: int) -> None:
 
 class Outbox(StoreBase):
     def post(self, inbox: str, messages: Sequence[Post], now: int) -> None:
-        """Queue messages outside a run (a click's ephemeral reply, an operator notice)."""
+        """Queue messages outside a run (a click's ephemeral reply, an operator notice); each
+        checked against the store's kinds first (InvalidInput: nothing queued)."""
+        for m in messages:
+            self.kinds.check(m)
         prepared = [message_params(inbox, m) for m in messages]
         with self._tx(urgent=True) as tx:
             queue(tx, prepared, now)
@@ -87,7 +90,7 @@ class Outbox(StoreBase):
                         tx.run(
                             "claim_row", {"id": r.id, "dispatch_id": dispatch_id, "until": until}
                         )
-                parts = plan_parts(dispatch_id, rows, retry)
+                parts = plan_parts(dispatch_id, rows, retry, kinds=self.kinds)
                 batches.append(Batch(dispatch_id, channel, thread, parts, retry, until))
         return batches
 
@@ -127,7 +130,7 @@ class Outbox(StoreBase):
         rows = [outbox_record(r) for r in raw]
         last = tx.one("get_destination", {"channel": channel, "thread_ts": thread})
         last_sent = None if last is None else int(last["last_sent_at"])
-        if not ready(rows, last_sent, now, self.settings.outbox_gap):
+        if not ready(rows, last_sent, now, self.settings.outbox_gap, kinds=self.kinds):
             return None
         return rows, False
 
@@ -142,12 +145,12 @@ class Outbox(StoreBase):
                     "mark_row_sent",
                     {"id": row_id, "dispatch_id": part.dispatch_id, "ts": ts, "now": now},
                 )
-            if kinds.paced(part.kind) and ts and not InboxId(part.inbox).is_ops:
+            if self.kinds.paced(part.kind) and ts and not InboxId(part.inbox).is_ops:
                 # A reply in its thread, or a top-level post (a reminder in a channel):
                 # replies under either reach the agent without a new mention (an operator's
                 # under an ops report are not for the agent).
                 threads.remember(tx, part.channel, part.thread_ts or ts, "posted", now)
-            if kinds.paced(part.kind) and part.normal:
+            if self.kinds.paced(part.kind) and part.normal:
                 tx.run(
                     "touch_destination",
                     {"channel": part.channel, "thread_ts": part.thread_ts, "now": now},
@@ -185,6 +188,8 @@ class Outbox(StoreBase):
         rows already parked, writes none, so a refusal is told once. The operators' channel is
         told alike, unless the part was its own report (a refused ops post is not reported
         again: no loop). False: nothing parked."""
+        if notice is not None:
+            self.kinds.check(notice)
         with self._tx() as tx:
             parked = 0
             for row_id in part.row_ids:

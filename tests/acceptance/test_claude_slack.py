@@ -266,7 +266,10 @@ def killed_then_restarted(
         "CLAUDE_KILL_MARK": str(tmp / "kill.mark"),
         "WAKEFUL_AGENT": "tests.support.claude_kill:factory",
         "WAKEFUL_AGENT_PATH": str(ROOT),
-        "WAKEFUL_LEASE_TTL": "2",
+        # The default lease: the restart ends the dead process's lease at once (its pid is
+        # gone, core/heartbeat.py), so none need lapse; a short one lapses under the live
+        # retry on a loaded machine, and its calls are made again (issue 36).
+        "WAKEFUL_LEASE_TTL": "120",
     }
     backend = "sqlite" if "://" not in db else "postgres"
     first = launch(tmp, emu, db, {**claude_settings(fake), **kill}, backend=backend)

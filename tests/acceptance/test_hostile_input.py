@@ -46,6 +46,7 @@ from hypothesis import strategies as st
 
 from tests.support.approvals import ApprovalRequest
 from wakeful.bot.front import payloads
+from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import BODY_CAP, EVENTS_PATH, SlackFront
 from wakeful.bot.process.runtime import http_server, serve_in_thread
 from wakeful.bot.slack import blocks
@@ -108,7 +109,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     db = tmp_path_factory.mktemp("hostile") / "hostile.db"
     store = open_store(db)
-    front = SlackFront(store, SECRET, bot_user_id=BOT_USER, bot_id=BOT_ID)
+    front = SlackFront(Listeners(store, SECRET, bot_user_id=BOT_USER, bot_id=BOT_ID))
     server = http_server(front, "127.0.0.1", 0)
     stop = serve_in_thread(server)
     try:

@@ -44,6 +44,7 @@ from tests.acceptance.test_hostile_input import (
 from tests.acceptance.test_hostile_input import send as send_raw
 from tests.support.webhook_front import start_server
 from wakeful.bot.builtin.webhook_report import report_line
+from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.webhooks import STRIPE_TOLERANCE
 from wakeful.bot.front.wsgi import SlackFront
 from wakeful.bot.process.config import WebhookSource
@@ -98,7 +99,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         WebhookSource("stripe", "stripe", STRIPE_SECRET, OPS),
         WebhookSource("ci", "generic", CI_SECRET, OPS),
     )
-    front = SlackFront(store, "hostile-slack-secret", webhook_sources=sources)
+    front = SlackFront(Listeners(store, "hostile-slack-secret"), webhook_sources=sources)
     port, stop = start_server(front)
     try:
         yield Live(store, port)

@@ -52,7 +52,10 @@ def settings(**more: str) -> dict[str, str]:
         "WAKEFUL_REFUNDS": "stripe",
         "WAKEFUL_STRIPE_WEBHOOK_SECRET": WEBHOOK_SECRET,
         "WAKEFUL_WEBHOOK_CHANNEL": HOOKS,
-        "WAKEFUL_LEASE_TTL": "2",
+        # The default lease: a killed worker's lease ends at once (its pid is gone,
+        # core/heartbeat.py), so none need lapse; a short one lapses under a live run on a
+        # loaded machine, its finish is refused and its tries are spent again (issue 36).
+        "WAKEFUL_LEASE_TTL": "120",
         "WAKEFUL_BACKOFF_BASE": "1",
         **more,
     }

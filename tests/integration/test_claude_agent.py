@@ -55,7 +55,7 @@ from wakeful.bot.builtin.conversation import (
 from wakeful.bot.process.config import Config, ConfigError
 from wakeful.bot.process.loading import build_runner, make_setup
 from wakeful.core.clock import ManualClock
-from wakeful.core.dispatcher import Dispatcher
+from wakeful.core.dispatcher import Dispatcher, Sender
 from wakeful.core.effects import Effects
 from wakeful.core.events import timer_payload
 from wakeful.core.records import OutboxRow
@@ -76,7 +76,7 @@ _event_ids = itertools.count(1)
 _agents: list[ClaudeAgent] = []
 
 
-class RecordingSender:
+class RecordingSender(Sender):
     def __init__(self) -> None:
         self.parts: list[Part] = []
 

@@ -57,11 +57,11 @@ def rows(n: int) -> list[Post]:
 def another_connection(store: Store) -> Store:
     """The same store as another process would open it."""
     if isinstance(store.db, SQLiteConnector):
-        return open_store(store.db.path, store.settings)
+        return open_store(store.db.path, store.settings, kinds=store.kinds)
     from wakeful.core.store.postgres import PostgresConnector
 
     db: Any = store.db
-    return Store(PostgresConnector(db.dsn, schema=db.schema), store.settings)
+    return Store(PostgresConnector(db.dsn, schema=db.schema), store.settings, store.kinds)
 
 
 def part_id(call: Call) -> str:

@@ -26,6 +26,7 @@ from cryptography.fernet import Fernet
 
 from tests.acceptance.test_slack_app import LISTENING
 from tests.support.gateway import ROOT
+from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import SlackFront
 from wakeful.bot.process.config import Config
 from wakeful.bot.process.runtime import http_server, serve_in_thread
@@ -57,7 +58,7 @@ class Front:
         }
         config = Config.from_env(env)
         self.dist = Distribution.build(config, store)
-        front = SlackFront(
+        listeners = Listeners(
             store,
             SECRET,
             authorizer=self.dist.authorize(),
@@ -65,6 +66,7 @@ class Front:
             oauth_settings=self.dist.oauth_settings(),
             client=self.dist.oauth_client(),
         )
+        front = SlackFront(listeners)
         server = http_server(front, "127.0.0.1", 0)
         self.port = server.effective_port
         self.stop = serve_in_thread(server)

@@ -20,6 +20,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 from tests.conftest import T0, MakeStore
 from tests.support.approvals import ApprovalRequest
 from tests.support.webhook_front import start_server
+from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import EVENTS_PATH, SlackFront
 from wakeful.core.effects import Effects
 from wakeful.core.store import Store
@@ -82,7 +83,9 @@ def store(make_store: MakeStore) -> Store:
 @pytest.fixture
 def url(store: Store) -> Iterator[str]:
     """The real HTTP front over `store`, served on a free loopback port."""
-    port, stop = start_server(SlackFront(store, SECRET, bot_user_id="UBOT", clock=lambda: T0))
+    port, stop = start_server(
+        SlackFront(Listeners(store, SECRET, bot_user_id="UBOT", clock=lambda: T0))
+    )
     try:
         yield f"http://127.0.0.1:{port}{EVENTS_PATH}"
     finally:
@@ -176,12 +179,12 @@ ENVELOPES: dict[str, tuple[str, dict[str, Any]]] = {
 
 @pytest.mark.parametrize("what", list(ENVELOPES))
 def test_a_forged_id_in_socket_mode_is_acknowledged_and_dropped(store: Store, what: str) -> None:
-    app = SlackFront(store, SECRET, bot_user_id="UBOT", clock=lambda: T0)
+    listeners = Listeners(store, SECRET, bot_user_id="UBOT", clock=lambda: T0)
     client = Client()
     kind, payload = ENVELOPES[what]
     before = stored(store)
     with Lines() as lines:
-        app.on_socket_request(
+        listeners.on_socket_request(
             client, SocketModeRequest(type=kind, envelope_id="e1", payload=payload)
         )
     assert client.acks == ["e1"]  # Slack stops resending it

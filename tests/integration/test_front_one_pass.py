@@ -14,6 +14,7 @@ import pytest
 from cryptography.fernet import Fernet
 
 from tests.conftest import T0
+from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import SlackFront
 from wakeful.bot.process.config import Config
 from wakeful.bot.slack.distribution import ALL, Distribution
@@ -89,7 +90,7 @@ def test_a_request_is_verified_once_and_parsed_once(
     import slack_bolt.request.request as bolt_request
     from slack_sdk.signature import SignatureVerifier
 
-    front = SlackFront(store, SECRET, "UBOT", "BBOT")
+    front = SlackFront(Listeners(store, SECRET, "UBOT", "BBOT"))
     checks = counting(monkeypatch, SignatureVerifier, "generate_signature")
     bolt_parses = counting(monkeypatch, bolt_request, "parse_body")
     assert call(front, message("Ev1")).startswith("200")
@@ -104,7 +105,7 @@ def test_a_request_is_verified_once_and_parsed_once(
 
 
 def test_a_bad_signature_is_still_refused(store: Store) -> None:
-    front = SlackFront(store, "another-secret", "UBOT", "BBOT")
+    front = SlackFront(Listeners(store, "another-secret", "UBOT", "BBOT"))
     assert call(front, message("Ev2")).startswith("401")
     assert store.events("T1:U1") == []
 
@@ -137,7 +138,7 @@ def test_app_rate_limited_is_counted_by_a_bounded_workspace_label(store: Store) 
         "WAKEFUL_WORKSPACE_LABELS": "1",
     }
     dist = Distribution.build(Config.from_env(env), store)
-    front = SlackFront(store, SECRET, workspace_label=dist.workspace_label)
+    front = SlackFront(Listeners(store, SECRET), workspace_label=dist.workspace_label)
     row = InstallationRow("TA", None, "TA", False, "{}", "sealed", None)
     store.save_installation(row, T0)
     before = counted("TA")
@@ -195,7 +196,10 @@ def test_a_request_of_an_org_wide_install_records_its_workspace_under_it(store: 
             user_id="WADMIN",
         )
     )
-    front = SlackFront(store, SECRET, authorizer=dist.authorize(), installations=dist.installations)
+    listeners = Listeners(
+        store, SECRET, authorizer=dist.authorize(), installations=dist.installations
+    )
+    front = SlackFront(listeners)
     assert call(front, org_message("EvS", "TX", shared=True)).startswith("200")
     assert store.installation_for_team("TX") is None
     assert call(front, org_message("Ev1", "TE1")).startswith("200")
@@ -220,7 +224,7 @@ def test_every_store_failure_on_a_slack_request_is_the_webhooks_503(
         raise error
 
     monkeypatch.setattr(store, "ingest", failing)
-    front = SlackFront(store, SECRET, "UBOT", "BBOT")
+    front = SlackFront(Listeners(store, SECRET, "UBOT", "BBOT"))
     assert answer(front, message("Ev9")) == ("503 Service Unavailable", RETRY[1])
     assert RETRY == (503, "store unavailable; please retry")
 
@@ -237,9 +241,10 @@ def test_distribution_mode_authorizes_from_a_cache_of_the_store_never_with_auth_
     def build(key: str) -> tuple[SlackFront, Distribution]:
         env = {"SLACK_CLIENT_ID": "1.2", "SLACK_CLIENT_SECRET": "s", "WAKEFUL_TOKEN_KEY": key}
         dist = Distribution.build(Config.from_env(env), store, clock=lambda: T0)
-        return SlackFront(
+        listeners = Listeners(
             store, SECRET, authorizer=dist.authorize(), installations=dist.installations
-        ), dist
+        )
+        return SlackFront(listeners), dist
 
     front, dist = build(Fernet.generate_key().decode())
     dist.installations.save(

@@ -20,7 +20,7 @@ from tests.integration.test_sqlite_write_lock import write_locked
 from tests.support.approvals import ApprovalRequest
 from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core import logs, metrics
-from wakeful.core.clock import ManualClock
+from wakeful.core.clock import HostClock, ManualClock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Effects, Post, Timer
 from wakeful.core.errors import StoreUnavailable
@@ -178,7 +178,7 @@ def test_an_agent_dead_letter_is_counted_apart_from_exhaustion(store: Store) -> 
         def run(self, run: Run) -> Effects:
             return Effects(dead={e.id: "cannot do this" for e in run.events})
 
-    w = Worker(store=store, agent=Gives(), holder="W", clock=lambda: T0)
+    w = Worker(store=store, agent=Gives(), holder="W", clock=HostClock(lambda: T0))
     assert w.tick(T0) == 1
     assert (by_agent.moved, dead_runs.moved) == (1, 1)
 
@@ -408,7 +408,7 @@ def test_every_line_a_run_logs_carries_its_inbox_events_generation_and_run_id(
 
     store.ingest(INBOX, "slack", "Ev1", {"text": "a"}, T0)
     store.ingest(INBOX, "slack", "Ev2", {"text": "b"}, T0)
-    w = Worker(store=store, agent=Looks(), holder="W", clock=lambda: T0)
+    w = Worker(store=store, agent=Looks(), holder="W", clock=HostClock(lambda: T0))
     assert w.tick(T0) == 1
     (context,) = seen
     ids = [e.id for e in store.events(INBOX)]

@@ -17,6 +17,7 @@ from tests.support.approvals import ApprovalRequest
 from wakeful.bot.slack.kinds import SLACK_TEXT_LIMIT
 from wakeful.core.clock import ManualClock
 from wakeful.core.dispatcher import Dispatcher
+from wakeful.core.dispatcher import Sender as BaseSender
 from wakeful.core.effects import Effects, Post
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.records import Ingested
@@ -31,7 +32,7 @@ MakeStore = Callable[..., Store]
 Failure = Callable[[Part], BaseException | None]
 
 
-class Sender:
+class Sender(BaseSender):
     """Stands in for Slack. Keeps every call, and what was really posted, by part id; a retried
     part that already went out is found and not posted again, as the real sender does with
     message metadata. `fail(part)` may return an exception to raise instead of posting;
@@ -228,7 +229,9 @@ def test_updates_and_ephemerals_are_never_held(make_store: MakeStore) -> None:
 
 def test_no_write_lock_is_held_while_the_sender_is_on_the_network(store: Store) -> None:
     if isinstance(store.db, SQLiteConnector):
-        other: Store = open_store(store.db.path, settings=store.settings, busy_timeout_ms=200)
+        other: Store = open_store(
+            store.db.path, settings=store.settings, kinds=store.kinds, busy_timeout_ms=200
+        )
     else:
         other = store
     rig = Rig(store)

@@ -36,7 +36,7 @@ SILENCE = silence_for(Settings().heartbeat)
 
 def twin(store: Store) -> Store:
     """A second process's view of the same store (same backend, a process of its own)."""
-    return Store(store.db, store.settings)
+    return Store(store.db, store.settings, store.kinds)
 
 
 def register(store: Store, pid: int, host: Host = HERE, at: int = T0) -> ProcessRecord:

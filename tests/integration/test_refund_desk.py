@@ -28,7 +28,7 @@ from wakeful.bot.process.config import Config
 from wakeful.bot.process.loading import build_runner, make_setup
 from wakeful.bot.slack.zones import ZoneLookup
 from wakeful.core.clock import ManualClock
-from wakeful.core.dispatcher import Dispatcher
+from wakeful.core.dispatcher import Dispatcher, Sender
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import OutboxRow
 from wakeful.core.rules.outbox import Part
@@ -51,7 +51,7 @@ def utc(ts: int) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-class RecordingSender:
+class RecordingSender(Sender):
     """Stands in for Slack: keeps every part and answers with a fresh message ts."""
 
     def __init__(self) -> None:

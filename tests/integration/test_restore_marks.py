@@ -70,7 +70,7 @@ def test_a_restore_ends_the_copys_leases_and_claims_and_marks_what_it_did_not_se
 
 def make_store_like(store: Store) -> Store:
     """A second Store over the same backend: what another process reads."""
-    return Store(store.db, store.settings)
+    return Store(store.db, store.settings, store.kinds)
 
 
 def test_a_timer_that_fired_before_the_restore_counts_as_from_before(

@@ -19,6 +19,7 @@ from tests.conftest import T0, MakeStore
 from tests.support.approvals import ApprovalRequest
 from tests.support.webhook_front import start_server
 from wakeful.bot.builtin.refund_desk import RefundDesk
+from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import EVENTS_PATH, SlackFront
 from wakeful.bot.process.config import Config
 from wakeful.bot.process.loading import build_runner
@@ -78,11 +79,13 @@ class App:
         self.config = Config.from_env({"WAKEFUL_APPROVERS": BOSS, **env})
         self.store = make_store(self_approval=self.config.settings.self_approval)
         front = SlackFront(
-            self.store,
-            SECRET,
-            bot_user_id="UBOT",
-            clock=lambda: T0,
-            approvers=self.config.approvers,
+            Listeners(
+                self.store,
+                SECRET,
+                bot_user_id="UBOT",
+                clock=lambda: T0,
+                approvers=self.config.approvers,
+            )
         )
         self.port, self.stop = start_server(front)
         self.slack = EventSender(f"http://127.0.0.1:{self.port}{EVENTS_PATH}", SECRET, team_id=TEAM)

@@ -1,4 +1,4 @@
-"""Socket Mode: the same front as HTTP, acknowledged only after the store committed."""
+"""Socket Mode: the same listeners as HTTP, acknowledged only after the store committed."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from slack_sdk.socket_mode.request import SocketModeRequest
 
-from wakeful.bot.front.wsgi import SlackFront
+from wakeful.bot.front.listeners import Listeners
 from wakeful.core.errors import StoreUnavailable
 from wakeful.core.events import Command
 from wakeful.core.runner import typed
@@ -53,38 +53,40 @@ def dm(text: str) -> dict[str, Any]:
 
 
 def test_a_dm_is_stored_before_its_envelope_is_acknowledged(store: Store) -> None:
-    front = SlackFront(store, "unused-in-socket-mode", bot_user_id="UBOT")
+    listeners = Listeners(store, "unused-in-socket-mode", bot_user_id="UBOT")
     client = Client(store)
-    front.on_socket_request(client, envelope(dm("hello"), "env-1", "Ev1"))
+    listeners.on_socket_request(client, envelope(dm("hello"), "env-1", "Ev1"))
     assert client.acks == [("env-1", 1)]
     (event,) = store.events("T1:U1")
     assert (event.source_id, event.payload["text"]) == ("Ev1", "hello")
-    front.on_socket_request(client, envelope(dm("hello"), "env-2", "Ev1"))  # redelivery
+    listeners.on_socket_request(client, envelope(dm("hello"), "env-2", "Ev1"))  # redelivery
     assert client.acks[-1] == ("env-2", 1)
 
 
 def test_unhandled_and_unreadable_envelopes_are_acknowledged_and_dropped(store: Store) -> None:
-    front = SlackFront(store, "s", bot_user_id="UBOT")
+    listeners = Listeners(store, "s", bot_user_id="UBOT")
     client = Client(store)
-    front.on_socket_request(client, envelope({"type": "reaction_added", "user": "U1"}, "e1", "A"))
-    front.on_socket_request(client, envelope({"type": "message", "text": ["x"]}, "e2", "B"))
+    listeners.on_socket_request(
+        client, envelope({"type": "reaction_added", "user": "U1"}, "e1", "A")
+    )
+    listeners.on_socket_request(client, envelope({"type": "message", "text": ["x"]}, "e2", "B"))
     shortcut = SocketModeRequest(
         type="interactive", envelope_id="e3", payload={"type": "shortcut", "callback_id": "x"}
     )
-    front.on_socket_request(client, shortcut)
+    listeners.on_socket_request(client, shortcut)
     assert [a[0] for a in client.acks] == ["e1", "e2", "e3"]
     assert count_events(store) == 0
 
 
 def test_an_envelope_the_store_cannot_take_is_not_acknowledged(store: Store) -> None:
-    front = SlackFront(store, "s", bot_user_id="UBOT")
+    listeners = Listeners(store, "s", bot_user_id="UBOT")
     client = Client(store)
 
     def down(*args: Any, **kwargs: Any) -> Any:
         raise StoreUnavailable("disk full")
 
-    front.store.ingest = down  # type: ignore[method-assign]
-    front.on_socket_request(client, envelope(dm("hello"), "env-9", "Ev9"))
+    listeners.store.ingest = down  # type: ignore[method-assign]
+    listeners.on_socket_request(client, envelope(dm("hello"), "env-9", "Ev9"))
     assert client.acks == []  # Slack redelivers it
 
 
@@ -119,7 +121,7 @@ def store(tmp_path: Path) -> Store:
 
 
 def test_a_slash_command_envelope_is_stored_once_before_its_acknowledgement(store: Store) -> None:
-    front = SlackFront(store, "unused-in-socket-mode", bot_user_id="UBOT")
+    listeners = Listeners(store, "unused-in-socket-mode", bot_user_id="UBOT")
     client = Client(store)
     form = {
         "team_id": "T1",
@@ -131,11 +133,11 @@ def test_a_slash_command_envelope_is_stored_once_before_its_acknowledgement(stor
         "trigger_id": "1.2.x",
     }
     request = SocketModeRequest(type="slash_commands", envelope_id="env-c", payload=form)
-    front.on_socket_request(client, request)
+    listeners.on_socket_request(client, request)
     assert client.acks == [("env-c", 1)]
     (event,) = store.events("T1:U1")
     assert event.source_id.startswith("command:T1:U1:env-c:")
     command = typed(event)
     assert isinstance(command, Command) and command.text == "status"
-    front.on_socket_request(client, request)  # redelivered as is
+    listeners.on_socket_request(client, request)  # redelivered as is
     assert client.acks[-1] == ("env-c", 1)

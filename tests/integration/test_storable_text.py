@@ -26,6 +26,7 @@ from tests.support.webhook_front import (
     RecordingSender,
     start_server,
 )
+from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import EVENTS_PATH, SlackFront
 from wakeful.bot.process.config import WebhookSource
 from wakeful.core.clock import ManualClock
@@ -171,9 +172,8 @@ class Front:
         self.store = store
         self.clock = ManualClock(T0)
         source = WebhookSource("github", "github", GITHUB_SECRET, OPS)
-        front = SlackFront(
-            store, SLACK_SECRET, clock=self.clock, webhook_sources=(source,), bot_user_id="UBOT"
-        )
+        listeners = Listeners(store, SLACK_SECRET, clock=self.clock, bot_user_id="UBOT")
+        front = SlackFront(listeners, webhook_sources=(source,))
         self.port, self.stop = start_server(front)
         url = f"http://127.0.0.1:{self.port}"
         self.slack = EventSender(url + EVENTS_PATH, SLACK_SECRET, team_id=TEAM)

@@ -31,6 +31,7 @@ from tests.support.webhook_front import start_server
 from wakeful.agents import Agent, Command, Message, Run, Setup, Tool
 from wakeful.bot.builtin.claude import ClaudeAgent
 from wakeful.bot.builtin.refund_desk import ONLY_APPROVERS, RefundDesk
+from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import EVENTS_PATH, SlackFront
 from wakeful.bot.process.config import Config
 from wakeful.bot.process.loading import build_runner
@@ -495,7 +496,9 @@ def test_an_approver_answers_only_their_own_workspaces_approvals(store: Store) -
 @pytest.fixture
 def front(store: Store) -> Iterator[tuple[Store, str]]:
     """The real HTTP front over `store`, WAKEFUL_APPROVERS=UA9 (single-workspace mode)."""
-    served = SlackFront(store, SECRET, bot_user_id="UBOT", clock=lambda: T0, approvers=("UA9",))
+    served = SlackFront(
+        Listeners(store, SECRET, bot_user_id="UBOT", clock=lambda: T0, approvers=("UA9",))
+    )
     port, stop = start_server(served)
     try:
         yield store, f"http://127.0.0.1:{port}{EVENTS_PATH}"
@@ -522,7 +525,9 @@ def test_an_approvers_click_answers_their_workspaces_approval_over_http(store: S
     assert claim is not None
     request = ApprovalRequest("refund-9009", "refund_order", {"order_id": "9009"}, "UA1", T0 + 99)
     assert store.finish(claim, Effects(approvals=[request]), T0, release=True)
-    served = SlackFront(store, SECRET, bot_user_id="UBOT", clock=lambda: T0, approvers=BY_TEAM)
+    served = SlackFront(
+        Listeners(store, SECRET, bot_user_id="UBOT", clock=lambda: T0, approvers=BY_TEAM)
+    )
     port, stop = start_server(served)
     try:
         url = f"http://127.0.0.1:{port}{EVENTS_PATH}"

@@ -14,7 +14,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 
 from tests.conftest import T0
 from tests.support.agents import refund_desk
-from wakeful.bot.front.wsgi import SlackFront
+from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.process.config import Config
 from wakeful.bot.process.runtime import Runtime
 from wakeful.core.clock import ManualClock
@@ -37,11 +37,11 @@ class Client:
 
 def test_a_stored_event_wakes_the_worker_and_a_queued_note_the_dispatcher(store: Store) -> None:
     work, send = Wakeup(), Wakeup()
-    front = SlackFront(store, "s", bot_user_id="UBOT", wake_worker=work, wake_dispatcher=send)
+    listeners = Listeners(store, "s", bot_user_id="UBOT", wake_worker=work, wake_dispatcher=send)
     client = Client()
     dm = {"type": "message", "channel_type": "im", "channel": "D1", "user": "U1", "text": "hi"}
     body = {"type": "event_callback", "team_id": "T1", "event_id": "Ev1", "event": dm}
-    front.on_socket_request(client, SocketModeRequest("events_api", "e1", body))
+    listeners.on_socket_request(client, SocketModeRequest("events_api", "e1", body))
     assert client.acks == ["e1"] and count_events(store) == 1
     assert work.wait(0) and not send.wait(0)
 
@@ -52,7 +52,7 @@ def test_a_stored_event_wakes_the_worker_and_a_queued_note_the_dispatcher(store:
         "channel": {"id": "D1"},
         "actions": [{"type": "button", "action_id": "approve", "block_id": "b", "value": "nope"}],
     }
-    front.on_socket_request(client, SocketModeRequest("interactive", "e2", click))
+    listeners.on_socket_request(client, SocketModeRequest("interactive", "e2", click))
     assert client.acks[-1] == "e2"
     (note,) = store.outbox(inbox="T1:U1")
     assert note.kind == "ephemeral" and "unknown" in note.text

@@ -133,7 +133,7 @@ class _RefusingConnector(Connector):
 
 def test_a_run_the_store_refuses_fails_alone_and_its_group_is_answered(store: Store) -> None:
     poison = "T1:U99"
-    refusing = Store(_RefusingConnector(store.db, poison), store.settings)
+    refusing = Store(_RefusingConnector(store.db, poison), store.settings, store.kinds)
     clock = ManualClock(T0)
     worker = Worker(store=refusing, clock=clock, agent=EchoAgent(), flush_after=60.0)
     store.ingest("T1:W", "slack", "warm", {"text": "warm"}, T0)

@@ -4,7 +4,7 @@ push another workspace's work behind it, and its rate limit pauses only its own 
 from __future__ import annotations
 
 from tests.conftest import T0
-from wakeful.core.dispatcher import Dispatcher
+from wakeful.core.dispatcher import Dispatcher, Sender
 from wakeful.core.effects import Post
 from wakeful.core.errors import TransientSendError
 from wakeful.core.inbox_id import InboxId
@@ -35,7 +35,7 @@ def test_a_flooded_workspace_does_not_push_anothers_replies_past_the_claim_limit
     assert len(channels) == 5
 
 
-class _Limited:
+class _Limited(Sender):
     """A sender whose calls in workspace A answer 429 for a minute; B's go through."""
 
     def __init__(self) -> None:

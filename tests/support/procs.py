@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from wakeful.core.clock import Clock, ServerClock
+from wakeful.core.clock import HostClock, LoopClock, ServerClock
 from wakeful.core.effects import Effects, Post
 from wakeful.core.run import Run
 from wakeful.core.runner import AgentLike
@@ -99,9 +99,7 @@ def main(argv: list[str]) -> int:
     def host() -> float:
         return time.time() + args.skew
 
-    clock: Clock = (
-        ServerClock(store, host=host) if args.clock == "server" else (lambda: int(host()))
-    )
+    clock: LoopClock = ServerClock(store, host=host) if args.clock == "server" else HostClock(host)
     agent: AgentLike = (
         NoopAgent() if args.noop else RecordingAgent(args.holder, args.max_sleep, args.runs_log)
     )

@@ -26,6 +26,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from wakeful.core.kinds import ENGINE_KINDS, Kinds
 from wakeful.core.settings import Settings
 from wakeful.core.store import Store, open_store
 
@@ -65,7 +66,7 @@ class SqliteTemplate:
         self._path: Path | None = None
         self._lock = threading.Lock()
 
-    def store(self, path: Path, settings: Settings) -> Store:
+    def store(self, path: Path, settings: Settings, kinds: Kinds = ENGINE_KINDS) -> Store:
         """A store on a new file at `path`, as if `open_store(path)` had migrated it."""
         with self._lock:
             if self._path is None:
@@ -73,7 +74,7 @@ class SqliteTemplate:
                 open_store(template).close()
                 self._path = template
         shutil.copy(self._path, path)  # content and mode (owner only)
-        return open_store(path, settings)
+        return open_store(path, settings, kinds=kinds)
 
 
 class PgSchemas:
@@ -99,7 +100,7 @@ class PgSchemas:
             self._admin.execute("SET lock_timeout = '5s'")
         return self._admin
 
-    def store(self, settings: Settings, pool_size: int = 4) -> Store:
+    def store(self, settings: Settings, pool_size: int = 4, kinds: Kinds = ENGINE_KINDS) -> Store:
         """A store on an empty, migrated schema of its own; `close()` hands the schema back."""
         from psycopg import sql
 
@@ -125,7 +126,7 @@ class PgSchemas:
                     schemas.give_back(schema)
 
         connector = HandedBack(self.dsn, schema=schema, pool_size=pool_size, migrate=new)
-        store = Store(connector, settings)
+        store = Store(connector, settings, kinds)
         if new:
             with self._lock:
                 self._shapes[schema] = _shape(self._conn(), schema)

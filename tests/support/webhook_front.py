@@ -7,10 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tests.conftest import T0
+from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import SlackFront
 from wakeful.bot.process.config import WebhookSource
 from wakeful.bot.process.runtime import http_server, serve_in_thread
 from wakeful.core.clock import ManualClock
+from wakeful.core.dispatcher import Sender
 from wakeful.core.rules.outbox import Part
 from wakeful.core.store import Store
 from wakeful.devtools.audit import count_events
@@ -27,7 +29,7 @@ SOURCES = (
 )
 
 
-class RecordingSender:
+class RecordingSender(Sender):
     """Stands in for Slack's Web API in the engine's loops: keeps every part it is handed."""
 
     def __init__(self) -> None:
@@ -79,9 +81,8 @@ def serve(
 ) -> Served:
     clock = clock or ManualClock(T0)
     worker = CountingKicker()
-    front = SlackFront(
-        store, "slack-secret", wake_worker=worker, clock=clock, webhook_sources=sources
-    )
+    listeners = Listeners(store, "slack-secret", wake_worker=worker, clock=clock)
+    front = SlackFront(listeners, webhook_sources=sources)
     port, stop = start_server(front)
     sender = WebhookSender(
         f"http://127.0.0.1:{port}",

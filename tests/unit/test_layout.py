@@ -93,13 +93,40 @@ def test_every_public_name_of_the_agent_api_says_what_it_is() -> None:
 
 
 def test_the_engine_alone_knows_only_its_own_outbox_kinds() -> None:
-    """No Slack surface is named in core: the edge registers them (bot/slack/kinds.py)."""
+    """No Slack surface is named in core: the edge adds them to a registry of its own
+    (bot/slack/kinds.py), and a store built without one knows the engine's alone."""
     import subprocess
     import sys
 
     code = (
-        "import wakeful.core.store, wakeful.core.worker, wakeful.core.kinds as k; print(k.known())"
+        "import inspect, wakeful.core.store, wakeful.core.worker, wakeful.core.kinds as k\n"
+        "print(k.ENGINE_KINDS.known())\n"
+        "default = inspect.signature(wakeful.core.store.Store).parameters['kinds'].default\n"
+        "print(default is k.ENGINE_KINDS)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     # `ops` is the engine's own: the operators' channel's lines (core/store/ops.py).
-    assert out.stdout.strip() == "('digest', 'ephemeral', 'ops', 'post', 'update')"
+    assert out.stdout.split("\n")[:2] == [
+        "('digest', 'ephemeral', 'ops', 'post', 'update')",
+        "True",
+    ]
+
+
+def test_importing_the_slack_edge_changes_nothing_core_knows() -> None:
+    """Whether a post of kind `home` is taken depends on the registry a store was built with,
+    never on which modules a process happened to import (no registry filled by importing)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import wakeful.core.kinds as k\n"
+        "before = {name: id(value) for name, value in vars(k).items()}\n"
+        "known = k.ENGINE_KINDS.known()\n"
+        "import wakeful.bot.slack.kinds, wakeful.bot.slack.sender, wakeful.bot.slack.surfaces\n"
+        "import wakeful.bot.front.listeners, wakeful.bot.process.runtime, wakeful.agents.testing\n"
+        "after = {name: id(value) for name, value in vars(k).items()}\n"
+        "print(before == after, k.ENGINE_KINDS.known() == known, k.ENGINE_KINDS.get('home'))\n"
+        "print(wakeful.bot.slack.kinds.SLACK_KINDS.get('home') is not None)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["True True None", "True"]

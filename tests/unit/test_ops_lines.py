@@ -10,10 +10,10 @@ import pytest
 from cryptography.fernet import Fernet
 
 from wakeful.bot.process.config import Config, ConfigError
-from wakeful.bot.slack.kinds import SLACK_TEXT_LIMIT
-from wakeful.core import kinds
+from wakeful.bot.slack.kinds import SLACK_KINDS, SLACK_TEXT_LIMIT
 from wakeful.core.errors import InvalidInput
 from wakeful.core.inbox_id import InboxId
+from wakeful.core.kinds import OPS
 from wakeful.core.records import OutboxRow
 from wakeful.core.rules import ops as rules_ops
 from wakeful.core.rules.outbox import plan_parts
@@ -80,7 +80,7 @@ def row(i: int, text: str, inbox: str = "ops") -> OutboxRow:
     return OutboxRow(
         id=i,
         inbox=inbox,
-        kind=kinds.OPS.name,
+        kind=OPS.name,
         channel="C0PS",
         thread_ts="",
         text=text,
@@ -97,7 +97,7 @@ def row(i: int, text: str, inbox: str = "ops") -> OutboxRow:
 
 def test_every_ops_row_of_a_batch_is_one_post_capped_far_below_slacks_limit() -> None:
     rows = [row(i, ops.reported("T1:U1", "y" * 5000)) for i in range(1, 201)]
-    [part] = plan_parts("d1", rows, retry=False)
+    [part] = plan_parts("d1", rows, retry=False, kinds=SLACK_KINDS)
     lines = part.text.splitlines()
     assert lines[0] == "wakeful: 200 problems since the last report (times UTC)"
     assert lines[1].startswith("- 22:13:21 inbox T1:U1: yyy")
@@ -110,5 +110,7 @@ def test_every_ops_row_of_a_batch_is_one_post_capped_far_below_slacks_limit() ->
 def test_an_ops_row_never_shares_a_post_with_another_inboxs() -> None:
     """A refused ops post is parked without a report: it must hold nothing but ops lines."""
     report = replace(row(1, "webhook report"), inbox="channel:C0PS", kind="post")
-    parts = plan_parts("d2", [report, row(2, "a line"), row(3, "another")], retry=False)
+    parts = plan_parts(
+        "d2", [report, row(2, "a line"), row(3, "another")], retry=False, kinds=SLACK_KINDS
+    )
     assert [(p.inbox, p.row_ids) for p in parts] == [("channel:C0PS", (1,)), ("ops", (2, 3))]

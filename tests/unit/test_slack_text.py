@@ -37,6 +37,7 @@ from wakeful.bot.builtin.webhook_report import TITLE_CAP, report_line
 from wakeful.bot.process.config import Config
 from wakeful.bot.process.loading import build_runner
 from wakeful.bot.slack.home import build_view, default_home
+from wakeful.bot.slack.kinds import SLACK_KINDS
 from wakeful.bot.slack.surfaces import SlackApprovals
 from wakeful.bot.slack.text import addressed, inert
 from wakeful.core import events as ev
@@ -187,7 +188,7 @@ _ids = itertools.count(1)
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
-    s = open_store(tmp_path_factory.mktemp("inert") / "inert.db")
+    s = open_store(tmp_path_factory.mktemp("inert") / "inert.db", kinds=SLACK_KINDS)
     yield s
     s.close()
 
