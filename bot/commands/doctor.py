@@ -20,7 +20,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from wakeful.bot.process.config import Config, ConfigError
 from wakeful.bot.slack.scopes import find_manifest, required_scopes
@@ -33,6 +33,14 @@ CLOCK_SKEW = 5.0
 """Seconds a clock may differ from this host's: leases, backoffs and timers compare times
 taken on different hosts, and Slack refuses request signatures 5 minutes off."""
 _DURABLE_PG = ("on", "remote_apply", "remote_write", "local")
+
+
+class DoctorStore(Protocol):
+    """The store as the doctor opens it (the rest it learns from `probe`, before opening)."""
+
+    def store_synchronous(self) -> str: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +130,7 @@ def _durability(config: Config, found: Probe) -> Check:
     if not found.current:
         return Check("durability", None, "not checked: the store is not at this schema")
     try:
-        store = open_store(config.db, config.settings, migrate=False)
+        store: DoctorStore = open_store(config.db, config.settings, migrate=False)
     except WakefulError as exc:
         return Check("durability", False, f"cannot open the store: {exc}")
     try:
