@@ -16,7 +16,7 @@ import time
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from wakeful.core import metrics
 from wakeful.core.effects import Post
@@ -93,6 +93,13 @@ class DispatcherStore(Protocol):
     def fail_part(self, part: Part, error: str, now: int, notice: Post | None) -> bool: ...
 
     def approval(self, request_id: str) -> ApprovalState | None: ...
+
+
+if TYPE_CHECKING:
+    from wakeful.core.store import Store
+
+    def _kept(store: Store) -> DispatcherStore:
+        return store  # mypy proves the real store keeps this contract
 
 
 @dataclass(kw_only=True)

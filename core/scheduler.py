@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from wakeful.core.loops import Kicker, Loop, Wakeup
 from wakeful.core.records import TimerFired
@@ -22,6 +22,13 @@ class SchedulerStore(Protocol):
     def fire_due_timers(self, now: int) -> TimerFired: ...
 
     def prune(self, now: int) -> Pruned: ...
+
+
+if TYPE_CHECKING:
+    from wakeful.core.store import Store
+
+    def _kept(store: Store) -> SchedulerStore:
+        return store  # mypy proves the real store keeps this contract
 
 
 @dataclass(kw_only=True)

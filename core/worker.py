@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from wakeful.core import logs, metrics
 from wakeful.core.clock import LoopClock, wall_clock
@@ -52,6 +52,13 @@ class WorkerStore(OutageStore, Protocol):
     ) -> list[tuple[bool, Claim | None]]: ...
 
     def log_fenced(self, claim: Claim, timing: RunTiming, error: str) -> None: ...
+
+
+if TYPE_CHECKING:
+    from wakeful.core.store import Store
+
+    def _kept(store: Store) -> WorkerStore:
+        return store  # mypy proves the real store keeps this contract
 
 
 @dataclass(kw_only=True)

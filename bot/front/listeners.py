@@ -22,6 +22,7 @@ from slack_sdk import WebClient
 
 from wakeful.bot.front import payloads, socket_mode, store_failures
 from wakeful.bot.front.authorize import InstallationsAuthorize, OneWorkspace
+from wakeful.bot.front.store_contract import FrontStore
 from wakeful.bot.slack import blocks
 from wakeful.bot.slack.events import AssistantThreadStarted, Feedback, HomeOpened, MessagesTabOpened
 from wakeful.bot.slack.installations import StoreInstallations
@@ -31,7 +32,6 @@ from wakeful.core.errors import InvalidInput, StoreError, StoreUnavailable
 from wakeful.core.events import Command, Event
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Kicker, Wakeup
-from wakeful.core.store import Store
 from wakeful.core.store.installations import Status
 from wakeful.core.tenancy import Workspace, is_approver
 
@@ -47,7 +47,7 @@ THREAD_CHANNEL_TYPES = frozenset({"channel", "group", "mpim"})
 class Listeners:
     """Slack events and clicks into the store, each acknowledged only after its commit."""
 
-    store: Store
+    store: FrontStore
     signing_secret: str
     bot_user_id: str = ""
     bot_id: str = ""

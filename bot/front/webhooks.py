@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from wakeful.bot.front import store_failures
+from wakeful.bot.front.store_contract import WebhookStore
 from wakeful.bot.process.config import WebhookSource
 from wakeful.core import metrics
 from wakeful.core.effects import check_json
@@ -33,7 +34,6 @@ from wakeful.core.events import WebhookDelivery
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Kicker
 from wakeful.core.settings import MAX_PAYLOAD_BYTES
-from wakeful.core.store import Store
 
 WEBHOOKS_PATH = "/webhooks/"
 STRIPE_TOLERANCE = 300
@@ -239,7 +239,7 @@ class Webhooks:
 
     def __init__(
         self,
-        store: Store,
+        store: WebhookStore,
         sources: tuple[WebhookSource, ...],
         wake_worker: Kicker,
         clock: Callable[[], int],
