@@ -66,6 +66,7 @@ class Worker(Loop[WorkerStore]):
     """Takes the lease of each ready inbox, claims, runs the agent, finishes fenced."""
 
     clock: LoopClock = wall_clock
+    """Seconds for the store, plus the sub-second timeline and epoch ms the loop times runs by."""
     agent: AgentLike | None = None
     """What runs each batch; `runner` instead gives it the surfaces around it (`agent` alone
     builds the engine's default runner, which reads more of the store: core/runner.py)."""
@@ -174,6 +175,8 @@ class Worker(Loop[WorkerStore]):
         self._since = turns.arrivals(listed.inboxes, self._since, arrived, self._cuts)
         cut = len(ready) >= limit
         self._cuts = turns.note_cut(self._cuts, listed.top, arrived, t, cut, self.batch_window)
+        # Workers on other hosts read the same list: each starts at a random place among the
+        # first `batch_inboxes`, so they take different inboxes (turns.settled).
         start = random.randrange(min(len(ready), self.batch_inboxes)) if ready else 0
         settled = turns.settled(ready, self._since, start, t, self.batch_window, self.batch_inboxes)
         runs = 0

@@ -27,6 +27,7 @@ from wakeful.bot.slack.scopes import find_manifest, required_scopes
 from wakeful.core.errors import StoreError, WakefulError
 from wakeful.core.logs import one_line
 from wakeful.core.store import open_store
+from wakeful.core.store.installations import InstallationRow
 from wakeful.core.store.probe import Probe, probe
 
 CLOCK_SKEW = 5.0
@@ -39,6 +40,10 @@ class DoctorStore(Protocol):
     """The store as the doctor opens it (the rest it learns from `probe`, before opening)."""
 
     def store_synchronous(self) -> str: ...
+
+    def installations(self) -> list[InstallationRow]: ...
+
+    def installation_for_team(self, team: str) -> InstallationRow | None: ...
 
     def close(self) -> None: ...
 
@@ -201,7 +206,7 @@ def _installation_checks(config: Config, manifest: str | None) -> list[Check]:
     from wakeful.bot.slack.sender import make_client
 
     try:
-        store = open_store(config.db, config.settings, migrate=False)
+        store: DoctorStore = open_store(config.db, config.settings, migrate=False)
         rows = store.installations()
     except WakefulError as exc:
         return [Check("installations", False, f"cannot read them: {exc}")]
@@ -298,7 +303,7 @@ def _ops_token(config: Config, team: str) -> str:
         return config.bot_token
     from wakeful.bot.slack.installations import TokenCipher, from_row
 
-    store = open_store(config.db, config.settings, migrate=False)
+    store: DoctorStore = open_store(config.db, config.settings, migrate=False)
     try:
         row = store.installation_for_team(team)
     finally:
