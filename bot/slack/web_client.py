@@ -33,17 +33,15 @@ class KeepAliveWebClient(WebClient):
     """A WebClient whose calls from one thread share one HTTP/1.1 connection."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        # Before WebClient's own __init__, which may raise: __del__ closes whatever got this far.
         self._local = threading.local()
         self._open: set[http.client.HTTPConnection] = set()
         self._lock = threading.Lock()
+        super().__init__(*args, **kwargs)
 
     def close(self) -> None:
         """Close every thread's kept connection (a later call opens a new one)."""
-        lock = getattr(self, "_lock", None)
-        if lock is None:
-            return  # __init__ never got this far
-        with lock:
+        with self._lock:
             conns, self._open = self._open, set()
         for conn in conns:
             conn.close()

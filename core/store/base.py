@@ -85,6 +85,11 @@ class Connector(ABC):
     def close(self) -> None:
         """Release connections. The connector is unusable afterwards."""
 
+    def disk(self) -> tuple[tuple[str, ...], int]:
+        """The files the store lives in and its cap in pages (0: none), for its size gauge: a
+        file-backed backend's own (SQLite); a server's store has neither."""
+        return (), 0
+
     def store_event(self, event: NewEvent) -> int | None:
         """Commit one new event (None when its key exists), returning after its commit. Both
         backends batch concurrent callers into one `store_events` (group commit); this base

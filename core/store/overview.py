@@ -126,9 +126,8 @@ class OverviewReads(StoreBase):
             row = tx.one("store_size")
         if self.db.dialect != "sqlite":
             return StoreSize(int(row["bytes"]) if row else 0, None)
-        path = str(getattr(self.db, "path", ""))
-        total = sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
-        max_pages = int(getattr(self.db, "max_pages", 0))
+        files, max_pages = self.db.disk()
+        total = sum(os.path.getsize(p) for p in files if os.path.exists(p))
         return StoreSize(total, max_pages * int(row["page_size"]) if row else 0)
 
     def gauges(self, now: int) -> StoreGauges:

@@ -59,8 +59,9 @@ def answer_marks(events: Sequence[StoredEvent], restored_at: int | None) -> dict
 
 
 class Restores(StoreBase):
-    _restored_at: int | None
-    _restored_read: bool
+    _restored_at: int | None = None
+    _restored_read: bool = False
+    """Whether `last_restored` has read the store's answer (once per open store)."""
 
     def mark_restored(self, now: int, source: str = "") -> Restored:
         """Record that this store was just restored from an older copy (`source`): leases
@@ -78,7 +79,7 @@ class Restores(StoreBase):
     def last_restored(self, tx: Tx | None = None) -> int | None:
         """When the store was last restored (None: never). Read once (within `tx` when the
         caller has one open): a restore happens only while no process has the store open."""
-        if not getattr(self, "_restored_read", False):
+        if not self._restored_read:
             if tx is None:
                 with self._tx(write=False) as own:
                     row = own.one("last_restore", {})

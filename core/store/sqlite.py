@@ -350,6 +350,9 @@ class SQLiteConnector(Connector):
                     conn.execute(statement)
                 conn.execute(_QUERIES["record_migration"], {"version": version, "name": name})
 
+    def disk(self) -> tuple[tuple[str, ...], int]:
+        return (self.path, self.path + "-wal"), self._max_pages
+
     def close(self) -> None:
         self._closed = True
         with self._lock:
