@@ -267,8 +267,9 @@ def killed_then_restarted(
         "WAKEFUL_AGENT": "tests.support.claude_kill:factory",
         "WAKEFUL_AGENT_PATH": str(ROOT),
         # The default lease: the restart ends the dead process's lease at once (its pid is
-        # gone, core/heartbeat.py), so none need lapse; a short one lapses under the live
-        # retry on a loaded machine, and its calls are made again (issue 36).
+        # gone, core/heartbeat.py), so none need lapse. A model call may take 3/4 of it
+        # (bot/builtin/claude.py): at 2 s, a call a loaded machine slowed past 10 s timed out
+        # and was made again (issue 36).
         "WAKEFUL_LEASE_TTL": "120",
     }
     backend = "sqlite" if "://" not in db else "postgres"

@@ -56,7 +56,9 @@ LISTENING = re.compile(
     r'^(?:wakeful: |\{.*"message": ")listening on http://127\.0\.0\.1:(\d+)/slack/events(?:"\})?$'
 )
 """serve's first stdout line, as text or (WAKEFUL_LOG_FORMAT=json) as a JSON object."""
-START_TIMEOUT = 30.0
+START_TIMEOUT = 60.0
+"""Patience for a process's first line (and its SIGTERM stop): an upper bound only, which a
+machine whose cores are busy with other work needs (issue 36)."""
 SETTLE = 0.3
 """The one short settle of a check that something must NOT happen (`settle`)."""
 APP_SETTINGS = {
@@ -135,7 +137,7 @@ class Proc:
             return "(no log)"
         return "\n".join(lines[-n:])
 
-    def stop(self, timeout: float = 15.0) -> int | None:
+    def stop(self, timeout: float = START_TIMEOUT) -> int | None:
         """SIGTERM, then wait; returns the exit code (None if it had to be killed)."""
         code: int | None
         if self.popen.poll() is None:
