@@ -94,37 +94,56 @@ computing: three test processes per core keep the cores busy (`-n auto` in pypro
 MAX_WORKERS = 8
 """Each worker holds a few PostgreSQL connections; the local server allows 100."""
 LONG_FIRST = (
-    "tests/acceptance/test_refund_no_silence.py",
-    "tests/acceptance/test_slack_app.py",
     "tests/acceptance/test_claude_slack.py",
-    "tests/integration/test_dispatch_races.py",
-    "tests/acceptance/test_slack_surfaces.py",
-    "tests/acceptance/test_refund_gateway.py",
+    "tests/acceptance/test_refund_no_silence.py",
     "tests/chaos/test_crash_chaos.py",
-    "tests/integration/test_worker.py",
-    "tests/acceptance/test_dispatch_fairness.py",
-    "tests/acceptance/test_operations.py",
-    "tests/acceptance/test_demo.py",
-    "tests/acceptance/test_distribution.py",
-    "tests/acceptance/test_dev.py",
-    "tests/acceptance/test_isolation_app.py",
-    "tests/chaos/test_pg_outage.py",
-    "tests/integration/test_stripe_refund_failures.py",
-    "tests/integration/test_process_races.py",
-    "tests/integration/test_gateway.py",
+    "tests/acceptance/test_slack_app.py",
     "tests/acceptance/test_operator_reads.py",
-    "tests/integration/test_clock_skew.py",
-    "tests/integration/test_migrations.py",
+    "tests/acceptance/test_refund_no_silence.py::TestStripe503For30sSqlite",
+    "tests/acceptance/test_refund_no_silence.py::TestStripe503For30sPostgres",
+    "tests/acceptance/test_refund_no_silence.py::TestStripe429For30sSqlite",
+    "tests/acceptance/test_refund_no_silence.py::TestStripe429For30sPostgres",
+    "tests/acceptance/test_refund_gateway.py",
+    "tests/acceptance/test_hostile_input.py",
+    "tests/acceptance/test_slack_surfaces.py",
     "tests/integration/test_claude_agent.py",
+    "tests/integration/test_process_races.py",
+    "tests/integration/test_worker.py",
+    "tests/integration/test_dispatch_races.py",
+    "tests/chaos/test_pg_outage.py",
     "tests/acceptance/test_crash_takeover.py",
+    "tests/acceptance/test_dispatch_fairness.py",
+    "tests/acceptance/test_dev.py",
+    "tests/integration/test_gateway.py",
+    "tests/acceptance/test_operations.py",
+    "tests/acceptance/test_distribution.py",
+    "tests/acceptance/test_store_setting.py",
+    "tests/acceptance/test_demo.py",
+    "tests/integration/test_startup_messages.py",
+    "tests/integration/test_stripe_refund_failures.py",
+    "tests/integration/test_refund_desk.py",
+    "tests/acceptance/test_isolation_app.py",
+    "tests/integration/test_clock_skew.py",
+    "tests/acceptance/test_dev_client.py",
+    "tests/acceptance/test_hostile_webhooks.py",
+    "tests/integration/test_migrations.py",
     "tests/integration/test_outbox.py",
     "tests/integration/test_process_liveness.py",
-    "tests/integration/test_refund_desk.py",
-    "tests/integration/test_startup_messages.py",
 )
-"""Modules that take 15 s or more (each goes to one worker whole), longest first: handed out
-in this order before the rest (`--no-loadscope-reorder` keeps it), so the run does not end on
-one of them while the other workers sit idle."""
+"""The scopes (modules, or a module's class) that take 15 s or more, handed out first: each goes
+to one test process whole (`--dist loadscope`), so a long one handed out last would end the
+run with the other processes idle. Longest first, alternating those that compute (a Claude
+run's model calls, crash chaos, the operator's commands) with those that mostly wait on
+leases, pacing gaps and a 30 s outage, so the waits overlap computing instead of leaving the
+cores idle at the start (measured this session: cpu/wall per scope). `--no-loadscope-reorder`
+keeps the order."""
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit `--dist loadscope` hands out: `module::Class` for a class's tests, else the
+    module."""
+    parts = nodeid.split("::")
+    return "::".join(parts[:2]) if len(parts) > 2 else parts[0]
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -138,8 +157,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {module: n for n, module in enumerate(LONG_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONG_FIRST)))
+    rank = {scope: n for n, scope in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(scope_of(item.nodeid), len(LONG_FIRST)))
 
 
 @pytest.fixture(params=BACKENDS)

@@ -110,20 +110,47 @@ def no_dead_events(app: Wakeful) -> None:
     assert dead == [], [(e.source, e.error) for e in dead]
 
 
-# Each 30 s outage is a class of its own: `--dist loadscope` hands a class to one test
-# process, so the two (about 70 s each, both stores) run beside each other, not in a row.
-class TestStripe503For30s:
+# Each 30 s outage on each store is a class of its own: `--dist loadscope` hands a class to
+# one test process, so the four (about 35 s each, mostly waiting) run beside each other and
+# beside the rest of the suite, not two in a row.
+SQLITE = pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+POSTGRES = pytest.mark.parametrize(
+    "db", [pytest.param("postgres", marks=pytest.mark.pg)], indirect=True
+)
+
+
+class Stripe503For30s:
     def test_stripe_failing_for_30_s_is_one_wait_told_once_then_one_refund(
         self, emu: SlackEmulator, stripe: FakeStripe, db: str, tmp_path: Path
     ) -> None:
         outage_then_one_refund(emu, stripe, db, tmp_path, "503 not kept")
 
 
-class TestStripe429For30s:
+class Stripe429For30s:
     def test_stripe_failing_for_30_s_is_one_wait_told_once_then_one_refund(
         self, emu: SlackEmulator, stripe: FakeStripe, db: str, tmp_path: Path
     ) -> None:
         outage_then_one_refund(emu, stripe, db, tmp_path, "429")
+
+
+@SQLITE
+class TestStripe503For30sSqlite(Stripe503For30s):
+    pass
+
+
+@POSTGRES
+class TestStripe503For30sPostgres(Stripe503For30s):
+    pass
+
+
+@SQLITE
+class TestStripe429For30sSqlite(Stripe429For30s):
+    pass
+
+
+@POSTGRES
+class TestStripe429For30sPostgres(Stripe429For30s):
+    pass
 
 
 def outage_then_one_refund(
