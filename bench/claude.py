@@ -81,6 +81,7 @@ class Conversation:
         from wakeful.bot.builtin.claude import ClaudeAgent
         from wakeful.bot.process.config import Config
         from wakeful.bot.process.loading import build_runner
+        from wakeful.bot.slack.kinds import SLACK_KINDS
         from wakeful.core.clock import ManualClock
         from wakeful.core.inbox_id import InboxId
         from wakeful.core.scheduler import Scheduler
@@ -92,7 +93,7 @@ class Conversation:
         self.fake.responder = self._answer
         self.rng = random.Random(24)
         config = Config(settings=replace(Config().settings, outbox_gap=0))
-        self.store = open_store(folder / f"{name}-{cache}.db", config.settings)
+        self.store = open_store(folder / f"{name}-{cache}.db", config.settings, kinds=SLACK_KINDS)
         self.inbox = InboxId.person(TEAM, USER)
 
         def factory(setup: Any) -> ClaudeAgent:

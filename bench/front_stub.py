@@ -13,6 +13,7 @@ from pathlib import Path
 
 from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import SlackFront
+from wakeful.bot.slack.kinds import SLACK_KINDS
 from wakeful.core.store import open_store
 
 from .bare_app import serve
@@ -22,7 +23,8 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--secret", required=True)
     args = p.parse_args(argv)
-    store = open_store(Path(tempfile.mkdtemp(prefix="wakeful-bench-stub-")) / "stub.db")
+    folder = Path(tempfile.mkdtemp(prefix="wakeful-bench-stub-"))
+    store = open_store(folder / "stub.db", kinds=SLACK_KINDS)
     ids = itertools.count(1)
     store.db.store_event = lambda event: next(ids)  # type: ignore[method-assign]
     return serve(SlackFront(Listeners(store, args.secret, "UBOT", "BBOT")))
