@@ -11,13 +11,19 @@ its run. The modules behind these names may change; these names are the contract
 """
 
 from wakeful.agents.base import Agent, Block
-from wakeful.bot.slack.blocks import feedback_blocks, utc
+from wakeful.bot.slack.blocks import feedback_blocks, feedback_buttons, utc
 from wakeful.bot.slack.blocks import when as slack_date
 from wakeful.bot.slack.events import AssistantThreadStarted, Feedback, HomeOpened
 from wakeful.bot.slack.home import HomeView, NextTimer, Pending, default_home, header, section
 from wakeful.bot.slack.text import inert
 from wakeful.core.effects import Timer
-from wakeful.core.errors import InvalidInput, LeaseLost, SessionUnusable, WakefulError
+from wakeful.core.errors import (
+    Interrupted,
+    InvalidInput,
+    LeaseLost,
+    SessionUnusable,
+    WakefulError,
+)
 from wakeful.core.events import (
     ApprovalAnswer,
     Command,
@@ -32,8 +38,10 @@ from wakeful.core.gateway.client import Gateway, GatewayResponse
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.query import Query
 from wakeful.core.records import ApprovalState, DeadLetters, StepRecord, StoredEvent, TimerState
-from wakeful.core.run import Run, Steps, Tool, step_key
+from wakeful.core.run import Run, Tool
 from wakeful.core.setup import AgentSettings, Setup, Zone
+from wakeful.core.steps import Steps, step_key
+from wakeful.core.streams import Stream
 from wakeful.core.tool_failures import ToolFailed, ToolUnavailable
 from wakeful.core.usage import ModelSpend, ModelUsage, OverBudget, SpendBudget
 
@@ -54,6 +62,7 @@ __all__ = [
     "HomeOpened",
     "HomeView",
     "InboxId",
+    "Interrupted",
     "InvalidInput",
     "LeaseLost",
     "Message",
@@ -70,6 +79,7 @@ __all__ = [
     "StepRecord",
     "Steps",
     "StoredEvent",
+    "Stream",
     "Timer",
     "TimerState",
     "TimerTick",
@@ -82,6 +92,7 @@ __all__ = [
     "Zone",
     "default_home",
     "feedback_blocks",
+    "feedback_buttons",
     "header",
     "inert",
     "section",

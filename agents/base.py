@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
     from wakeful.bot.slack.home import HomeView
@@ -44,6 +44,12 @@ class Agent:
     loading_messages: ClassVar[Sequence[str]] = ()
     """Lines Slack rotates through under "is thinking…" (at most 10 are sent); empty: the
     status alone."""
+
+    on_new_message: ClassVar[Literal["enqueue", "interrupt"]] = "enqueue"
+    """What a message the person sends while their run works does: `enqueue` (it waits, and
+    is answered by the next run) or `interrupt` (the run stops at its next step boundary, what
+    it was going to post is not posted, a reply it streamed is taken back, and one new run
+    answers the earlier and the newer words together; steps done stay done)."""
 
     failure_text: ClassVar[str | None] = None
     """Told once to the person whose message could not be handled (its attempts ran out);

@@ -222,6 +222,9 @@ class Effects:
     tool_outcomes: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     """Request id -> (`done` | `failed` | `given_up`, the error): each approved call's fate,
     recorded on its approval with the finish."""
+    released: list[int] = field(default_factory=list)
+    """Events the run gives back untouched (it was interrupted: the person wrote again): back
+    to pending at once, their attempt given back, to run again with the newer message."""
     ops: list[str] = field(default_factory=list)
     """Lines for the operators' channel (WAKEFUL_OPS_CHANNEL): a tool given up or failed for
     good, a destination unreachable for long. Written with the finish; none when unset."""

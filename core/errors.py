@@ -47,6 +47,13 @@ class LeaseLost(WakefulError):
     """The caller no longer holds the inbox's lease in the generation it claimed under."""
 
 
+class Interrupted(WakefulError):
+    """The person wrote again while their run worked, and the agent answers the newest words
+    (`Agent.on_new_message = "interrupt"`): raised at the run's next step boundary, never
+    inside a step. Nothing the run asked for is written, a reply it streamed is taken back,
+    and its events go back, their attempt given back, to run again with the newer message."""
+
+
 class SessionUnusable(WakefulError):
     """A run failed because of the inbox's saved session, not because of its events (a model
     API that rejects the saved conversation, a state the agent cannot decode).

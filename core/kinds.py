@@ -44,6 +44,8 @@ class Kind:
     needs_ref: bool = False
     needs_facts: bool = False
     may_be_empty: bool = False
+    restarts_gap: bool = False
+    """Sent at once, yet it is the conversation's post: a normal one restarts the gap."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +158,10 @@ OPS = Kind("ops", paced=True, merge=_merge_ops, gathered=True)
 """A line for the operators' channel (WAKEFUL_OPS_CHANNEL): held by the gap, and every one a
 batch holds merged into ONE post listing them (core/store/ops.py)."""
 
-ENGINE_KINDS = Kinds((POST, DIGEST, UPDATE, EPHEMERAL, OPS))
+STREAM = Kind("stream", needs_ref=True, may_be_empty=True, restarts_gap=True)
+"""The end of a streamed reply's segment (`ref`: its message's ts; core/streams.py): sent
+after the finish, with the blocks shown under the text; the conversation's post for the gap."""
+
+ENGINE_KINDS = Kinds((POST, DIGEST, UPDATE, EPHEMERAL, OPS, STREAM))
 """The engine's own kinds, with no destination limits: what a store built without another
 registry knows (the Slack edge's is bot/slack/kinds.py `SLACK_KINDS`)."""

@@ -3,21 +3,22 @@
 A `Run` is what an agent's `run(run)` receives. Nothing it asks for happens during the run:
 replies, approvals, timers and the saved state are collected here and written by the worker's
 fenced finish, in one transaction, or not at all (a worker that lost its lease writes nothing).
-The one exception is a durable step (`step`), whose result is recorded as soon as it returns,
-because the point of a step is that a retried run does not call it again.
+The exceptions: a durable step (`step`), whose result is recorded as soon as it returns,
+because the point of a step is that a retried run does not call it again; and a streamed reply
+(`stream`), which shows while it is written and is taken back if the run does not finish
+(core/streams.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from wakeful.core import effects as fx
-from wakeful.core import metrics, tenancy
-from wakeful.core.effects import ApprovalRequest, Effects, Timer, check_json
-from wakeful.core.errors import InvalidInput
+from wakeful.core import metrics
+from wakeful.core.effects import ApprovalRequest, Effects, Timer
+from wakeful.core.errors import Interrupted, InvalidInput
 from wakeful.core.events import (
     ApprovalAnswer,
     Command,
@@ -25,6 +26,7 @@ from wakeful.core.events import (
     Event,
     Message,
     TimerTick,
+    decode,
     timer_payload,
 )
 from wakeful.core.inbox_id import InboxId
@@ -32,61 +34,17 @@ from wakeful.core.rules import digest as digests
 from wakeful.core.rules.approvals import ApprovalBudget
 from wakeful.core.rules.timers import TimerBudget
 from wakeful.core.settings import DAY, DEFAULTS
+from wakeful.core.steps import StepLedger, durable_step, step_key
+from wakeful.core.streams import RunStreams, Stream, StreamPlace, StreamSurface
 from wakeful.core.tenancy import Workspace
 from wakeful.core.usage import ModelUsage, OverBudget, SpendBudget
+from wakeful.core.views import ApprovalView, PlainApprovals
 
 if TYPE_CHECKING:
     from wakeful.core.query import Query
-    from wakeful.core.records import ApprovalState, StepRecord
+    from wakeful.core.records import ApprovalState
 
 T = TypeVar("T")
-
-
-class StepLedger(Protocol):
-    """Where step results are kept (the store): looked up before a call, recorded after."""
-
-    def recorded_step(self, key: str) -> StepRecord | None:
-        """The step recorded under `key`, if any."""
-        ...
-
-    def record_step(
-        self,
-        key: str,
-        inbox: str | None,
-        name: str,
-        args: Any,
-        result: Any,
-        now: int,
-        replay: bool = False,
-        error: str | None = None,
-    ) -> Any:
-        """Record a step's result unless one is recorded; return the result that stands.
-        `replay`: recorded only for a retry to replay (pruned after the retention); `error`:
-        the call ended in a failure that stands (the result None)."""
-        ...
-
-
-class ApprovalView(Protocol):
-    """How an approval is shown and rewritten once answered: the Slack edge renders Block Kit
-    with Approve / Deny buttons (bot/slack/surfaces.py); the engine's default is plain text."""
-
-    def prompt(self, request: ApprovalRequest, to: Conversation) -> fx.Post: ...
-
-    def outcome(self, answer: ApprovalAnswer, note: str | None = None) -> fx.Post | None:
-        """The prompt rewritten with the answer; `note` (or the answer's error, as `not done:
-        <error>`) says what became of an approved call (`not done yet: <why>`)."""
-        ...
-
-
-class PlainApprovals:
-    """An approval shown as a line of text (for runs with no Slack edge: tests, the harness)."""
-
-    def prompt(self, request: ApprovalRequest, to: Conversation) -> fx.Post:
-        text = f"Approval needed: {request.summary} (request {request.id})"
-        return fx.Post(to.channel, text, thread_ts=to.thread_ts, priority="urgent")
-
-    def outcome(self, answer: ApprovalAnswer, note: str | None = None) -> fx.Post | None:
-        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,63 +81,13 @@ class RunServices:
     workspace_of: Callable[[str], Workspace] = Workspace.of_team
     """A team's workspace (store.workspace_of: an org-wide install's teams share one), what
     the run's queries and `once` keys are scoped by (core/tenancy.py)."""
-
-
-@dataclass(frozen=True)
-class Steps:
-    """Durable steps keyed by a key of the agent's own choosing (an order id), in the
-    workspace of the run that asks (core/tenancy.py), or in every one: for a tool that must
-    act once per business object, whoever asks."""
-
-    _ledger: StepLedger
-    _clock: Callable[[], int]
-
-    def once(self, key: str, fn: Callable[[str], T], *, name: str, everywhere: bool = False) -> T:
-        """`fn(key)` unless a result is recorded under `key`; the result that stands (the
-        first recorded: two racing callers both get it). At least once, like `Run.step`.
-
-        The key is the run's workspace's: `refund_order:1001` in workspace T1 is stored as
-        `T1:refund_order:1001`, and workspace T2's `refund_order:1001` is another step. A
-        record made for every workspace (`everywhere=True`, or by a wakeful from before keys
-        were scoped) counts in each. `everywhere=True`: one record for all workspaces (a key
-        that names something no two customers share). Outside a run, or in a run of an inbox
-        of no workspace (a conversation's, where webhooks report), the key is used as it is."""
-        workspace = None if everywhere else tenancy.current()
-        now = self._clock()
-        if workspace is None:
-            return durable_step(self._ledger, key, fn, name, None, now)
-        found = tenancy.recorded_in(workspace, key, self._ledger.recorded_step)
-        if found is not None:
-            return found.result  # type: ignore[no-any-return]
-        scoped = workspace.scoped(key)
-        return durable_step(self._ledger, scoped, fn, name, tenancy.serving_inbox(), now)
-
-
-def durable_step(
-    ledger: StepLedger,
-    key: str,
-    fn: Callable[[str], T],
-    name: str,
-    inbox: str | None,
-    now: int,
-    replay: bool = False,
-) -> T:
-    """The recorded result under `key`, else `fn(key)` recorded: the one that stands (the
-    first recorded, when two callers race). `Run.step` and `Steps.once` both go through it."""
-    recorded = ledger.recorded_step(key)
-    if recorded is not None:
-        return recorded.result  # type: ignore[no-any-return]
-    result = fn(key)
-    check_json(result, f"the result of step {name!r}")
-    stood = ledger.record_step(key, inbox, name, None, result, now, replay=replay)
-    return stood  # type: ignore[no-any-return]
-
-
-def step_key(inbox: str, cause: Event, name: str) -> str:
-    """A durable step's idempotency key: the inbox, the event that caused the step (by its
-    source key, the same in every retry and in every copy of the store) and the step's name."""
-    raw = "\x1f".join((inbox, cause.source, cause.key, name))
-    return "wk-" + hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    streams: StreamSurface | None = None
+    """Where a streamed reply shows as it is written (the Slack edge); None: a stream only
+    collects its text and posts it when closed (core/streams.py)."""
+    stream_segment: int = DEFAULTS.stream_segment
+    waiting_after: Callable[[str, int], Sequence[Any]] | None = None
+    """The inbox's events stored after an id that wait (store.waiting_after): set when the
+    agent answers the newest words (`on_new_message = "interrupt"`), None when it queues."""
 
 
 def _no_heartbeat() -> None:
@@ -215,6 +123,17 @@ class Run:
         self._timers: TimerBudget | None = None
         self._said_in = next((e.reply_to for e in reversed(self.events) if e.reply_to), None)
         self._usage: list[ModelUsage] = []
+        first = self.events[0] if self.events else None
+        self._streams = RunStreams(
+            services.streams,
+            services.ledger,
+            lambda name: step_key(self.inbox, self._only_cause(first, name), name),
+            self.heartbeat,
+            self.inbox,
+            now,
+            services.stream_segment,
+            retried=first is not None and first.attempt > 1,
+        )
 
     # -- reading -----------------------------------------------------------------------
 
@@ -281,6 +200,57 @@ class Run:
                 where.channel, text, thread_ts=where.thread_ts, blocks=blocks, priority=priority
             )
         self._effects.messages.append(message)
+
+    def stream(self, *, to: Event | Conversation) -> Stream:
+        """A reply written as it is produced (`write` text, then `close(blocks)`; or `with`):
+        to a person's `Message`, it shows in Slack as it comes (under that message, in its
+        thread), ends as one message, and a crash never leaves half of it beside the retried
+        answer (core/streams.py). To anything else (a timer, a conversation), or with no Slack
+        edge, it is an ordinary reply posted when closed."""
+        where = _where(to)
+        place = None
+        if isinstance(to, Message):
+            thread = to.thread_ts or to.ts
+            place = StreamPlace(to.channel, thread, to.team, to.user, str(self.inbox))
+        return self._streams.open(where, place)
+
+    @property
+    def stopped_by_user(self) -> bool:
+        """The person pressed stop on this run's streamed reply (in this attempt or an
+        earlier one): make no more model calls, say nothing more."""
+        return self._streams.stopped_by_user
+
+    def interrupted(self) -> bool:
+        """The person wrote again since this batch was claimed, and the agent answers the
+        newest words (`on_new_message = "interrupt"`): the run should stop at its next step
+        boundary (`checkpoint`). A retried batch (an attempt after a failure) is never
+        interrupted: it is answered, and the newer message runs next."""
+        ask = self._services.waiting_after
+        if ask is None or not self.events or any(e.attempt > 1 for e in self.events):
+            return False
+        people = {p for e in self.events if isinstance(e, Message | Command) for p in e.people}
+        if not people:
+            return False
+        after = max(e.id for e in self.events)
+        for stored in ask(self.inbox, after):
+            event = decode(stored.payload, source=stored.source, key=stored.source_id)
+            if isinstance(event, Message | Command) and people & set(event.people):
+                return True
+        return False
+
+    def checkpoint(self) -> None:
+        """A step boundary: raise Interrupted when the person wrote again (see `interrupted`).
+        `step` calls it before each step; an agent may call it between its own pieces of
+        work. Never inside a tool call."""
+        if self.interrupted():
+            raise Interrupted(f"{self.inbox}: the person wrote again")
+
+    def recorded(self, name: str, *, cause: Event | None = None) -> Any:
+        """The result recorded by `step(name, ..., cause=cause)`, or None: looked up, never
+        called."""
+        origin = cause or self._only_event(name)
+        found = self._services.ledger.recorded_step(step_key(self.inbox, origin, name))
+        return None if found is None else found.result
 
     def digest(self, facts: digests.Facts, *, to: Event | Conversation) -> None:
         """A digest, as facts (core/rules/digest.py): digests the outbox holds back merge into
@@ -371,6 +341,7 @@ class Run:
         *,
         cause: Event | None = None,
         replay: bool = False,
+        boundary: bool = True,
     ) -> T:
         """Run `fn(key)` once per `(cause, name)` and record what it returns.
 
@@ -382,8 +353,12 @@ class Run:
 
         `replay=True` for a result that only a retry of this run needs (a model's answer, so a
         retried run does not pay for it again): it is pruned with the run log once older than
-        WAKEFUL_RETENTION. A step that records a side effect (a refund) is kept for good."""
+        WAKEFUL_RETENTION. A step that records a side effect (a refund) is kept for good.
+
+        `boundary`: the step is a step boundary (`checkpoint` first), unless False."""
         origin = cause or self._only_event(name)
+        if boundary:
+            self.checkpoint()
         key = step_key(self.inbox, origin, name)
         return durable_step(self._services.ledger, key, fn, name, self.inbox, self.now, replay)
 
@@ -450,8 +425,13 @@ class Run:
                 self._effects.messages.append(
                     fx.Post(where.channel, note, thread_ts=where.thread_ts, priority="urgent")
                 )
+        self._effects.messages += self._streams.posts()
         self._effects.usage = list(self._usage)
         return self._effects
+
+    def abandon_streams(self) -> None:
+        """The run ends without its finish: take back what it streamed (core/streams.py)."""
+        self._streams.abandon()
 
     def _request_id(self, tool: str, cause: Event | None) -> str:
         """A readable request id, the same in a retried run (numbered per causing event) and
@@ -462,6 +442,12 @@ class Run:
         self._asked_for[(cause.source, cause.key)] = n + 1
         origin = step_key(self.inbox, cause, f"ask:{tool}:{n}")[3:11]
         return f"{tool.replace('_', '-')}-{cause.id}-{n}-{origin}"
+
+    @staticmethod
+    def _only_cause(first: Event | None, name: str) -> Event:
+        if first is None:
+            raise InvalidInput(f"step {name!r}: a run with no event cannot stream")
+        return first
 
     def _only_event(self, name: str) -> Event:
         if len(self.events) != 1:

@@ -19,12 +19,19 @@ from typing import Any, Protocol, runtime_checkable
 from wakeful.core import effects as fx
 from wakeful.core import tenancy
 from wakeful.core.approved import Approved, run_approved, told_or_tell
-from wakeful.core.errors import LeaseLost, SessionUnusable, StoreUnavailable
+from wakeful.core.errors import (
+    Interrupted,
+    InvalidInput,
+    LeaseLost,
+    SessionUnusable,
+    StoreUnavailable,
+)
 from wakeful.core.events import ApprovalAnswer, Command, Conversation, Event, Message, decode
 from wakeful.core.kinds import ENGINE_KINDS, Kinds
 from wakeful.core.records import Claim, StoredEvent
-from wakeful.core.run import PlainApprovals, Run, RunServices, Tool
+from wakeful.core.run import Run, RunServices, Tool
 from wakeful.core.settings import DEFAULTS, Settings
+from wakeful.core.views import PlainApprovals
 
 log = logging.getLogger("wakeful")
 
@@ -34,6 +41,9 @@ FAILURE_TEXT = (
 )
 """Told once to a person whose message ran out of attempts (WAKEFUL_FAILURE_TEXT, or an
 agent's `failure_text`, replaces it; `{attempts}` is filled in)."""
+
+
+ON_NEW_MESSAGE = ("enqueue", "interrupt")
 
 
 @runtime_checkable
@@ -72,12 +82,24 @@ class Declared:
     tools: tuple[object, ...] = ()
     """As the agent lists them: loading refuses an agent that lists anything but Tools."""
     failure_text: str | None = None
+    on_new_message: str = "enqueue"
+    """`enqueue` or `interrupt` (wakeful.agents.Agent); anything else is refused by `of`."""
 
     @classmethod
     def of(cls, agent: object) -> Declared:
         found = declared(agent, cls)
         text = found.get("failure_text")
-        return cls(tuple(found.get("tools") or ()), str(text) if text else None)
+        policy = found.get("on_new_message", "enqueue")
+        if policy not in ON_NEW_MESSAGE:
+            raise InvalidInput(
+                f"{type(agent).__name__}.on_new_message must be 'enqueue' or 'interrupt', "
+                f"got {policy!r}"
+            )
+        return cls(tuple(found.get("tools") or ()), str(text) if text else None, str(policy))
+
+    @property
+    def interrupts(self) -> bool:
+        return self.on_new_message == "interrupt"
 
     @property
     def tool_map(self) -> dict[str, Tool]:
@@ -176,7 +198,16 @@ class Runner:
             with tenancy.serving(claim.inbox, self.services.workspace_of):
                 return self._run(claim, session(), now, heartbeat, started, approved)
         except (LeaseLost, StoreUnavailable):
+            for run in started:
+                run.abandon_streams()  # a half answer never stays: the retry answers whole
             raise
+        except Interrupted as exc:
+            log.info(
+                "%s: run interrupted (%s); its events run again with the newer message",
+                claim.inbox,
+                exc,
+            )
+            return self._interrupted(claim, started, approved)
         except SessionUnusable as exc:
             effects = self._unusable_session(claim, exc)
         except Exception as exc:
@@ -188,10 +219,26 @@ class Runner:
             effects = fx.Effects(failed={e.id: error for e in claim.events}, traceback=trace)
         return self._failed(started, _with_calls(effects, approved.effects))
 
+    def _interrupted(self, claim: Claim, started: list[Run], approved: Approved) -> fx.Effects:
+        """The person wrote again (`Run.checkpoint`): nothing the run asked for is written,
+        what it streamed is taken back, and its events go back, attempt given back, to run
+        again at once with the newer message. An approved call it ran stays done (a step)."""
+        calls = approved.effects
+        effects = fx.Effects(released=[e.id for e in claim.events])
+        effects = _with_calls(effects, calls)  # a call that now waits is told, as ever
+        waiting = {w.event_id for w in calls.tool_waits}
+        effects.released = [i for i in effects.released if i not in waiting]
+        for run in started:
+            effects.usage = list(run.usage)
+            run.abandon_streams()
+        return effects
+
     def _failed(self, started: list[Run], effects: fx.Effects) -> fx.Effects:
         """A failed run's effects keep what it already paid for (its model calls, logged with
-        the run) and what its surfaces must undo (a status shown, cleared now)."""
+        the run) and what its surfaces must undo (a status shown, cleared now, and a reply
+        it streamed, taken back)."""
         for run in started:
+            run.abandon_streams()
             effects.usage = list(run.usage)
             for hook in self.hooks:
                 hook.failed(run, effects)
@@ -258,6 +305,7 @@ class Runner:
         for hook in self.hooks:
             hook.before(run)
         returned = self.agent.run(run)
+        run.checkpoint()  # the last boundary: an answer to words the person has added to
         # The engine's own test agents return their effects; an agent asks through the run.
         effects = returned if isinstance(returned, fx.Effects) else run.effects()
         for post in [*effects.messages, *(a.prompt for a in effects.approvals if a.prompt)]:
@@ -327,6 +375,8 @@ def runner_for(agent: AgentLike, store: Any) -> Runner:
         tools=agent_declared.tool_map,
         approval=store.approval,
         workspace_of=store.workspace_of,
+        stream_segment=store.settings.stream_segment,
+        waiting_after=store.waiting_after if agent_declared.interrupts else None,
     )
     return Runner(
         agent,

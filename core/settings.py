@@ -79,6 +79,9 @@ class Settings:
     ops_channel: str = ""
     """Where operators are told what went wrong (WAKEFUL_OPS_CHANNEL): a channel id `C…`, or
     `T…:C…` naming its workspace (distribution mode); empty: nobody is told (core/store/ops.py)."""
+    stream_segment: int = 240
+    """Seconds a streamed reply's message takes text before it is ended and the text goes on
+    in a new one (WAKEFUL_STREAM_SEGMENT): Slack ends a stream after about five minutes."""
     self_approval: bool = True
     """Whether a requester's own click answers their approval (WAKEFUL_SELF_APPROVAL); off:
     only another approver's does (core/rules/approvals.py `judge_answer`), whoever calls
@@ -99,6 +102,7 @@ class Settings:
             "max_open_approvals",
             "max_timers_per_inbox",
             "tool_retry_for",
+            "stream_segment",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from wakeful.core.gateway.client import Gateway
 from wakeful.core.query import Query
-from wakeful.core.run import Steps
 from wakeful.core.settings import DEFAULTS
+from wakeful.core.steps import Steps
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """What `wakeful dev` prints of the bot: every Web API call the emulator answers, as one plain
 line a person would read (`[bot] …`, `[bot edited] …`, `[bot, only to alice] …`), buttons
-numbered across the session so `/press 2` names one."""
+numbered across the session so `/press 2` names one. A streamed reply shows as it streams: a
+`[bot streaming …]` line per flush, then a `[bot done streaming …]` line."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from typing import Any
 
 from wakeful.devtools.client import Button, blocks_of, buttons_of
 from wakeful.devtools.emulator import RESPONSE_URL_METHOD, Call
+from wakeful.devtools.emulator.streams import streamed_text
 
 DATE = re.compile(r"<!date\^\d+\^[^|>]*\|([^>]*)>")
 LINK = re.compile(r"<(https?://[^|>]+)\|([^>]*)>")
+BOLD = re.compile(r"\*\*([^*\n]+)\*\*")  # markdown's, in streamed text
+STREAMING = ("chat.startStream", "chat.appendStream", "chat.stopStream")
 
 
 class People:
@@ -63,6 +67,8 @@ class Chat:
         self.lock = threading.Lock()
         self.numbers: dict[tuple[str, str, str, str], int] = {}
         self.buttons: dict[int, Button] = {}
+        self.streaming: dict[tuple[str, str], str] = {}
+        """(channel, ts) of each stream going on -> the place its start was shown in."""
 
     def on_call(self, call: Call) -> None:
         if not call.response.get("ok"):
@@ -81,13 +87,41 @@ class Chat:
         elif call.method == "views.publish":
             who = self.people.names.get(str(p.get("user_id")), str(p.get("user_id")))
             self.line(f"[bot updated the Home tab of {who}]")
+        elif call.method in STREAMING:
+            self.stream(call.method, channel, p, call.response)
+        elif call.method == "chat.delete":
+            self.line(f"[bot deleted a message{self.where(channel, p)}]")
 
-    def say(self, who: str, channel: str, p: dict[str, Any], ts: str) -> None:
+    def where(self, channel: str, p: dict[str, Any]) -> str:
+        """` in #ops, thread`; nothing for a post in the typing person's DM."""
         where = ""
         if channel and (channel != self.here or p.get("thread_ts")):
             where = " in " + self.people.place(channel)
             where += ", thread" if p.get("thread_ts") else ""
-        self.line(f"[{who}{where}] {self.render(channel, p, ts)}")
+        return where
+
+    def say(self, who: str, channel: str, p: dict[str, Any], ts: str) -> None:
+        self.line(f"[{who}{self.where(channel, p)}] {self.render(channel, p, ts)}")
+
+    def stream(self, method: str, channel: str, p: dict[str, Any], answer: dict[str, Any]) -> None:
+        """A line per flush with the text it adds, placed where the stream started (appends
+        name no thread); the stop's line ends it, with its buttons numbered."""
+        ts = str(answer.get("ts") or p.get("ts") or "")
+        with self.lock:
+            if method == "chat.startStream":
+                self.streaming[(channel, ts)] = self.where(channel, p)
+            where = self.streaming.get((channel, ts), "")
+            if method == "chat.stopStream":
+                self.streaming.pop((channel, ts), None)
+        text = BOLD.sub(r"\1", streamed_text(p))
+        if method != "chat.stopStream":
+            if text:
+                self.line(f"[bot streaming{where}] {self.render(channel, {'text': text}, '')}")
+            return
+        actions = [b for b in blocks_of(p) if b.get("type") == "actions"]
+        thread = (answer.get("message") or {}).get("thread_ts")
+        shown = self.render(channel, {"text": text, "blocks": actions, "thread_ts": thread}, ts)
+        self.line(f"[bot done streaming{where}] {shown}".rstrip())
 
     def render(self, channel: str, p: dict[str, Any], ts: str) -> str:
         """Section and context text, then the buttons with their numbers."""

@@ -2,14 +2,13 @@
 durable session memory.
 
 One run is one claimed batch: everything in it goes to the model as one user turn after the
-inbox's saved conversation, the model may call tools in a loop, and its final text becomes one
-outbox message. A tool whose policy is `ask` ends the run: the conversation is saved mid-call
-and the answer (or the expiry) comes back as an inbox event that resumes it with the tool
-result. The conversation lives in the session that `finish` writes, so it survives restarts
-and a change of worker, and a worker that lost its lease cannot write it. Each model call is a
-durable step with prompt-cache breakpoints (claude_calls.py): a retried run replays the answers
-it already paid for, and the stable prefix is read from the cache at a tenth of the price.
-
+saved conversation; the model may call tools in a loop, and what it writes is the reply,
+streamed into Slack as it comes when a person's message is answered (claude_live.py: also the
+stop button, and a person writing again mid-run), else one outbox message. An `ask` tool ends
+the run: the conversation is saved mid-call and the answer (or the expiry) comes back as an
+event that resumes it. The conversation lives in the session `finish` writes (a worker that
+lost its lease cannot write it). Each model call is a durable step with prompt-cache
+breakpoints (claude_calls.py): a retry replays the answers it paid for.
 This module and claude_calls.py alone import `anthropic`; loaded only for WAKEFUL_AGENT=claude.
 """
 
@@ -18,7 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anthropic
@@ -28,7 +27,9 @@ from wakeful.agents import (
     ApprovalAnswer,
     Command,
     Conversation,
+    Event,
     Feedback,
+    Interrupted,
     InvalidInput,
     Message,
     Run,
@@ -47,8 +48,11 @@ from wakeful.bot.builtin.claude_calls import (
     BudgetSpent,
     ModelCaller,
     ModelUnavailable,
+    StoppedByUser,
     cache_ttl,
+    log_usage,
 )
+from wakeful.bot.builtin.claude_live import keep_carry, live_reply, pending_turn, stopped
 from wakeful.bot.builtin.claude_prices import DEFAULT_BUDGET, Price, price_of, prices, spend_budget
 from wakeful.bot.builtin.claude_prompt import (
     CUT_OFF_LINE,
@@ -58,6 +62,7 @@ from wakeful.bot.builtin.claude_prompt import (
     feedback_note,
     note_feedback,
     over_budget_line,
+    slack_block,
 )
 from wakeful.bot.builtin.claude_tools import (
     DEFAULT_POLICIES,
@@ -126,6 +131,8 @@ class ClaudeAgent(Agent, ClaudeTools):
         ("Daily digest", "Send me a digest every day at 09:00"),
     )
     thinking_status = True
+    on_new_message = "interrupt"
+    """A person who adds to what they wrote while Claude works gets one answer to all of it."""
     loading_messages = (
         "Reading what you wrote…",
         "Looking at your inbox…",
@@ -151,8 +158,11 @@ class ClaudeAgent(Agent, ClaudeTools):
         client: anthropic.Anthropic | None = None,
         max_tool_calls: int = MAX_TOOL_CALLS_PER_TURN,
         budget: SpendBudget = DEFAULT_BUDGET,
+        stream_replies: bool = True,
     ) -> None:
         self.setup = setup
+        self.stream_replies = stream_replies
+        """Replies to a person's message stream into Slack as the model writes them."""
         self.model = model
         self.policies: dict[str, Policy] = {**DEFAULT_POLICIES, **(policies or {})}
         unknown = set(self.policies) - set(TOOL_SPECS)
@@ -228,28 +238,21 @@ class ClaudeAgent(Agent, ClaudeTools):
         note_feedback(ctx.state, feedback)
         self._route(ctx)
         ctx.history_end = len(ctx.state["messages"]) - 1
-        pending: Turn = {"role": "user", "content": self._user_turn(ctx)}
+        ctx.live = live_reply(run) if self.stream_replies else None
+        pending = pending_turn(ctx, lambda events: self._user_turn(ctx, events))
         ctx.ttl = self._ttl(ctx)
-        self._loop(ctx, pending)
+        try:
+            self._loop(ctx, pending)
+        except Interrupted:  # the person wrote again: the next run starts from here
+            keep_carry(run, ctx.state["messages"], ctx.history_end)
+            raise
         ctx.state["messages"] = trim_history(
             strip_old_thinking(ctx.state["messages"]), self.token_budget, self.trim_to
         )
         if ctx.digest_fired:
             ctx.state["stats"], ctx.state["since"] = fresh_stats(), ctx.now
         run.save(ctx.state)
-        used = run.usage
-        log.info(
-            "claude: %s ran %d events in %d model calls (%d replayed; tokens: %d input, "
-            "%d cache write, %d cache read, %d output)",
-            run.inbox,
-            len(run.events),
-            sum(u.calls for u in used),
-            sum(u.replayed for u in used),
-            sum(u.input for u in used),
-            sum(u.cache_write for u in used),
-            sum(u.cache_read for u in used),
-            sum(u.output for u in used),
-        )
+        log_usage(run)
 
     def _ttl(self, ctx: RunContext) -> str:
         """The run's cache TTL: the setting's, or `1h` for a digest that fires again within
@@ -296,14 +299,14 @@ class ClaudeAgent(Agent, ClaudeTools):
             ctx.user = ctx.run.inbox.user or ""  # a conversation's inbox has no person
         ctx.urgent = urgent
 
-    def _user_turn(self, ctx: RunContext) -> list[Block]:
+    def _user_turn(self, ctx: RunContext, events: Sequence[Event]) -> list[Block]:
         """The batch as one user turn: tool results that complete a saved tool call first (the
         API requires them right after their tool_use), then one labelled block per event."""
         run, state = ctx.run, ctx.state
         open_call = state.pop("open", None) or {}
         awaiting: dict[str, str] = dict(open_call.get("awaiting") or {})
         lead: list[Block] = list(open_call.get("results") or [])
-        said = any(isinstance(e, Message | Command) for e in run.events)
+        said = any(isinstance(e, Message | Command) for e in events)
         zone = self.setup.time_zone(ctx.user) if said else None
         tz = zone.name if zone is not None and zone.known else None  # UTC standing in: not said
         body: list[Block] = [
@@ -312,10 +315,10 @@ class ClaudeAgent(Agent, ClaudeTools):
         if notes := state.get("feedback"):
             body.append(text_block("\n".join(feedback_note(n) for n in notes)))
             state["feedback"] = []
-        for e in run.events:
+        for e in events:
             if isinstance(e, Message | Command):
                 state["stats"]["messages"] += 1
-                body.append(text_block(self._slack_block(e)))
+                body.append(text_block(slack_block(e)))
             elif isinstance(e, ApprovalAnswer):
                 note = state["pending"].get(e.request_id) or {}
                 outcome, ok = self._answered(ctx, e)
@@ -357,20 +360,6 @@ class ClaudeAgent(Agent, ClaudeTools):
             )
         return lead + body
 
-    def _slack_block(self, e: Message | Command) -> str:
-        if isinstance(e, Message):
-            attrs = label_attrs(
-                user=e.user,
-                channel=e.channel,
-                ts=e.ts,
-                thread_ts=e.thread_ts,
-                kind="mention" if e.mention else "message",
-            )
-        else:
-            attrs = label_attrs(user=e.user, channel=e.channel, kind="command")
-        text = neutralise(e.text)
-        return f"<untrusted_slack_message{attrs}>\n{text}\n</untrusted_slack_message>"
-
     def _timer_block(self, ctx: RunContext, e: TimerTick) -> str:
         data = e.data if isinstance(e.data, dict) else {}
         kind = data.get("kind") or "timer"
@@ -409,11 +398,18 @@ class ClaudeAgent(Agent, ClaudeTools):
             turns = trim_history(turns, self.token_budget, self.trim_to)
             ctx.history_end -= before - len(turns)
             ctx.state["messages"] = turns
+            if ctx.run.stopped_by_user:  # the person pressed stop: no more calls
+                return stopped(ctx)
             try:
-                answer = self.caller.call(ctx.run, step, turns, ctx.history_end, ctx.ttl, ctx.now)
+                answer = self.caller.call(
+                    ctx.run, step, turns, ctx.history_end, ctx.ttl, ctx.now, ctx.live
+                )
             except BudgetSpent as spent:  # no call, and one line for the whole run
                 return self._say_instead(ctx, over_budget_line(spent.over, ctx.run.events))
+            except StoppedByUser:
+                return stopped(ctx)
             turns[-1] = answer.sent  # what the recorded answer followed
+            ctx.run.checkpoint()  # an answer to words the person has since added to is dropped
             ctx.now = answer.now  # a replayed run acts at the time its calls were made
             ctx.calls += 1
             response = answer.message
@@ -430,6 +426,9 @@ class ClaudeAgent(Agent, ClaudeTools):
             if not uses:
                 return self._reply(ctx, final_text(content))
             results, asked = self._use_tools(ctx, uses)
+            if ctx.interrupted:  # the tools that ran keep their results, in the carry
+                turns.append({"role": "user", "content": results})
+                raise Interrupted(f"{ctx.run.inbox}: the person wrote again")
             if asked is not None:
                 ctx.state["open"] = {"results": results, "awaiting": asked}
                 return self._reply(ctx, final_text(content))
@@ -438,12 +437,18 @@ class ClaudeAgent(Agent, ClaudeTools):
         self._say_instead(ctx, TOO_MANY_STEPS_LINE)
 
     def _say_instead(self, ctx: RunContext, line: str) -> None:
-        """Tell the person in one line; the history records the line, not a cut-off tool call
-        that would leave a tool_use without its result."""
+        """Tell the person in one line (the history records it, not a cut-off tool call); under
+        a streamed reply, a note below what the model wrote, never part of it."""
         ctx.state["messages"].append({"role": "assistant", "content": [text_block(line)]})
+        if ctx.live is not None and ctx.live.shown:
+            ctx.live.close(note=line)
+            return
         self._reply(ctx, line)
 
     def _reply(self, ctx: RunContext, text: str) -> None:
+        if ctx.live is not None and ctx.live.shown:  # it is shown already, as it was written
+            ctx.live.close()
+            return
         text = text.strip()
         if not text or text == NO_REPLY:
             return

@@ -14,14 +14,21 @@ recorded as the answer arrives. A retried run (a worker killed between calls) ge
 answers back in order, replays the recorded tool results with them, and makes only the calls it
 had not made. Like any step this is at-least-once: a worker killed after the answer arrived and
 before it was recorded pays for that one call again.
+
+**Streamed calls.** A call whose text a person watches (claude_live.py) uses the streaming
+Messages API: each text delta is written to the reply as it arrives, and the answer recorded
+is the message the SDK accumulates. A stream that ends without `message_stop` (the SDK then
+gives the partial message with `stop_reason` None) is a failed call, never an answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import anthropic
 
@@ -29,6 +36,21 @@ from wakeful.agents import Event, InvalidInput, ModelUsage, OverBudget, Run, Spe
 from wakeful.bot.builtin.claude_prices import Price
 from wakeful.bot.builtin.common import unusable_session
 from wakeful.bot.builtin.conversation import Turn
+
+
+class LiveReply(Protocol):
+    """Where a streamed call's text goes as it comes (claude_live.LiveReply)."""
+
+    @property
+    def stopped(self) -> bool: ...
+    def begin_call(self) -> None: ...
+    def block(self) -> None: ...
+    def text(self, delta: str) -> None: ...
+    def end_call(self) -> None: ...
+    def replay(self, content: list[dict[str, Any]]) -> None: ...
+
+
+log = logging.getLogger("wakeful")
 
 CACHE_TTLS = ("5m", "1h", "off")
 DIGEST_LONG_TTL = 3600
@@ -39,6 +61,11 @@ _NOT_MARKABLE = ("thinking", "redacted_thinking")
 class ModelUnavailable(RuntimeError):
     """The Messages API failed (429, 529, 5xx, timeout, connection): the run fails, so the
     worker retries its events with backoff and counts the attempt."""
+
+
+class StoppedByUser(Exception):
+    """The person pressed stop while this call's text streamed: the call is cut (its HTTP
+    stream closed), and no other call of the run is made."""
 
 
 class BudgetSpent(Exception):
@@ -123,18 +150,29 @@ class ModelCaller:
     """WAKEFUL_CLAUDE_BUDGET_PER_PERSON_DAY / _PER_WORKSPACE_DAY, asked before each call made."""
 
     def call(
-        self, run: Run, index: int, turns: list[Turn], history_end: int, ttl: str, now: int
+        self,
+        run: Run,
+        index: int,
+        turns: list[Turn],
+        history_end: int,
+        ttl: str,
+        now: int,
+        live: LiveReply | None = None,
     ) -> Answer:
         """Call `index` of this run: the recorded answer when a retry finds one, else made
         now and recorded as it arrives. Raises BudgetSpent, calling nothing, when a call
-        would be made over a spend budget (a replay costs nothing, and is not asked)."""
+        would be made over a spend budget (a replay costs nothing, and is not asked).
+        `live`: the call's text is streamed to it as it comes (a replay's, at once)."""
         name = f"claude:{batch_key(run.events)}:call:{index}"
         made: list[bool] = []
 
         def make(key: str) -> dict[str, Any]:
             if (over := run.over_budget(self.budget)) is not None:
                 raise BudgetSpent(over)
-            message = self._create(turns, history_end, ttl)
+            if live is None:
+                message = self._create(turns, history_end, ttl)
+            else:
+                message = self._stream(run, turns, history_end, ttl, live)
             made.append(True)
             run.record_usage(self._usage(message, ttl))
             return {
@@ -145,25 +183,65 @@ class ModelCaller:
             }
 
         recorded = run.step(name, make, cause=run.events[0], replay=True)
+        message = anthropic.types.Message.model_validate(recorded["message"])
         if not made:
             run.record_usage(ModelUsage.replay(str(recorded.get("model") or self.model)))
+            if live is not None:
+                live.replay([b.model_dump(mode="json") for b in message.content])
         return Answer(
-            message=anthropic.types.Message.model_validate(recorded["message"]),
+            message=message,
             sent=cast(Turn, recorded["sent"]),
             now=int(recorded["now"]),
             replayed=not made,
         )
 
-    def _create(self, turns: list[Turn], history_end: int, ttl: str) -> anthropic.types.Message:
+    def _request(self, turns: list[Turn], history_end: int, ttl: str) -> dict[str, Any]:
         system, messages = build_request(self.system, turns, history_end, ttl)
-        try:
-            return self.client.messages.create(
-                model=self.model,
-                max_tokens=self.max_tokens,
-                system=cast(Any, system),
-                messages=cast(Any, messages),
-                tools=cast(Any, self.tools),
+        return {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "system": cast(Any, system),
+            "messages": cast(Any, messages),
+            "tools": cast(Any, self.tools),
+        }
+
+    def _create(self, turns: list[Turn], history_end: int, ttl: str) -> anthropic.types.Message:
+        with self._failures():
+            message: anthropic.types.Message = self.client.messages.create(
+                **self._request(turns, history_end, ttl)
             )
+            return message
+
+    def _stream(
+        self, run: Run, turns: list[Turn], history_end: int, ttl: str, live: LiveReply
+    ) -> anthropic.types.Message:
+        """The call through the streaming API, its text written to `live` as it comes."""
+        live.begin_call()
+        with (
+            self._failures(),
+            self.client.messages.stream(**self._request(turns, history_end, ttl)) as stream,
+        ):
+            for event in stream:
+                if event.type == "content_block_start" and event.content_block.type == "text":
+                    live.block()
+                elif event.type == "text":
+                    live.text(event.text)
+                if live.stopped:  # the person pressed stop: bill no more tokens
+                    run.record_usage(self._usage(stream.current_message_snapshot, ttl))
+                    raise StoppedByUser()
+            message = stream.get_final_message()
+        live.end_call()
+        if message.stop_reason is None:
+            run.record_usage(self._usage(message, ttl))
+            raise ModelUnavailable("the Claude API's stream ended before message_stop")
+        return message
+
+    @contextlib.contextmanager
+    def _failures(self) -> Iterator[None]:
+        """The API's failures as the run's: a refused conversation is the session's fault,
+        anything else is the model's service being unavailable (retried with backoff)."""
+        try:
+            yield
         except (anthropic.BadRequestError, anthropic.RequestTooLargeError) as exc:
             # The request is the saved conversation plus this batch's text: when the API
             # refuses it as malformed or too large, the conversation is what is wrong.
@@ -202,6 +280,23 @@ class ModelCaller:
             cache_read=read,
             cost=cost,
         )
+
+
+def log_usage(run: Run) -> None:
+    """One line per run: its calls (replayed ones too) and their tokens by kind."""
+    used = run.usage
+    log.info(
+        "claude: %s ran %d events in %d model calls (%d replayed; tokens: %d input, "
+        "%d cache write, %d cache read, %d output)",
+        run.inbox,
+        len(run.events),
+        sum(u.calls for u in used),
+        sum(u.replayed for u in used),
+        sum(u.input for u in used),
+        sum(u.cache_write for u in used),
+        sum(u.cache_read for u in used),
+        sum(u.output for u in used),
+    )
 
 
 def _error_type(exc: anthropic.APIStatusError) -> str | None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from wakeful.agents import Event, Feedback, OverBudget, TimerTick
-from wakeful.bot.builtin.conversation import NO_REPLY, label_attrs
+from wakeful.agents import Command, Event, Feedback, Message, OverBudget, TimerTick
+from wakeful.bot.builtin.conversation import NO_REPLY, label_attrs, neutralise
 
 REFUSED_LINE = "I can't help with that request."
 CUT_OFF_LINE = "My answer was cut off; please ask for less at once."
@@ -92,3 +92,19 @@ def feedback_note(note: Mapping[str, Any]) -> str:
         value=note.get("value"), on_reply=note.get("message_ts"), by=note.get("user")
     )
     return f"<wakeful_feedback{attrs} />"
+
+
+def slack_block(e: Message | Command) -> str:
+    """A person's words, labelled as untrusted, with where and when they were written."""
+    if isinstance(e, Message):
+        attrs = label_attrs(
+            user=e.user,
+            channel=e.channel,
+            ts=e.ts,
+            thread_ts=e.thread_ts,
+            kind="mention" if e.mention else "message",
+        )
+    else:
+        attrs = label_attrs(user=e.user, channel=e.channel, kind="command")
+    text = neutralise(e.text)
+    return f"<untrusted_slack_message{attrs}>\n{text}\n</untrusted_slack_message>"

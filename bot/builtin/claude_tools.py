@@ -14,6 +14,7 @@ from typing import Any, Literal
 from wakeful.agents import (
     ApprovalAnswer,
     Conversation,
+    Interrupted,
     InvalidInput,
     Run,
     Setup,
@@ -84,6 +85,11 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
     },
     GATEWAY_TOOL: GATEWAY_TOOL_SPEC,
 }
+NOT_RUN = (
+    "Not run: the person wrote again before this tool ran; nothing was done. Read what they "
+    "added, then call it again if it is still wanted."
+)
+NOT_ASKED = "Not asked: the person wrote again first; nothing was done."
 MAX_TOOL_CALLS_PER_TURN = 10
 """Tool calls of one model turn that run (WAKEFUL_CLAUDE_MAX_TOOL_CALLS_PER_TURN); the model is
 told the rest did not, so one answer cannot set a flood of timers or calls."""
@@ -118,6 +124,10 @@ class RunContext:
     """Index of the last turn of the saved conversation in the turns sent (-1: none)."""
     ttl: str = "5m"
     """The prompt cache's TTL for this run's calls (`off`: no breakpoints)."""
+    live: Any = None
+    """The streamed reply (claude_live.LiveReply) when a person watches it being written."""
+    interrupted: bool = False
+    """The person wrote again at a tool's step: the rest of the turn's tools did not run."""
 
     @property
     def where(self) -> Conversation | None:
@@ -143,6 +153,9 @@ class ClaudeTools:
         asked: dict[str, str] | None = None
         for n, use in enumerate(uses):
             uid, name = str(use["id"]), str(use["name"])
+            if ctx.interrupted:
+                results.append(tool_result(uid, NOT_RUN, error=True))
+                continue
             args: Mapping[str, Any] = use["input"] if isinstance(use["input"], dict) else {}
             if n >= self.max_tool_calls:
                 results.append(tool_result(uid, too_many_calls(self.max_tool_calls), True))
@@ -169,6 +182,14 @@ class ClaudeTools:
                 results.append(tool_result(uid, self._run_tool(ctx, name, args, uid)))
             except ToolInputError as exc:
                 results.append(tool_result(uid, str(exc), error=True))
+            except Interrupted:  # before the tool's step: it did not run
+                ctx.interrupted = True
+                results.append(tool_result(uid, NOT_RUN, error=True))
+        if ctx.interrupted and asked is not None:  # its prompt is never posted: not asked
+            for uid, request_id in asked.items():
+                ctx.state["pending"].pop(request_id, None)
+                results.append(tool_result(uid, NOT_ASKED, error=True))
+            asked = None
         return results, asked
 
     def _run_tool(self, ctx: RunContext, name: str, args: Mapping[str, Any], uid: str) -> str:

@@ -70,6 +70,7 @@ ENGINE_SETTINGS: dict[str, tuple[str, int]] = {
     "WAKEFUL_BACKOFF_BASE": ("backoff_base", 1),
     "WAKEFUL_BACKOFF_CAP": ("backoff_cap", 1),
     "WAKEFUL_TOOL_RETRY_FOR": ("tool_retry_for", 1),
+    "WAKEFUL_STREAM_SEGMENT": ("stream_segment", 1),
 }
 """Environment variable -> (engine Settings field, lowest value). Defaults come from Settings."""
 DURATIONS = frozenset(
@@ -82,6 +83,7 @@ DURATIONS = frozenset(
         "WAKEFUL_BACKOFF_BASE",
         "WAKEFUL_BACKOFF_CAP",
         "WAKEFUL_TOOL_RETRY_FOR",
+        "WAKEFUL_STREAM_SEGMENT",
         "WAKEFUL_RETENTION",
         "WAKEFUL_STARTUP_WAIT",
         "WAKEFUL_BATCH_WINDOW",

@@ -21,10 +21,12 @@ from wakeful.core.errors import InvalidInput
 from wakeful.core.gateway.client import Gateway
 from wakeful.core.query import Query
 from wakeful.core.rules.schedule import zone as check_zone
-from wakeful.core.run import RunServices, Steps, Tool
+from wakeful.core.run import RunServices, Tool
 from wakeful.core.runner import AgentLike, Declared, RunHook, Runner
 from wakeful.core.setup import AgentSettings, Setup, Zone
+from wakeful.core.steps import Steps
 from wakeful.core.store import Store
+from wakeful.core.streams import StreamSurface
 from wakeful.core.tenancy import Workspace
 
 BUILT_IN = {
@@ -175,9 +177,11 @@ def build_runner(
     tokens: Callable[[str | None], str] | None = None,
     wake_dispatcher: Callable[[], None] | None = None,
     zone: Callable[[str], str] | None = None,
+    streams: StreamSurface | None = None,
 ) -> Runner:
     """The configured agent behind the worker: its tools, the Slack approval prompts, and the
     hooks of the Slack surfaces (the Home tab, the "is thinking…" status, the greeting).
+    `streams`: where its streamed replies show as they are written (bot/slack/streams.py).
     `tokens` (distribution mode) gives the time-zone look-up the token of the workspace whose
     run asks; `wake_dispatcher` sends a status at once; `zone` (the test harness) names a
     person's time zone instead of asking Slack."""
@@ -195,7 +199,10 @@ def build_runner(
         )
     # What the agent declares beside `run`, read once here (an agent with only `run` gets
     # the defaults): its tools and failure text for the engine, its surfaces for Slack.
-    agent_declared = Declared.of(agent)
+    try:
+        agent_declared = Declared.of(agent)
+    except InvalidInput as exc:
+        raise ConfigError(str(exc)) from exc
     if any(not isinstance(tool, Tool) for tool in agent_declared.tools):
         raise ConfigError(f"{type(agent).__name__}.tools must hold wakeful.agents.Tool")
     services = RunServices(
@@ -210,6 +217,9 @@ def build_runner(
         approval=store.approval,
         # One workspace holds every inbox; in distribution mode, each team (or its org).
         workspace_of=store.workspace_of if config.distribution else Workspace.only,
+        streams=streams,
+        stream_segment=config.settings.stream_segment,
+        waiting_after=store.waiting_after if agent_declared.interrupts else None,
     )
     hooks: list[RunHook] = surface_hooks(store, config, agent, Surface.of(agent), wake_dispatcher)
     if tokens is not None:

@@ -19,6 +19,7 @@ from wakeful.bot.process.config import Config, ConfigError
 from wakeful.bot.slack.distribution import Distribution
 from wakeful.bot.slack.kinds import SLACK_KINDS
 from wakeful.bot.slack.sender import SlackSender, make_client
+from wakeful.bot.slack.streams import SlackStreams
 from wakeful.bot.slack.web_client import KeepAliveWebClient
 from wakeful.core.clock import LoopClock, ServerClock, wall_clock
 from wakeful.core.dispatcher import Dispatcher
@@ -117,12 +118,14 @@ class Runtime:
             from wakeful.bot.process.loading import build_runner
 
             dist = self.distribution
+            tokens = None if dist is None else dist.workspaces.token
             runner = build_runner(
                 self.config,
                 self.store,
                 self.client,
-                tokens=None if dist is None else dist.workspaces.token,
+                tokens=tokens,
                 wake_dispatcher=self.wake_dispatcher.kick,
+                streams=None if self.client is None else SlackStreams(self.client, tokens),
             )
             loops.append(
                 Worker(

@@ -46,6 +46,7 @@ KNOWN = frozenset(
         "WAKEFUL_BACKOFF_BASE",
         "WAKEFUL_BACKOFF_CAP",
         "WAKEFUL_TOOL_RETRY_FOR",
+        "WAKEFUL_STREAM_SEGMENT",
         "WAKEFUL_RETENTION",
         # webhooks (WAKEFUL_WEBHOOK_CHANNEL_<NAME> is checked by config itself)
         "WAKEFUL_WEBHOOKS",

@@ -137,6 +137,12 @@ def feedback_blocks(text: str) -> list[Block]:
             cut = min(len(rest), SECTION_LIMIT)
         sections.append({"type": "section", "text": {"type": "mrkdwn", "text": rest[:cut]}})
         rest = rest[cut:].lstrip("\n")
+    return [*sections, feedback_buttons()]
+
+
+def feedback_buttons() -> Block:
+    """Slack's thumbs up / down under a reply (a `context_actions` block): alone under a
+    streamed reply, whose text is the message's own."""
     buttons = {
         "type": "feedback_buttons",
         "action_id": FEEDBACK,
@@ -151,4 +157,4 @@ def feedback_blocks(text: str) -> list[Block]:
             "value": "negative",
         },
     }
-    return [*sections, {"type": "context_actions", "elements": [buttons]}]
+    return {"type": "context_actions", "elements": [buttons]}

@@ -12,7 +12,6 @@ transient / permanent failures.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import re
@@ -29,10 +28,12 @@ from slack_sdk.webhook import WebhookClient
 
 from wakeful.bot.slack.kinds import NOTICE, SLACK_KINDS
 from wakeful.bot.slack.refusals import notice_for
-from wakeful.bot.slack.web_client import KeepAliveWebClient
+from wakeful.bot.slack.streams import end_segment
+from wakeful.bot.slack.web_client import KeepAliveWebClient, WithToken
 from wakeful.core import metrics
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.inbox_id import InboxId
+from wakeful.core.kinds import STREAM
 from wakeful.core.rules.outbox import Part
 
 log = logging.getLogger("wakeful.sender")
@@ -118,6 +119,10 @@ class SlackSender:
                 return self._assistant(part, client)
             if part.kind == NOTICE.name:
                 return self._notice(part, client)
+            if part.kind == STREAM.name:
+                return end_segment(
+                    client, part.channel, part.ref or "", part.text, part.blocks, part.facts
+                )
             if part.retry or (part.look_first and part.answers):
                 found = self.find_posted(part, client)
                 if found is not None:
@@ -159,7 +164,7 @@ class SlackSender:
         same client with the token of the part's workspace on every call."""
         if self.tokens is None:
             return self.client
-        return _WithToken(self.client, self.tokens(team))
+        return WithToken(self.client, self.tokens(team))
 
     def reserve(self, part: Part) -> float:
         """Take `part`'s turn in its channel's pace and return the seconds until it comes (0:
@@ -335,19 +340,6 @@ def _answers(payload: dict[str, Any]) -> set[str]:
     return {str(k) for k in keys} if isinstance(keys, list) else set()
 
 
-class _WithToken:
-    """A WebClient whose every call carries one workspace's token (slack_sdk takes `token`
-    per call), so one client and its kept connections serve every workspace."""
-
-    def __init__(self, client: WebClient, token: str) -> None:
-        self._client = client
-        self._token = token
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._client, name)
-        return functools.partial(method, token=self._token)
-
-
 def _content(part: Part, threaded: bool) -> dict[str, Any]:
     """channel, text, and blocks / thread_ts when the part has them: what every call sends.
     Never `link_names` or `parse`: they would turn the plain words of an escaped text back
@@ -370,6 +362,7 @@ _METHODS = {
     "status": "assistant.threads.setStatus",
     "prompts": "assistant.threads.setSuggestedPrompts",
     "notice": "chat.postMessage",
+    "stream": "chat.stopStream",
 }
 _ERROR_CODE = re.compile(r"[a-z0-9_]{1,60}")
 _METHOD_NAME = re.compile(r"[a-z]+(\.[A-Za-z]+){1,2}")

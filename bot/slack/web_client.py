@@ -13,6 +13,7 @@ the post, so a post cannot go out twice.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import io
 import select
@@ -123,3 +124,16 @@ def _closed_by_peer(conn: http.client.HTTPConnection) -> bool:
     except (OSError, ValueError):
         return True
     return bool(readable)  # an idle HTTP connection has nothing to read unless it was closed
+
+
+class WithToken:
+    """A WebClient whose every call carries one workspace's token (slack_sdk takes `token`
+    per call), so one client and its kept connections serve every workspace."""
+
+    def __init__(self, client: WebClient, token: str) -> None:
+        self._client = client
+        self._token = token
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+        return functools.partial(method, token=self._token)

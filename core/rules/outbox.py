@@ -42,6 +42,8 @@ class Part:
     """The inbox of the part's (first) row: whose workspace the call is made in."""
     answers: tuple[str, ...] = ()
     """The events its rows answer, by key: its post's metadata carries them."""
+    facts: Any = None
+    """The first row's facts, for a kind whose sender reads them (a stream's segment)."""
     look_first: bool = False
     """Some row of it may already be in Slack (written before a restore, or answering events
     from before one): look for a post naming its events before posting."""
@@ -136,7 +138,7 @@ def plan_parts(
         first = group[0]
         kind = kinds.kind(first.kind)
         ids = tuple(sorted(i for r in group for i in carried.get(r.id, (r.id,))))
-        normal = kind.paced and any(r.priority == "normal" for r in group)
+        normal = (kind.paced or kind.restarts_gap) and any(r.priority == "normal" for r in group)
         if _joined(kind) and first.blocks is None:
             texts = _chunks(SEPARATOR.join(r.text for r in group), _text_limit(kinds))
             for i, text in enumerate(texts):
@@ -242,4 +244,5 @@ def _part(
         user=first.user,
         retry=retry,
         inbox=first.inbox,
+        facts=first.facts,
     )

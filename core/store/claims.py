@@ -336,8 +336,16 @@ class Claims(Restores):
             return None
         timing = effects.timing or RunTiming("", now * 1000, now * 1000)
         waits = prepared.tool_waits or {}
+        released = set(effects.released)
         for ev in claim.events:
             error = effects.failed.get(ev.id)
+            if ev.id in released:
+                # Interrupted by the person's newer message: not the event's failure, so the
+                # attempt goes back and it runs again at once, with that message.
+                params = {"id": ev.id, "gen": claim.gen, "now": now, "error": INTERRUPTED}
+                if tx.run("mark_waiting_fenced", {**params, "not_before": now}) != 1:
+                    raise _Fenced(ev.id)
+                continue
             if ev.id in waits:
                 # An approved call waits on its service: not the event's failure, so the
                 # attempt its claim counted goes back and it is tried again at `retry_at`.
@@ -466,7 +474,13 @@ def _write_effects(tx: Tx, inbox: str, p: PreparedEffects, now: int, settings: S
         tx.run("set_tool_outcome", outcome)
 
 
+INTERRUPTED = "interrupted: the person wrote again; run again with the newer message"
+
+
 def run_outcome(effects: Effects) -> str:
     """What the run log says of a finished run: `dead` when it dead-lettered an event,
-    `failed` when it failed any (they are retried), else `ok`."""
-    return "dead" if effects.dead else "failed" if effects.failed else "ok"
+    `failed` when it failed any (they are retried), `interrupted` when it gave its events
+    back for the person's newer message, else `ok`."""
+    if effects.dead:
+        return "dead"
+    return "failed" if effects.failed else "interrupted" if effects.released else "ok"

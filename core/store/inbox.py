@@ -48,6 +48,14 @@ class Inbox(StoreBase):
         with self._tx(write=False) as tx:
             return [event_record(r) for r in tx.all(_EVENTS[status], {"inbox": inbox})]
 
+    def waiting_after(self, inbox: str, after: int, limit: int = 20) -> list[StoredEvent]:
+        """The inbox's events stored after event `after` that wait to be claimed, oldest
+        first: a run that answers the newest words asks this at each step boundary (its
+        interrupt flag, readable from any host)."""
+        with self._tx(write=False) as tx:
+            rows = tx.all("waiting_after", {"inbox": inbox, "after": after, "limit": limit})
+        return [event_record(r) for r in rows]
+
     def source_counts(self, inbox: str, since: int) -> dict[str, int]:
         """How many events of one inbox arrived at or after `since`, by source: a digest
         counts webhook deliveries this way without reading their payloads."""

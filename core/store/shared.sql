@@ -384,6 +384,14 @@ SELECT * FROM runs WHERE inbox = :inbox ORDER BY claim_seq;
 -- The whole run log, by inbox and claim order.
 SELECT * FROM runs ORDER BY inbox, claim_seq;
 
+-- name: waiting_after
+-- A run's interrupt flag: what the inbox received after its batch and still waits (indexed by
+-- events_status: status, inbox, id).
+SELECT * FROM events
+WHERE status = 'pending' AND inbox = :inbox AND id > :after
+ORDER BY id
+LIMIT :limit;
+
 -- name: next_claimable
 -- Claimable events: a retried one first (it is claimed alone), then by arrival.
 SELECT * FROM events

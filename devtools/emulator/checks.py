@@ -3,7 +3,8 @@ own limits rather than a more forgiving stand-in.
 
 Each check returns Slack's error code, or None when Slack would take the call:
 `msg_too_long` (text over 40,000 characters), `invalid_blocks` (over 50 blocks, a section
-text over 3,000, or a `context_actions` block whose feedback buttons are not Slack's shape),
+text over 3,000, a `markdown` block's text over 12,000, or a `context_actions` block whose
+feedback buttons are not Slack's shape),
 `missing_scope` (a method the granted scopes do not cover, per bot/slack/scopes.py).
 Membership (`not_in_channel`, `user_not_in_channel`) and authorship (`cant_update_message`) need
 the emulator's state and are checked where it is kept.
@@ -18,6 +19,7 @@ from typing import Any
 TEXT_LIMIT = 40_000
 BLOCK_LIMIT = 50
 SECTION_TEXT_LIMIT = 3_000
+MARKDOWN_BLOCK_LIMIT = 12_000
 POSTING = ("chat.postMessage", "chat.update", "chat.postEphemeral")
 
 
@@ -25,7 +27,7 @@ def missing_scope(method: str, granted: Collection[str]) -> dict[str, Any] | Non
     """Slack's answer for a method none of whose scopes the token has, else None."""
     from wakeful.bot.slack.scopes import METHOD_SCOPES
 
-    needed = METHOD_SCOPES.get(method, ())
+    needed = METHOD_SCOPES.get(method) or ()
     if not needed or set(needed) & set(granted):
         return None
     return {
@@ -63,9 +65,17 @@ def blocks_error(raw: Any) -> str | None:
         long = isinstance(text, dict) and len(str(text.get("text", ""))) > SECTION_TEXT_LIMIT
         if block["type"] == "section" and long:
             return "invalid_blocks"
+        if block["type"] == "markdown" and not _markdown_ok(block):
+            return "invalid_blocks"
         if block["type"] == "context_actions" and not _context_actions_ok(block):
             return "invalid_blocks"
     return None
+
+
+def _markdown_ok(block: Mapping[str, Any]) -> bool:
+    """A `markdown` block: its `text` a string of at most 12,000 characters."""
+    text = block.get("text")
+    return isinstance(text, str) and len(text) <= MARKDOWN_BLOCK_LIMIT
 
 
 CONTEXT_ACTIONS_LIMIT = 5

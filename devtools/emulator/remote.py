@@ -66,5 +66,17 @@ class RemoteEmulator:
     def clear(self) -> None:
         self._post("clear", {})
 
+    def streams(self, channel: str | None = None) -> list[JsonDict]:
+        """Every streamed message, as it is now (deleted ones marked)."""
+        return list(self._get("streams", channel=channel))
+
+    def open_streams(self) -> list[JsonDict]:
+        """Streams still in progress: after a run ends, each is one left dangling."""
+        return list(self._get("open_streams"))
+
+    def press_stop(self, channel: str, ts: str) -> None:
+        """The person presses Slack's stop button on a streaming reply."""
+        self._post("press_stop", {"channel": channel, "ts": ts})
+
 
 # -- the other direction: Slack calling the app ---------------------------------------------

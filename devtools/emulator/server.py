@@ -57,6 +57,9 @@ class Served(Protocol):
     def remove_channel(self, channel: str) -> None: ...
     def add_channel(self, channel: str) -> None: ...
     def clear(self) -> None: ...
+    def streams(self, channel: str | None = None) -> list[JsonDict]: ...
+    def open_streams(self) -> list[JsonDict]: ...
+    def press_stop(self, channel: str, ts: str) -> None: ...
 
 
 class _Server(ThreadingHTTPServer):
@@ -172,6 +175,12 @@ class _Handler(BaseHTTPRequestHandler):
                 emu.add_channel(str(p["channel"]))
             elif action == "clear":
                 emu.clear()
+            elif action == "streams":
+                result = emu.streams(p.get("channel"))
+            elif action == "open_streams":
+                result = emu.open_streams()
+            elif action == "press_stop":
+                emu.press_stop(str(p["channel"]), str(p["ts"]))
             else:
                 self._send(
                     404, b'{"ok": false, "error": "unknown_admin_action"}', "application/json"

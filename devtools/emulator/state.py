@@ -28,9 +28,10 @@ from wakeful.devtools.emulator.common import (
 from wakeful.devtools.emulator.methods import WebApi
 from wakeful.devtools.emulator.oauth import Grant, OAuthApi, OAuthState, Workspace
 from wakeful.devtools.emulator.server import _Server
+from wakeful.devtools.emulator.streams import STREAM_MAX_CHARS, STREAM_TTL, StreamApi
 
 
-class SlackEmulator(WebApi, OAuthApi):
+class SlackEmulator(StreamApi, WebApi, OAuthApi):
     """An in-process Slack Web API on ``127.0.0.1`` that records calls and injects faults.
 
     All state sits behind one re-entrant condition so :meth:`wait_for` predicates can call
@@ -55,6 +56,8 @@ class SlackEmulator(WebApi, OAuthApi):
         client_secret: str = "emulator-client-secret",
         rotation: bool = False,
         token_ttl: int = 43_200,
+        stream_ttl: float = STREAM_TTL,
+        stream_max_chars: int = STREAM_MAX_CHARS,
     ) -> None:
         self.bot_token = bot_token
         self.client_id = client_id
@@ -63,6 +66,9 @@ class SlackEmulator(WebApi, OAuthApi):
         """Token rotation on: tokens from oauth.v2.access expire after `token_ttl` seconds
         and come with a single-use refresh token."""
         self.token_ttl = token_ttl
+        self.stream_ttl = stream_ttl
+        self.stream_max_chars = stream_max_chars
+        self._streams: dict[tuple[str, str], JsonDict] = {}
         self.scopes: list[str] = list(_manifest_scopes() if scopes is None else scopes)
         """What the token was granted, sent as `x-oauth-scopes` on every Web API answer as
         Slack does (default: the scopes manifest.yml asks for)."""
@@ -99,6 +105,10 @@ class SlackEmulator(WebApi, OAuthApi):
             "chat.postMessage": self._post_message,
             "chat.update": self._update,
             "chat.postEphemeral": self._post_ephemeral,
+            "chat.delete": self._delete,
+            "chat.startStream": self._start_stream,
+            "chat.appendStream": self._append_stream,
+            "chat.stopStream": self._stop_stream,
             "conversations.history": self._history,
             "conversations.replies": self._replies,
             "conversations.info": self._conversation_info,
@@ -265,6 +275,7 @@ class SlackEmulator(WebApi, OAuthApi):
     def messages(self, channel: str) -> list[JsonDict]:
         """Current state (after updates) of every message in ``channel``, oldest first."""
         with self._cond:
+            self._expire_streams()
             return copy.deepcopy(self._channels.get(channel, []))
 
     def ephemerals(self, channel: str | None = None, user: str | None = None) -> list[JsonDict]:
@@ -284,11 +295,13 @@ class SlackEmulator(WebApi, OAuthApi):
             return copy.deepcopy(self._responses.get(key, []))
 
     def clear(self) -> None:
-        """Forget calls, messages, ephemerals and responses; faults and channels stay."""
+        """Forget calls, messages (and their streams), ephemerals and responses; faults and
+        channels stay."""
         with self._cond:
             self._calls.clear()
             self._ephemerals.clear()
             self._responses.clear()
+            self._streams.clear()
             for msgs in self._channels.values():
                 msgs.clear()
             self._cond.notify_all()
@@ -316,6 +329,7 @@ class SlackEmulator(WebApi, OAuthApi):
         token = bearer.removeprefix("Bearer ").strip() or str(params.get("token") or "")
         team: str | None = None
         with self._cond:
+            self._expire_streams()  # what a call reads or writes sees the clock's streams
             caller = self._caller(token) if method != "oauth.v2.access" else self._me
             if handler is None:
                 response: JsonDict = {"ok": False, "error": "unknown_method"}

@@ -89,6 +89,21 @@ def replies(app: Wakeful, channel: str) -> list[dict[str, object]]:
     return [m for m in app.emu.messages(channel) if m.get("user") == BOT_USER]
 
 
+def wait_reply(app: Wakeful, channel: str, needle: str, timeout: float = 10.0) -> None:
+    """A reply of the bot's containing `needle`, ended: a streamed reply shows its words while
+    they are written (issue 37), and gets its feedback buttons when it ends."""
+    ok = app.emu.wait_for(
+        lambda e: any(
+            needle in str(m.get("text", ""))
+            and m.get("user") == BOT_USER
+            and m.get("streaming_state") != "in_progress"
+            for m in e.messages(channel)
+        ),
+        timeout,
+    )
+    assert ok, f"no ended reply with {needle!r} in {channel}: {app.emu.messages(channel)}"
+
+
 def metric(app: Wakeful, name: str, **labels: str) -> float:
     """One sample of the serve's own /metrics (0 when absent)."""
     url = app.url.replace("/slack/events", "/metrics")
@@ -125,7 +140,7 @@ def test_a_reply_carries_feedback_buttons_and_the_status_shows_until_it(
     assert app.emu.wait_for(lambda e: e.shown_status(channel, ts) == "is thinking…", 10)
     [shown] = app.emu.statuses(channel)
     assert shown["loading_messages"] == list(ClaudeAgent.loading_messages)
-    app.wait_post(channel, "Hello there.")
+    wait_reply(app, channel, "Hello there.")
     [reply] = replies(app, channel)
     buttons = feedback_element(reply)
     assert buttons["type"] == "feedback_buttons" and buttons["action_id"] == "wakeful_feedback"
@@ -133,16 +148,19 @@ def test_a_reply_carries_feedback_buttons_and_the_status_shows_until_it(
         "positive",
         "negative",
     }
-    assert reply["blocks"][0]["text"]["text"] == "Hello there."  # type: ignore[index]
+    assert reply["text"] == "Hello there."  # the streamed words are the message's own text
     assert app.emu.wait_for(lambda e: e.shown_status(channel, ts) == "", 10)
-    assert [s["status"] for s in app.emu.statuses(channel)] == ["is thinking…", ""]
+    # The streamed reply hides the status at once; the run's end clears it too.
+    assert app.emu.wait_for(
+        lambda e: [s["status"] for s in e.statuses(channel)] == ["is thinking…", ""], 10
+    )
 
     # A mention in a channel: the status under the thread the reply starts, then cleared.
     mention = app.sender.next_ts()
     fake.script(api.Scripted(200, api.message([{"type": "text", "text": "On it."}]), 1.0))
     assert app.sender.mention(user, "status?", channel="C24401", ts=mention).status == 200
     assert app.emu.wait_for(lambda e: e.shown_status("C24401", mention) == "is thinking…", 10)
-    app.wait_post("C24401", "On it.")
+    wait_reply(app, "C24401", "On it.")
     [answer] = replies(app, "C24401")
     assert answer["thread_ts"] == mention and feedback_element(answer)
     assert app.emu.wait_for(
@@ -194,7 +212,7 @@ def test_a_failed_run_clears_the_status_and_its_retry_answers(
     channel, ts = dm(user), app.sender.next_ts()
     fake.script(api.error(529, delay=0.5), api.text("Back now."))
     app.sender.message(user, "are you there?", ts=ts)
-    app.wait_post(channel, "Back now.", timeout=20)
+    wait_reply(app, channel, "Back now.", timeout=20)
     statuses = [s["status"] for s in app.emu.statuses(channel)]
     assert statuses[:2] == ["is thinking…", ""], statuses  # cleared after the failure
     cleared = [
@@ -202,9 +220,7 @@ def test_a_failed_run_clears_the_status_and_its_retry_answers(
         for c in app.emu.calls("assistant.threads.setStatus")
         if c.params.get("channel_id") == channel
     ][1]
-    posted = next(
-        c for c in app.emu.calls("chat.postMessage") if c.params.get("channel") == channel
-    )
+    posted = next(c for c in app.emu.calls() if c.params.get("channel") == channel)
     assert cleared.at < posted.at, "the failed run's status was cleared before any reply"
     assert app.emu.wait_for(lambda e: e.shown_status(channel, ts) == "", 10)
 
@@ -292,7 +308,7 @@ def test_a_worker_killed_after_k_of_n_calls_makes_only_the_rest(
     fake.script(*CALLS)
     again = killed_then_restarted(tmp_path, emu, db, fake, f"before-call-{k + 1}", "stretch?")
     try:
-        again.wait_post(dm("U24501"), "remind you to stretch", timeout=30)
+        wait_reply(again, dm("U24501"), "remind you to stretch", timeout=30)
         assert fake.calls - start == len(CALLS), "every call made exactly once"
         assert fake.left == 0
         sent = fake.requests[start:]

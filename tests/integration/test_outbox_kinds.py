@@ -17,7 +17,7 @@ from wakeful.core.run import Run
 from wakeful.core.worker import Worker
 
 INBOX = "T1:U8"
-ENGINE_KNOWN = "digest, ephemeral, ops, post, update"
+ENGINE_KNOWN = "digest, ephemeral, ops, post, stream, update"
 HOME = Post("U8", "Home", blocks=[{"type": "header"}], kind="home", user="U8", priority="urgent")
 
 

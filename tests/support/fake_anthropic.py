@@ -16,6 +16,10 @@ is shorter than the model's minimum cacheable length, and the rest is `input_tok
 are estimated as characters / 4 of each block's canonical JSON, plus the tool-use system prompt
 the API adds (the real tokenizer differs; the ratios are what the tests and the bench measure).
 The clock is injectable, so a simulated hour passes in no time.
+
+A request with `"stream": true` gets the same answer as server-sent events, paced and with the
+faults its `Scripted` reply names (see `fake_anthropic_stream`); `on_request` and `wait_deltas`
+let a test act at a precise point of a request or of a streamed answer.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Unpack
+
+from tests.support.fake_anthropic_stream import Deltas, StreamFaults, Writer, stream_events
 
 _ids = itertools.count(1)
 
@@ -59,10 +65,31 @@ the prompt's prefix."""
 
 @dataclass(frozen=True)
 class Scripted:
+    """One reply. The fields after `headers` apply when the request asked for a stream: `pace`
+    (seconds between deltas; None: the fake's `token_delay`), and, counted in deltas sent,
+    `cut_after` (the body ends there, without `message_delta`/`message_stop`), `drop_after` (the
+    connection drops mid-body), `error_after` (an `overloaded_error` event, as the real API sends
+    mid-stream) and `hold_after` (pause until `hold` is set or the fake closes)."""
+
     status: int
     body: dict[str, Any]
     delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    pace: float | None = None
+    cut_after: int | None = None
+    drop_after: int | None = None
+    error_after: int | None = None
+    hold: threading.Event | None = None
+    hold_after: int = 0
+
+    def faults(self) -> StreamFaults:
+        return StreamFaults(
+            cut_after=self.cut_after,
+            drop_after=self.drop_after,
+            error_after=self.error_after,
+            hold=self.hold,
+            hold_after=self.hold_after,
+        )
 
 
 def message(content: list[dict[str, Any]], stop_reason: str = "end_turn") -> dict[str, Any]:
@@ -79,23 +106,31 @@ def message(content: list[dict[str, Any]], stop_reason: str = "end_turn") -> dic
     }
 
 
-def text(answer: str, stop_reason: str = "end_turn", delay: float = 0.0) -> Scripted:
+def text(
+    answer: str, stop_reason: str = "end_turn", delay: float = 0.0, **stream: Unpack[StreamFaults]
+) -> Scripted:
     content = [{"type": "text", "text": answer}] if answer else []
-    return Scripted(200, message(content, stop_reason), delay)
+    return Scripted(200, message(content, stop_reason), delay, **stream)
 
 
 def tool_use(
-    name: str, args: dict[str, Any], tool_id: str, *, say: str = "", stop_reason: str = "tool_use"
+    name: str,
+    args: dict[str, Any],
+    tool_id: str,
+    *,
+    say: str = "",
+    stop_reason: str = "tool_use",
+    **stream: Unpack[StreamFaults],
 ) -> Scripted:
     content: list[dict[str, Any]] = [{"type": "text", "text": say}] if say else []
     content.append({"type": "tool_use", "id": tool_id, "name": name, "input": args})
-    return Scripted(200, message(content, stop_reason))
+    return Scripted(200, message(content, stop_reason), **stream)
 
 
-def tool_uses(*uses: tuple[str, dict[str, Any], str]) -> Scripted:
+def tool_uses(*uses: tuple[str, dict[str, Any], str], **stream: Unpack[StreamFaults]) -> Scripted:
     """Several tool_use blocks in one assistant turn."""
     content = [{"type": "tool_use", "id": i, "name": n, "input": a} for n, a, i in uses]
-    return Scripted(200, message(content, "tool_use"))
+    return Scripted(200, message(content, "tool_use"), **stream)
 
 
 ERROR_TYPES = {
@@ -207,13 +242,13 @@ class PromptCache:
         read = cum_tokens[read_at] if read_at >= 0 else 0
         written = {"5m": 0, "1h": 0}
         upto = read
-        for at, ttl in marks:
+        for at, mark_ttl in marks:
             if at <= read_at or cum_tokens[at] < least:
                 continue  # read already, or too short to be cached at all
-            written[ttl] += cum_tokens[at] - upto
+            written[mark_ttl] += cum_tokens[at] - upto
             upto = cum_tokens[at]
             key = (model, cum_hash[at])
-            self._entries[key] = max(self._entries.get(key, 0.0), now + TTLS[ttl])
+            self._entries[key] = max(self._entries.get(key, 0.0), now + TTLS[mark_ttl])
         input_tokens = (cum_tokens[-1] if cum_tokens else 0) - upto
         return Usage(input_tokens, output, read, written["5m"], written["1h"])
 
@@ -272,9 +307,9 @@ Responder = Callable[[dict[str, Any]], Scripted | None]
 
 class FakeAnthropic:
     """POST /v1/messages answered from a queue of scripted replies (or a responder), with
-    usage computed by a prompt cache of its own."""
+    usage computed by a prompt cache of its own; streamed when the request asks for a stream."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, token_delay: float = 0.0) -> None:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.usages: list[Usage] = []
@@ -284,6 +319,11 @@ class FakeAnthropic:
         """What the fake refused as the real API would (400s the script did not ask for)."""
         self.cache = PromptCache(clock)
         self.responder: Responder | None = None
+        self.token_delay = token_delay
+        """Seconds between two deltas of a streamed answer (a reply's `pace` overrides it)."""
+        self.on_request: Callable[[dict[str, Any]], None] | None = None
+        """Called with each request's body as it arrives, before any answer."""
+        self.deltas = Deltas()
         self._script: deque[Scripted] = deque()
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -300,6 +340,8 @@ class FakeAnthropic:
                     return
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 request = json.loads(raw)
+                if fake.on_request is not None:
+                    fake.on_request(request)
                 with fake._lock:
                     fake.requests.append(request)
                     fake.headers.append(headers)
@@ -323,7 +365,34 @@ class FakeAnthropic:
                 answer = reply.body
                 if reply.status == 200:
                     answer = fake._with_usage(request, reply.body)
+                    if request.get("stream") is True:
+                        self._stream(reply, answer)
+                        return
                 self._send(reply.status, answer, reply.headers)
+
+            def _stream(self, reply: Scripted, answer: dict[str, Any]) -> None:
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream; charset=utf-8")
+                    self.send_header("transfer-encoding", "chunked")
+                    self.send_header("cache-control", "no-cache")
+                    self.send_header("request-id", f"req_fake{next(_ids)}")
+                    for k, v in reply.headers.items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                except OSError:
+                    return
+                slot = fake.deltas.start()
+                pace = fake.token_delay if reply.pace is None else reply.pace
+                writer = Writer(
+                    self.wfile,
+                    pace=pace,
+                    closing=fake._closing,
+                    sent=lambda: fake.deltas.one_more(slot),
+                    faults=reply.faults(),
+                )
+                if not writer.write(stream_events(answer)):
+                    self.close_connection = True
 
             def _send(self, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
                 data = json.dumps(body).encode()
@@ -362,7 +431,7 @@ class FakeAnthropic:
 
     def _with_usage(self, request: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         """The scripted answer with the usage the real API would report for this request."""
-        answer = json.loads(json.dumps(body))
+        answer: dict[str, Any] = json.loads(json.dumps(body))
         answer["id"] = f"msg_fake{next(_ids)}"
         answer["model"] = request.get("model", answer.get("model"))
         with self._lock:
@@ -374,7 +443,7 @@ class FakeAnthropic:
     @property
     def base_url(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     @property
     def calls(self) -> int:
@@ -385,6 +454,12 @@ class FakeAnthropic:
     def script(self, *replies: Scripted) -> None:
         with self._lock:
             self._script.extend(replies)
+
+    def wait_deltas(self, n: int, timeout: float, reply: int | None = None) -> bool:
+        """True once streamed reply `reply` (0 the first; None the latest started) has sent `n`
+        deltas, False after `timeout` seconds. With None, a reply not started yet is not seen:
+        wait for an earlier point (`on_request`, `calls`) first when replies follow each other."""
+        return self.deltas.wait(n, timeout, reply)
 
     @property
     def left(self) -> int:

@@ -76,3 +76,39 @@ def test_a_refused_call_prints_nothing() -> None:
     refused = Call("chat.postMessage", {"channel": "C1", "text": "x"}, {}, 0.0, {"ok": False}, 200)
     chat.on_call(refused)
     assert lines == []
+
+
+def test_a_streamed_reply_shows_a_line_per_flush_then_its_end() -> None:
+    people, lines = People(), list[str]()
+    people.add("alice")
+    chat = Chat(people, lines.append)
+    chat.here = "D0ALICE"
+    to_ops = {"channel": "C0OPS", "thread_ts": "1.1", "recipient_user_id": "U0ALICE"}
+    chat.on_call(call("chat.startStream", {**to_ops, "markdown_text": "Hello **@alice**"}, "2.2"))
+    chat.on_call(call("chat.startStream", {"channel": "D0ALICE", "thread_ts": "3.3"}, "4.4"))
+    chunks = [{"type": "markdown_text", "text": ", line one\nline two"}]
+    chat.on_call(call("chat.appendStream", {"channel": "C0OPS", "ts": "2.2", "chunks": chunks}))
+    chat.on_call(call("chat.appendStream", {"channel": "D0ALICE", "ts": "4.4", "chunks": []}))
+    approve = {"type": "button", "action_id": "approve", "value": "r1", "text": {"text": "Ok"}}
+    stop = {
+        "channel": "C0OPS",
+        "ts": "2.2",
+        "markdown_text": "!",
+        "blocks": [{"type": "actions", "elements": [approve]}],
+    }
+    answer = {"ok": True, "ts": "2.2", "message": {"thread_ts": "1.1"}}
+    chat.on_call(Call("chat.stopStream", stop, {}, 0.0, answer, 200))
+    chat.on_call(call("chat.stopStream", {"channel": "D0ALICE", "ts": "4.4"}, "4.4"))
+    assert lines == [
+        "[bot streaming in #ops, thread] Hello @alice",
+        "[bot streaming in #ops, thread] , line one\n    line two",
+        "[bot done streaming in #ops, thread] !  [1] Ok",
+        "[bot done streaming in DM alice, thread]",
+    ]
+    assert chat.buttons[1].thread_ts == "1.1"
+    assert chat.streaming == {}
+    refused = {"ok": False, "error": "stopped_by_user"}
+    append = {"channel": "C0OPS", "ts": "2.2", "markdown_text": "more"}
+    chat.on_call(Call("chat.appendStream", append, {}, 0.0, refused, 200))
+    chat.on_call(call("chat.delete", {"channel": "C0OPS", "ts": "2.2"}, "2.2"))
+    assert lines[4:] == ["[bot deleted a message in #ops]"]

@@ -22,6 +22,7 @@ READ = {
     "WAKEFUL_BACKOFF_BASE": lambda c: c.settings.backoff_base,
     "WAKEFUL_BACKOFF_CAP": lambda c: c.settings.backoff_cap,
     "WAKEFUL_TOOL_RETRY_FOR": lambda c: c.settings.tool_retry_for,
+    "WAKEFUL_STREAM_SEGMENT": lambda c: c.settings.stream_segment,
     "WAKEFUL_RETENTION": lambda c: c.settings.retention,
     "WAKEFUL_STARTUP_WAIT": lambda c: c.startup_wait,
     "WAKEFUL_BATCH_WINDOW": lambda c: c.batch_window,

@@ -105,9 +105,10 @@ def test_the_engine_alone_knows_only_its_own_outbox_kinds() -> None:
         "print(default is k.ENGINE_KINDS)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    # `ops` is the engine's own: the operators' channel's lines (core/store/ops.py).
+    # `ops` is the engine's own: the operators' channel's lines (core/store/ops.py); so is
+    # `stream`, the end of a streamed reply's segment (core/streams.py).
     assert out.stdout.split("\n")[:2] == [
-        "('digest', 'ephemeral', 'ops', 'post', 'update')",
+        "('digest', 'ephemeral', 'ops', 'post', 'stream', 'update')",
         "True",
     ]
 
