@@ -40,6 +40,10 @@ SEGMENT_CHARS = 12_000
 segment can always be shown again whole (a fallback chat.update)."""
 PIECE = 4_000
 """Characters handed to the edge at once (its buffer adds at most a few hundred more)."""
+MIN_CAP = 100
+"""The fewest characters a segment is given after the destination found one too long."""
+GIVE_UP_AFTER = 3
+"""Segments in a row that showed nothing before the rest goes as an ordinary reply."""
 STREAM = "stream"
 """The outbox kind that ends a segment after the finish (core/kinds.py)."""
 
@@ -241,6 +245,13 @@ class Stream:
         """The person pressed stop: nothing more is shown (and an agent should stop working)."""
         self.segments: list[Segment] = []
         self._pending = ""
+        self._cap = SEGMENT_CHARS
+        """Characters one segment takes: halved (down to MIN_CAP) each time one is too long."""
+        self._blank = 0
+        """Segments in a row the destination ended before they showed anything."""
+        self._rest: str | None = None
+        """Once the destination will not stream (it refuses to start one, or ends every one
+        before it shows anything): the rest of the text, posted as an ordinary reply."""
         self._closed = False
         self.blocks: list[dict[str, Any]] | None = None
         """What shows under the text once closed."""
@@ -268,6 +279,9 @@ class Stream:
         self.text += text
         if self.place is None:
             return
+        if self._rest is not None:
+            self._rest += text
+            return
         self._pending += text
         self._push()
 
@@ -278,7 +292,7 @@ class Stream:
             raise InvalidInput("this stream is closed already")
         self._closed = True
         self.blocks = blocks
-        if self.place is None or self.stopped or not self.segments:
+        if self.place is None or self.stopped or not self.segments or self._rest is not None:
             return
         seg = self.segments[-1]
         surface = self._surface
@@ -301,12 +315,12 @@ class Stream:
 
     def _push(self) -> None:
         assert self.place is not None
-        while self._pending and not self.stopped:
+        while self._pending and not self.stopped and self._rest is None:
             seg = self.segments[-1] if self.segments else None
             if seg is None or seg.ended or self._due(seg):
                 self._next_segment()
                 continue
-            room = min(PIECE, SEGMENT_CHARS - len(seg.text))
+            room = min(PIECE, self._cap - len(seg.text))
             piece, self._pending = self._pending[:room], self._pending[room:]
             seg.text += piece
             try:
@@ -316,19 +330,30 @@ class Stream:
 
     def _due(self, seg: Segment) -> bool:
         old = self._books.clock() - seg.started >= self._books.segment_seconds
-        return old or len(seg.text) >= SEGMENT_CHARS
+        return old or len(seg.text) >= self._cap
 
     def _ended(self, seg: Segment, end: StreamEnded) -> None:
         """The destination ended `seg`: what it never showed goes on in the next segment,
         unless the person stopped it (then nothing more is shown)."""
         seg.ended = True
         lost = end.undelivered
+        if end.reason == "too_long":
+            self._cap = max(MIN_CAP, len(seg.text) // 2)
         if lost and seg.text.endswith(lost):
             seg.text = seg.text[: len(seg.text) - len(lost)]
         if end.reason == "stopped":
             self._stop(seg)
             return
         self._pending = lost + self._pending
+        self._blank = 0 if seg.text else self._blank + 1
+        if self._blank >= GIVE_UP_AFTER:
+            log.warning("streams keep ending before they show anything; the rest is posted")
+            self._give_up()
+
+    def _give_up(self) -> None:
+        """The destination will not stream: the rest goes as an ordinary reply."""
+        self._rest = (self._rest or "") + self._pending
+        self._pending = ""
 
     def _next_segment(self) -> None:
         """End the current segment (what it would not show goes on) and open the next, its
@@ -346,7 +371,12 @@ class Stream:
                     return
         token = books.register()
         books.heartbeat()  # a run that lost its lease opens nothing more
-        ts = surface.start(self.place)
+        try:
+            ts = surface.start(self.place)
+        except Exception as exc:  # not in that channel, rate limited: the reply still goes
+            log.warning("could not start a streamed reply (%s); it is posted instead", exc)
+            self._give_up()
+            return
         seg = Segment(ts, books.clock())
         self.segments.append(seg)
         n = sum(len(s.segments) for s in books.streams)
@@ -366,19 +396,25 @@ class Stream:
         books._record(f"stream:{books.register()}:stopped", record)
 
     def posts(self) -> list[fx.Post]:
-        if self.place is None:
-            if not self.text.strip():
-                return []
-            where = self.where
-            return [
-                fx.Post(
-                    where.channel,
-                    self.text,
-                    thread_ts=where.thread_ts,
-                    blocks=self.blocks,
-                    priority="urgent",
+        where = self.where
+        if self.place is None or self._rest is not None:
+            text = self.text if self.place is None else self._rest or ""
+            blocks = self.blocks if self.place is None else None  # buttons alone hide text
+            rows = [] if self.place is None else self._segment_rows()
+            if text.strip():
+                rows.append(
+                    fx.Post(
+                        where.channel,
+                        text,
+                        thread_ts=where.thread_ts,
+                        blocks=blocks,
+                        priority="urgent",
+                    )
                 )
-            ]
+            return rows
+        return self._segment_rows()
+
+    def _segment_rows(self) -> list[fx.Post]:
         last = len(self.segments) - 1
         return [
             _row(
