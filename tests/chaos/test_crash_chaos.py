@@ -1,5 +1,7 @@
 """Crash chaos: real processes SIGKILLed at random while Slack traffic flows (see
-tests/support/chaos.py). The default run is short; `pytest -m chaos` runs the full size."""
+tests/support/chaos.py). The default run is short; `pytest -m chaos` runs the full size. The
+stream variants answer every person's message with a streamed reply and aim kills at each
+point of a stream (tests/support/chaos_streams.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,17 @@ import pytest
 
 from tests.conftest import MakeStore
 from tests.support.chaos import Faults, Figures, Plan, run_chaos, sigkills
+from tests.support.chaos_streams import (
+    BEFORE_START,
+    BEFORE_STOP,
+    MID_APPEND,
+    StreamFigures,
+    StreamKills,
+    check_streams,
+    stream_settings,
+)
 from wakeful.core.store.sqlite import SQLiteConnector
+from wakeful.devtools.emulator import SlackEmulator
 
 LEASE = {"WAKEFUL_LEASE_TTL": "30"}
 """A killed process's leases end at once (its pid is gone, core/heartbeat.py), so none need
@@ -19,8 +31,14 @@ attempt the kills alone would not have: events died of too many attempts (issue 
 
 
 def _run(
-    make_store: MakeStore, tmp_path: Path, plan: Plan, faults: Faults = sigkills
-) -> tuple[Figures, str]:
+    make_store: MakeStore,
+    tmp_path: Path,
+    plan: Plan,
+    faults: Faults = sigkills,
+    streams: StreamKills | None = None,
+) -> tuple[Figures, str, StreamFigures | None]:
+    """The run; with `streams` (the kill plan then), the agent streams and its replies are
+    checked too."""
     store = make_store()
     if isinstance(store.db, SQLiteConnector):
         db, backend = store.db.path, "sqlite"
@@ -28,9 +46,20 @@ def _run(
         schema = store.db.schema  # type: ignore[attr-defined]
         db = f"{store.db.dsn}?options=-csearch_path%3D{schema}"  # type: ignore[attr-defined]
         backend = "postgres"
-    figures = run_chaos(plan, store, db, tmp_path, backend, faults, settings=LEASE)
+    if streams is None:
+        figures = run_chaos(plan, store, db, tmp_path, backend, faults, settings=LEASE)
+        print(figures.line(backend))
+        return figures, backend, None
+    found: list[StreamFigures] = []
+
+    def inspect(emu: SlackEmulator, acknowledged: list[str], poison_ids: set[str]) -> None:
+        found.append(check_streams(store, emu, acknowledged, poison_ids, streams))
+
+    settings = {**LEASE, **stream_settings(streams.trace)}
+    figures = run_chaos(plan, store, db, tmp_path, backend, streams, settings, inspect)
     print(figures.line(backend))
-    return figures, backend
+    print(found[0].line(backend))
+    return figures, backend, found[0]
 
 
 def _assert_guarantees(f: Figures, plan: Plan) -> None:
@@ -58,12 +87,60 @@ def test_short_crash_chaos(make_store: MakeStore, tmp_path: Path) -> None:
     # The default run's smoke test of the same guarantees; a kill every 0.5 to 2 s (the full
     # run's: 0.2 to 1 s) restarts about half as many processes, each restart a Python start.
     plan = Plan(events=300, inboxes=30, min_kills=6, poison=2, webhooks=60)
-    figures, _ = _run(make_store, tmp_path, plan, functools.partial(sigkills, every=(0.5, 2.0)))
+    figures, _, _ = _run(make_store, tmp_path, plan, functools.partial(sigkills, every=(0.5, 2.0)))
     _assert_guarantees(figures, plan)
 
 
 @pytest.mark.chaos
 def test_full_crash_chaos(make_store: MakeStore, tmp_path: Path) -> None:
     plan = Plan(events=2000, inboxes=100, min_kills=50, poison=5, webhooks=400)
-    figures, _ = _run(make_store, tmp_path, plan)
+    figures, _, _ = _run(make_store, tmp_path, plan)
     _assert_guarantees(figures, plan)
+
+
+def _assert_streams(f: StreamFigures, landed: tuple[str, ...]) -> None:
+    """Per person's message one visible reply, whole; no stream left open; kills landed."""
+    assert f.problems == []
+    assert f.dangling == 0, "streams left open"
+    assert f.half_replies == 0
+    assert f.duplicate_replies == 0
+    assert f.unanswered == 0
+    assert f.misplaced == 0
+    assert f.thread_posts == 0, "replies in a message's thread that did not stream"
+    assert f.replies > 0 and f.answered > 0
+    assert f.taken_back > 0, "no kill left a stream for a retry to take back"
+    for kind in landed:
+        assert f.kinds[kind] > 0, f"no kill landed {kind}"
+
+
+class StreamCrashChaos:
+    """The short run with streamed replies (issue 37). One class per store: `--dist
+    loadscope` hands each to a test process of its own, beside the rest of the suite."""
+
+    def test_short_stream_crash_chaos(self, make_store: MakeStore, tmp_path: Path) -> None:
+        plan = Plan(events=150, inboxes=15, min_kills=8, poison=2, webhooks=30)
+        kills = StreamKills(tmp_path / "streams.trace", every=(0.5, 1.5))
+        figures, _, streamed = _run(make_store, tmp_path, plan, kills, kills)
+        _assert_guarantees(figures, plan)
+        assert streamed is not None
+        _assert_streams(streamed, (MID_APPEND,))
+
+
+@pytest.mark.parametrize("make_store", ["sqlite"], indirect=True)
+class TestStreamCrashChaosSqlite(StreamCrashChaos):
+    pass
+
+
+@pytest.mark.parametrize("make_store", ["postgres"], indirect=True)
+class TestStreamCrashChaosPostgres(StreamCrashChaos):
+    pass
+
+
+@pytest.mark.chaos
+def test_full_stream_crash_chaos(make_store: MakeStore, tmp_path: Path) -> None:
+    plan = Plan(events=2000, inboxes=100, min_kills=50, poison=5, webhooks=400)
+    kills = StreamKills(tmp_path / "streams.trace")
+    figures, _, streamed = _run(make_store, tmp_path, plan, kills, kills)
+    _assert_guarantees(figures, plan)
+    assert streamed is not None
+    _assert_streams(streamed, (BEFORE_START, MID_APPEND, BEFORE_STOP))

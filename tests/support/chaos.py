@@ -197,6 +197,7 @@ def _deliver(
 
 Faults = Callable[[Fleet, random.Random, Figures, threading.Event], None]
 """A fault plan: runs in the controller thread until the event is set, counting in figures."""
+Inspect = Callable[[SlackEmulator, list[str], set[str]], None]
 
 
 def sigkills(
@@ -226,7 +227,10 @@ def run_chaos(
     backend: str,
     faults: Faults = sigkills,
     settings: dict[str, str] | None = None,
+    inspect: Inspect | None = None,
 ) -> Figures:
+    """The run; `inspect` is handed Slack (the emulator), the acknowledged event ids and the
+    poisoned ones once every process is stopped, for checks of its own."""
     rng = random.Random(plan.seed)
     figures = Figures()
     started = time.monotonic()
@@ -495,6 +499,8 @@ def run_chaos(
     check_stripe(stripe, emu, figures)
     stripe.__exit__(None, None, None)
     hooks.check(store, emu, figures)
+    if inspect is not None:
+        inspect(emu, acknowledged, poison_ids)
     emu.stop()
     return figures
 
