@@ -141,6 +141,8 @@ class RunStreams:
 
     @property
     def stopped_by_user(self) -> bool:
+        """Known from the run's start: asking settles (an earlier attempt's stop is read)."""
+        self.settle()
         return self.stopped_before is not None or any(s.stopped for s in self.streams)
 
     def settle(self) -> None:
