@@ -394,6 +394,7 @@ def test_streams_and_open_streams_over_the_admin_api(emu: SlackEmulator, client:
     req = urllib.request.Request(f"{emu.base_url}_emulator/press_stop?channel=C1")
     with pytest.raises(urllib.error.HTTPError) as exc:
         _no_proxy_opener().open(req, timeout=5)
+    exc.value.close()  # the error is the response: closed, as a read one would be
     assert exc.value.code == 400
     emu.clear()
     assert emu.streams() == []
