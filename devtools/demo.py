@@ -17,12 +17,12 @@ import logging
 import os
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from wakeful.bot.builtin.refund_desk import HELP_LINES
 from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import EVENTS_PATH, SlackFront
 from wakeful.bot.process.config import Config, WebhookSource
@@ -31,17 +31,15 @@ from wakeful.bot.slack.home import as_text
 from wakeful.bot.slack.kinds import SLACK_KINDS
 from wakeful.core.settings import Settings
 from wakeful.core.store import open_store
-from wakeful.devtools.emulator import Call, EventSender, SlackEmulator
+from wakeful.devtools.demo_narrator import DM, OPS, ROOM, Narrator, indent
+from wakeful.devtools.emulator import EventSender, SlackEmulator
+from wakeful.devtools.emulator.streams import streamed_text
 from wakeful.devtools.fake_stripe import FakeStripe
 from wakeful.devtools.local import start_gateway
 from wakeful.devtools.webhooks import WebhookSender, stripe_event
 
 SECRET = "demo-signing-secret"
 TOKEN = "xoxb-demo"
-NAMES = {"U0ALICE": "alice", "U0BOB": "bob", "UBOT": "wakeful"}
-DM = "D0ALICE"
-ROOM = "C0REFUNDS"
-OPS = "C0OPS"
 GITHUB_SECRET, STRIPE_SECRET = "demo-github-secret", "whsec_demo"
 GAP, APPROVAL_TTL = 6, 4
 NEXT = (
@@ -53,70 +51,6 @@ NEXT = (
 
 class DemoFailed(Exception):
     pass
-
-
-class Narrator:
-    """Prints what each person would see in Slack, as the emulator receives the calls."""
-
-    def __init__(self, out: Callable[[str], None], verbose: bool) -> None:
-        self.out = out
-        self.verbose = verbose
-        self.lock = threading.Lock()
-        self.t0 = time.monotonic()
-
-    def say(self, text: str) -> None:
-        with self.lock:
-            self.out(text)
-
-    def on_call(self, call: Call) -> None:
-        stamp = f"{time.monotonic() - self.t0:5.1f}s"
-        p = call.params
-        if self.verbose:
-            self.say(f"  {stamp}  [api] {call.method} -> {call.status} {call.response.get('ok')}")
-        if not call.response.get("ok"):
-            return
-        if call.method == "chat.postMessage":
-            self.say(f"  {stamp}  Slack {where(p)}  wakeful: {render(p)}")
-        elif call.method == "chat.update":
-            self.say(f"  {stamp}  Slack {where(p)}  (prompt updated) {render(p)}")
-        elif call.method == "chat.postEphemeral":
-            who = NAMES.get(str(p.get("user")), p.get("user"))
-            self.say(f"  {stamp}  Slack {where(p)}  (only {who} sees) {render(p)}")
-
-
-def where(p: dict[str, Any]) -> str:
-    channel = str(p.get("channel"))
-    place = {DM: "[DM alice]", ROOM: "[#refunds]", OPS: "[#ops]"}.get(channel, f"[{channel}]")
-    return place + (" (thread)" if p.get("thread_ts") else "")
-
-
-def render(p: dict[str, Any]) -> str:
-    """Blocks as a person sees them: section text, context lines, buttons in brackets."""
-    blocks = p.get("blocks")
-    if isinstance(blocks, str):
-        import json
-
-        blocks = json.loads(blocks)
-    if not blocks:
-        return indent(str(p.get("text", "")))
-    parts: list[str] = []
-    for block in blocks:
-        if block.get("type") == "section":
-            parts.append(block["text"]["text"])
-        elif block.get("type") == "context":
-            parts.extend(e.get("text", "") for e in block.get("elements", []))
-        elif block.get("type") == "actions":
-            parts.append(" ".join(f"[{e['text']['text']}]" for e in block.get("elements", [])))
-    return indent(" | ".join(parts))
-
-
-def indent(text: str) -> str:
-    import re
-
-    text = re.sub(r"<!date\^\d+\^[^|>]*\|([^>]*)>", r"\1", text)
-    for uid, name in NAMES.items():
-        text = text.replace(f"<@{uid}>", f"@{name}")
-    return text.replace("\n", "\n" + " " * 31)
 
 
 class Demo:
@@ -287,8 +221,9 @@ class Demo:
             self.user("alice", text)
             self.sender.message("U0ALICE", text, channel=DM)
         self.expect("one reply for three messages", lambda: bool(self.posts("Handled 3 messages")))
+        self.help()
 
-        say("\n3. A refund approved")
+        say("\n4. A refund approved")
         self.user("alice", "please refund order 1001")
         self.sender.message("U0ALICE", "please refund order 1001", channel=DM)
         self.expect("an approval prompt", lambda: bool(self.posts("refund order 1001 for")))
@@ -307,7 +242,7 @@ class Demo:
             timeout=GAP + 10,
         )
 
-        say("\n4. A refund denied")
+        say("\n5. A refund denied")
         self.user("alice", "refund order 1002")
         self.sender.message("U0ALICE", "refund order 1002", channel=DM)
         self.expect("an approval prompt", lambda: bool(self.posts("refund order 1002 for")))
@@ -318,7 +253,7 @@ class Demo:
             lambda: bool(self.posts("Refund for order 1002 denied; nothing was done.")),
         )
 
-        say("\n5. In a channel: a click by the wrong user is refused; then the request expires")
+        say("\n6. In a channel: a click by the wrong user is refused; then the request expires")
         self.user("alice", "@wakeful refund order 1003", where="#refunds")
         self.sender.mention("U0ALICE", "<@UBOT> refund order 1003", channel=ROOM)
         self.expect("a prompt", lambda: bool(self.posts("refund order 1003 for", ROOM)))
@@ -338,7 +273,7 @@ class Demo:
         )
         self.expect("the prompt marked expired", lambda: "Expired" in str(self.prompt(rid, ROOM)))
 
-        say("\n6. Start quiet: a digest only when there is news; held ones merge into one")
+        say("\n7. Start quiet: a digest only when there is news; held ones merge into one")
         self.user("alice", "digest every 1 second")
         self.sender.message("U0ALICE", "digest every 1 second", channel=DM)
         self.expect("the first digest", lambda: len(self.posts("Digest since")) == 1, timeout=8)
@@ -378,9 +313,37 @@ class Demo:
         self.threads_and_home()
         self.webhooks()
 
+    def help(self) -> None:
+        """The refund desk's help, streamed: written a line at a time under alice's message,
+        shown flush by flush, then ended as one message with nothing left streaming."""
+        self.n.say("\n3. Asked for help: the reply shows as it is written, then ends")
+        self.user("alice", "help")
+        before, asked = len(self.emu.messages(DM)), self.sender.next_ts()
+        self.sender.message("U0ALICE", "help", channel=DM, ts=asked)
+        self.expect(
+            "the help streamed and ended",
+            lambda: any(
+                s.get("thread_ts") == asked and s.get("streaming_state") == "completed"
+                for s in self.emu.streams(DM)
+            ),
+        )
+        under = [m for m in self.emu.messages(DM) if m.get("thread_ts") == asked]
+        if len(under) != 1 or len(self.emu.messages(DM)) != before + 1:
+            raise DemoFailed("the help was not one message under alice's")
+        if under[0].get("text") != "".join(HELP_LINES):
+            raise DemoFailed("the help's message does not hold the help")
+        ts = under[0]["ts"]
+        calls = [c for c in self.emu.calls() if ts in (c.params.get("ts"), c.response.get("ts"))]
+        ends = [c.method for c in calls[:1] + calls[-1:]]
+        streamed = [streamed_text(c.params) for c in calls if c.method == "chat.appendStream"]
+        if ends != ["chat.startStream", "chat.stopStream"] or not any(streamed):
+            raise DemoFailed("the help was not streamed, then ended")
+        if self.emu.open_streams():
+            raise DemoFailed("a stream was left open")
+
     def threads_and_home(self) -> None:
         say = self.n.say
-        say("\n7. A thread follow-up: no new mention needed in a thread the bot answered in")
+        say("\n8. A thread follow-up: no new mention needed in a thread the bot answered in")
         self.user("bob", "@wakeful is the refund desk open?", where="#refunds")
         mention = self.sender.next_ts()
         self.sender.mention("U0BOB", "<@UBOT> is the refund desk open?", channel=ROOM, ts=mention)
@@ -403,7 +366,7 @@ class Demo:
         )
         say(f"         (the channel chatter was acknowledged, HTTP {lunch.status}, and dropped)")
 
-        say("\n8. The Home tab, as bob would see it (app_home_opened -> views.publish)")
+        say("\n9. The Home tab, as bob would see it (app_home_opened -> views.publish)")
         self.sender.home_opened("U0BOB")
         self.expect("bob's Home tab", lambda: "1005" in self.home("U0BOB"))
         for line in self.home("U0BOB").splitlines():
@@ -436,7 +399,7 @@ class Demo:
 
     def webhooks(self) -> None:
         say = self.n.say
-        say("\n9. Webhooks into #ops: a redelivered GitHub event is one line; a burst is one post")
+        say("\n10. Webhooks into #ops: a redelivered GitHub event is one line; a burst is one post")
         first = self.hooks.github_example("issues.opened")
         again = self.hooks.github_example("issues.opened", delivery=first.delivery_id)
         say(

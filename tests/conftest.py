@@ -96,6 +96,9 @@ MAX_WORKERS = 8
 """Each worker holds a few PostgreSQL connections; the local server allows 100."""
 LONG_FIRST = (
     "tests/acceptance/test_claude_slack.py",
+    "tests/acceptance/test_claude_streams.py::TestSigkillSqlite",
+    "tests/acceptance/test_claude_streams.py::TestSigkillPostgres",
+    "tests/acceptance/test_claude_streams.py",
     "tests/acceptance/test_refund_no_silence.py",
     "tests/chaos/test_crash_chaos.py",
     "tests/acceptance/test_slack_app.py",

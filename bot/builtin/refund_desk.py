@@ -2,8 +2,10 @@
 reference for what an agent asks of its run. Written on the public agent API alone.
 
 It answers each batch of chat with one reply, asks for approval before a refund, sets reminders
-and paced digests, and reports status. Everything it knows between runs lives in the state it
-saves with the run, so counts in a digest are exact even across crashes.
+and paced digests, reports status, and streams its help (`help`) a line at a time: the
+reference for `run.stream`, seen being written in `wakeful dev` and `wakeful demo`. Everything
+it knows between runs lives in the state it saves with the run, so counts in a digest are exact
+even across crashes.
 """
 
 from __future__ import annotations
@@ -71,6 +73,17 @@ SLASH_USAGE = (
     "`/wakeful remind me in 10 minutes to stretch`, or `/wakeful dead-letters` (approvers)."
 )
 ONLY_APPROVERS = "Only approvers (WAKEFUL_APPROVERS) may see the dead letters."
+HELP_LINES = (
+    "I'm the refund desk. Write to me here, or mention me in a channel:\n",
+    "• `refund order 1234`: asks for approval first; a yes refunds it once\n",
+    "• `remind me in 10 minutes to stretch`: a reminder, in this conversation\n",
+    "• `digest every 1 hour`, `digest daily at 09:00`, `digest off`: news only, paced\n",
+    "• `status`: pending and dead events, open approvals, the next digest\n",
+    "My Home tab shows what waits for an answer, the next reminders and recent refunds.",
+)
+"""The help a message saying `help` gets, streamed line by line (each ends with its newline, so
+a flush shows whole lines)."""
+HELP_WORDS = ("help", "help?", "help!")
 
 
 def _seconds(n: str, unit: str) -> int:
@@ -159,14 +172,18 @@ class RefundDesk(Agent):
         for where, events in by_conversation.items():
             state["home"] = {"channel": where.channel, "thread_ts": where.thread_ts}
             lines = [f"Handled {plural(len(events), 'message')}."]
-            prompted = 0
+            answered = 0  # messages answered by their own post: a prompt, the help
             for e in events:
+                if MENTION.sub("", e.text).strip().lower() in HELP_WORDS:
+                    _help(run, e)
+                    answered += 1
+                    continue
                 said, asked = self._commands(run, e, where, state)
                 lines.extend(said)
-                prompted += bool(asked and not said)
-            # A message that only asked for approval is answered by its prompt: one post per
-            # ask, not a reply saying so and then the prompt.
-            if prompted < len(events):
+                answered += bool(asked and not said)
+            # A message that only asked for approval is answered by its prompt (one post per
+            # ask, not a reply saying so and then the prompt); one asking for help by the help.
+            if answered < len(events):
                 run.reply("\n".join(lines), to=where, urgent=True)
 
     def _slash(self, run: Run, e: Command, state: dict[str, Any]) -> None:
@@ -326,6 +343,16 @@ class RefundDesk(Agent):
         out += [header("Recent refunds"), section("\n".join(shown) or "None.")]
         out.extend(view.operator_blocks())
         return out
+
+
+def _help(run: Run, message: Message) -> None:
+    """The help, written a line at a time as a model's answer would be: under the person's
+    message in Slack it shows as it is written and ends as one message (core/streams.py)."""
+    with run.stream(to=message) as reply:
+        for line in HELP_LINES:
+            if reply.stopped:  # the person pressed stop: what showed stays
+                break
+            reply.write(line)
 
 
 def _digest_line(view: HomeView) -> str:

@@ -275,9 +275,28 @@ def _one_complete_reply(app: Wakeful, user: str, answer: str) -> None:
     assert app.emu.open_streams() == []
 
 
-def test_sigkill_at_each_point_of_a_stream_leaves_exactly_one_complete_reply(
-    backend: str, fake: FakeAnthropic, tmp_path: Path
-) -> None:
+class KillRun:
+    """One store's kill run, a scope of its own: `--dist loadscope` hands the two to two test
+    processes, beside the module's shared serve (tests/conftest.py LONG_FIRST)."""
+
+    backend = "sqlite"
+
+    def test_sigkill_at_each_point_of_a_stream_leaves_exactly_one_complete_reply(
+        self, fake: FakeAnthropic, tmp_path: Path
+    ) -> None:
+        kill_at_each_point(self.backend, fake, tmp_path)
+
+
+class TestSigkillSqlite(KillRun):
+    backend = "sqlite"
+
+
+@pytest.mark.pg
+class TestSigkillPostgres(KillRun):
+    backend = "postgres"
+
+
+def kill_at_each_point(backend: str, fake: FakeAnthropic, tmp_path: Path) -> None:
     """After the run (its reply streamed whole, before the finish), mid-append, before the
     stream's start (the model call in flight), and at the outbox's chat.stopStream: each kill
     and restart leaves one complete reply with its buttons, and no stream open."""

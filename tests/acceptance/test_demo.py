@@ -1,7 +1,7 @@
 """`wakeful demo` runs the whole app against the emulator and checks itself; here we check what
-a person reading its transcript sees: each step's lines under its heading, one post per refund
-ask, the Home tab in the prompt's words, nothing after `digest off`, no log line, and a last
-line that says where to go next."""
+a person reading its transcript sees: each step's lines under its heading, the help written
+under alice's message flush by flush, one post per refund ask, the Home tab in the prompt's
+words, nothing after `digest off`, no log line, and a last line that says where to go next."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from wakeful.bot.builtin.refund_desk import HELP_LINES
 from wakeful.devtools.demo import NEXT
 
 HEADING = re.compile(r"^(\d+)\. ", re.MULTILINE)
@@ -107,9 +108,9 @@ def test_the_transcript_keeps_each_steps_lines_under_its_heading(
 ) -> None:
     text = demo[0].stdout
     by_step = steps(text)
-    assert sorted(by_step) == list(range(1, 10))
+    assert sorted(by_step) == list(range(1, 11))
     # Every line about an order is in the step that asked for it: its prompt, its answer,
-    # its expiry (step 7's prompt once came under step 8's heading, its expiry in step 9).
+    # its expiry (step 8's prompt once came under step 9's heading, its expiry in step 10).
     asked = {}
     for n, step in by_step.items():
         for order in re.findall(r"→ [^\n]*refund order (\d+)", step):
@@ -120,9 +121,9 @@ def test_the_transcript_keeps_each_steps_lines_under_its_heading(
             about = [line for line in step.splitlines() if f"order {order}" in line]
             if m == n:
                 assert any("Approval needed" in line for line in about), (order, step)
-            elif m != 8 or order != "1005":  # bob answers 1005 in step 8, after his Home tab
+            elif m != 9 or order != "1005":  # bob answers 1005 in step 9, after his Home tab
                 assert not about, f"order {order} (step {n}) shows in step {m}: {about}"
-    assert "Refund for order 1005 denied" in by_step[8]
+    assert "Refund for order 1005 denied" in by_step[9]
     # One post per refund ask: the first post after the ask is its prompt, nothing before it.
     assert "Asked for approval" not in text
     for order, n in asked.items():
@@ -134,9 +135,27 @@ def test_the_transcript_keeps_each_steps_lines_under_its_heading(
         assert text.count(f"wakeful: *Approval needed:* refund order {order}\n") == 1
     # The Home tab says what the prompt says.
     assert "refund_order" not in text
-    assert "         | *Approval needed:* refund order 1005\n" in by_step[8]
+    assert "         | *Approval needed:* refund order 1005\n" in by_step[9]
     # `digest off` sends nothing more: its post is its confirmation, and no digest follows.
-    [confirmation] = posts_after(by_step[6], "'digest off'")
+    [confirmation] = posts_after(by_step[7], "'digest off'")
     assert confirmation.endswith("wakeful: Handled 1 message.\n" + " " * 31 + "Digest off.")
     after = text.split("'digest off'", 1)[1]
     assert "Digest since" not in after
+
+
+def test_the_help_is_written_under_alices_message_flush_by_flush_then_ended(
+    demo: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    """Step 3: `help` is answered by one streamed message under hers and nothing else; the
+    narration shows each flush as Slack took it (the first line at once, alone; the rest as
+    the edge's buffer sends it), their texts joined being the desk's help, then its end."""
+    step = steps(demo[0].stdout)[3]
+    *flushes, end = posts_after(step, "alice → DM: 'help'")
+    streaming = "[DM alice] (thread)  (streaming) wakeful: "
+    assert len(flushes) >= 2 and all(f.startswith(streaming) for f in flushes), step
+    shown = [f.removeprefix(streaming).rstrip("\n").replace("\n" + " " * 31, "\n") for f in flushes]
+    assert shown[0] == HELP_LINES[0].rstrip("\n")  # the first line showed at once, alone
+    assert "\n".join(shown) == "".join(HELP_LINES)
+    lines = len(HELP_LINES)
+    assert end.rstrip("\n") == f"[DM alice] (thread)  (stream ended: one message of {lines} lines)"
+    assert "Handled" not in step

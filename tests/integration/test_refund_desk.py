@@ -23,7 +23,8 @@ import pytest
 
 from tests.conftest import T0, MakeStore
 from wakeful.agents import Agent, ApprovalAnswer, InvalidInput, Message, Run, Setup, Tool
-from wakeful.bot.builtin.refund_desk import RefundDesk
+from wakeful.agents.testing import Harness
+from wakeful.bot.builtin.refund_desk import HELP_LINES, RefundDesk
 from wakeful.bot.process.config import Config
 from wakeful.bot.process.loading import build_runner, make_setup
 from wakeful.bot.slack.zones import ZoneLookup
@@ -321,6 +322,21 @@ def test_two_conversations_in_one_batch_get_one_reply_each(desk: Desk) -> None:
         ("C1", "Handled 1 message."),
         ("D1", "Handled 2 messages."),
     ]
+
+
+def test_help_is_one_reply_the_help_and_a_batch_keeps_its_own_reply() -> None:
+    """`help` (in a DM or a mention) is answered by the help alone: one urgent reply, its lines
+    as written (streamed; in the Harness a stream is one reply when the run finishes), no
+    "Handled" beside it. Sent with other messages, those still get the batch's one reply."""
+    text = "".join(HELP_LINES)
+    assert text.count("\n") == len(HELP_LINES) - 1  # each line its own, the last unbroken
+    with Harness(RefundDesk) as h:
+        for said in (h.dm("help"), h.dm("Help?"), h.mention("help")):
+            assert [(r.kind, r.text, r.urgent) for r in said.replies] == [("post", text, True)]
+        [helped] = h.mention("help", thread_ts="1700000000.000001").replies
+        assert (helped.channel, helped.thread_ts) == ("C0TEST", "1700000000.000001")
+        both = h.batch(["status?", "help"]).replies
+        assert sorted(r.text for r in both) == sorted(["Handled 2 messages.", text])
 
 
 # -- refunds need a yes ----------------------------------------------------------------------
