@@ -34,13 +34,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--skip-http", action="store_true")
     p.add_argument(
         "--only",
-        default="engine,ops,http,e2e,claude,pg",
-        help="comma-separated parts to run (engine, ops, http, front, e2e, claude, pg); default "
-        "all but front (the front alone against the bare Bolt app, in rounds)",
+        default="engine,ops,http,e2e,claude,claude-stream,pg",
+        help="comma-separated parts to run (engine, ops, http, front, e2e, claude, "
+        "claude-stream, pg); default all but front (the front alone against the bare Bolt app, "
+        "in rounds)",
     )
     args = p.parse_args(argv)
     parts = set(args.only.split(","))
-    unknown = parts - {"engine", "ops", "http", "front", "e2e", "claude", "pg"}
+    unknown = parts - {"engine", "ops", "http", "front", "e2e", "claude", "claude-stream", "pg"}
     if unknown:
         p.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
     named = argv is not None and any(a.startswith("--only") for a in argv)
@@ -68,6 +69,11 @@ def main(argv: list[str]) -> int:
         from .claude import run_claude
 
         figures += run_claude(args.quick)
+    if "claude-stream" in parts:
+        from .claude_stream import run_claude_stream
+        from .claude_stream_chaos import run_stream_chaos
+
+        figures += run_claude_stream(args.quick) + run_stream_chaos(args.quick)
     dsn = os.environ.get("WAKEFUL_TEST_PG_DSN", "")
     if "pg" not in parts:
         pass
@@ -84,7 +90,7 @@ def main(argv: list[str]) -> int:
         text = [
             "# Benchmark results",
             "",
-            f"`python -m bench{'' if len(parts) == 6 else ' --only ' + args.only}`"
+            f"`python -m bench{'' if len(parts) == 7 else ' --only ' + args.only}`"
             f" ({'quick' if args.quick else 'full'} run), {when}, on {machine()}.",
             "Every ratio is against a baseline measured in the same run.",
             "",
