@@ -35,7 +35,8 @@ from wakeful.core.rules.approvals import ApprovalBudget
 from wakeful.core.rules.timers import TimerBudget
 from wakeful.core.settings import DAY, DEFAULTS
 from wakeful.core.steps import StepLedger, durable_step, step_key
-from wakeful.core.streams import RunStreams, Stream, StreamPlace, StreamSurface
+from wakeful.core.stream_edge import StreamPlace, StreamSurface
+from wakeful.core.streams import RunStreams, Stream
 from wakeful.core.tenancy import Workspace
 from wakeful.core.usage import ModelUsage, OverBudget, SpendBudget
 from wakeful.core.views import ApprovalView, PlainApprovals

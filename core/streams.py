@@ -24,11 +24,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 from wakeful.core import effects as fx
 from wakeful.core.errors import InvalidInput
 from wakeful.core.events import Conversation
+from wakeful.core.stream_edge import StreamEnded, StreamPlace, StreamSurface
 
 if TYPE_CHECKING:
     from wakeful.core.steps import StepLedger
@@ -46,56 +47,6 @@ GIVE_UP_AFTER = 3
 """Segments in a row that showed nothing before the rest goes as an ordinary reply."""
 STREAM = "stream"
 """The outbox kind that ends a segment after the finish (core/kinds.py)."""
-
-Reason = Literal["expired", "too_long", "stopped"]
-
-
-class StreamEnded(Exception):
-    """The destination ended a segment: `expired` (too old), `too_long`, or `stopped` (the
-    person pressed stop). `undelivered`: the end of what was handed over that it never
-    showed, to go on in the next segment (or nowhere, when stopped)."""
-
-    def __init__(self, reason: Reason, undelivered: str = "") -> None:
-        super().__init__(reason)
-        self.reason: Reason = reason
-        self.undelivered = undelivered
-
-
-@dataclass(frozen=True, slots=True)
-class StreamPlace:
-    """Where a streamed reply goes: under the message it answers, for the person who wrote."""
-
-    channel: str
-    thread_ts: str
-    """The ts of the message it answers (Slack streams only replies), or its thread's."""
-    team: str
-    user: str
-    inbox: str
-    """Whose workspace the calls are made in."""
-
-
-class StreamSurface(Protocol):
-    """What the edge does for a stream (bot/slack/streams.py)."""
-
-    def start(self, place: StreamPlace) -> str:
-        """Open a new, empty segment; its message's ts."""
-        ...
-
-    def append(self, place: StreamPlace, ts: str, text: str) -> None:
-        """Add text (it may wait in a buffer); StreamEnded when the segment has ended."""
-        ...
-
-    def flush(self, place: StreamPlace, ts: str) -> None:
-        """Show what waits in the buffer now; StreamEnded as `append`."""
-        ...
-
-    def end(self, place: StreamPlace, ts: str) -> None:
-        """End the segment (its buffer shown first); StreamEnded when it had ended already."""
-        ...
-
-    def take_back(self, place: StreamPlace, ts: str) -> None:
-        """Stop and delete the segment's message: best effort, quiet when it is gone."""
-        ...
 
 
 @dataclass
@@ -122,6 +73,7 @@ class RunStreams:
     retried: bool
     """The batch was claimed before: an earlier attempt may have left segments."""
     clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
     streams: list[Stream] = field(default_factory=list)
     token: str = ""
     """This attempt's name for its segments (`stream:<token>:seg:<i>`), registered once."""
@@ -176,7 +128,20 @@ class RunStreams:
         while (seg := self.ledger.recorded_step(self.key(f"stream:{token}:seg:{i}"))) is not None:
             self._take_back(seg.result)
             i += 1
+        opening = self.ledger.recorded_step(self.key(f"stream:{token}:opening:{i}"))
+        if opening is not None and isinstance(opening.result, dict):
+            self._take_back_orphans(opening.result)  # killed between its start and its record
         self._record(f"stream:{token}:gone", {"segments": i})
+
+    def _take_back_orphans(self, opening: dict[str, Any]) -> None:
+        if self.surface is None:
+            return
+        place = StreamPlace(**opening["place"])
+        try:
+            for ts in self.surface.orphans(place, float(opening["since"])):
+                self.surface.take_back(place, ts)
+        except Exception as exc:  # best effort, as any take-back
+            log.warning("could not look for a streamed message left unrecorded: %s", exc)
 
     def _take_back(self, seg: Any) -> None:
         if self.surface is None or not isinstance(seg, dict):
@@ -373,6 +338,9 @@ class Stream:
                     return
         token = books.register()
         books.heartbeat()  # a run that lost its lease opens nothing more
+        n = sum(len(s.segments) for s in books.streams)
+        opening = {"place": _place_fields(self.place), "since": books.wall() - 1}
+        books._record(f"stream:{token}:opening:{n}", opening)  # a kill before the next record
         try:
             ts = surface.start(self.place)
         except Exception as exc:  # not in that channel, rate limited: the reply still goes
@@ -381,9 +349,8 @@ class Stream:
             return
         seg = Segment(ts, books.clock())
         self.segments.append(seg)
-        n = sum(len(s.segments) for s in books.streams)
         record = {"ts": ts, "place": _place_fields(self.place)}
-        books._record(f"stream:{token}:seg:{n - 1}", record)
+        books._record(f"stream:{token}:seg:{n}", record)
 
     def _stop(self, seg: Segment) -> None:
         self.stopped = True

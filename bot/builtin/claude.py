@@ -239,7 +239,7 @@ class ClaudeAgent(Agent, ClaudeTools):
         self._route(ctx)
         ctx.history_end = len(ctx.state["messages"]) - 1
         ctx.live = live_reply(run) if self.stream_replies else None
-        pending = pending_turn(ctx, lambda events: self._user_turn(ctx, events))
+        pending = pending_turn(ctx, self._user_turn, self._redo)
         ctx.ttl = self._ttl(ctx)
         try:
             self._loop(ctx, pending)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -53,6 +54,8 @@ class LiveReply(Protocol):
 log = logging.getLogger("wakeful")
 
 CACHE_TTLS = ("5m", "1h", "off")
+BEAT_EVERY = 5.0
+"""Seconds between lease renewals while a call streams (it may outlast the lease)."""
 DIGEST_LONG_TTL = 3600
 """A digest timer firing at most this many seconds apart writes the cache with the 1-hour TTL."""
 _NOT_MARKABLE = ("thinking", "redacted_thinking")
@@ -217,11 +220,15 @@ class ModelCaller:
     ) -> anthropic.types.Message:
         """The call through the streaming API, its text written to `live` as it comes."""
         live.begin_call()
+        beat = time.monotonic()
         with (
             self._failures(),
             self.client.messages.stream(**self._request(turns, history_end, ttl)) as stream,
         ):
             for event in stream:
+                if time.monotonic() - beat >= BEAT_EVERY:  # a long answer keeps the lease
+                    run.heartbeat()
+                    beat = time.monotonic()
                 if event.type == "content_block_start" and event.content_block.type == "text":
                     live.block()
                 elif event.type == "text":

@@ -125,19 +125,25 @@ def stopped(ctx: Any) -> None:
         ctx.live.close()
 
 
-def pending_turn(ctx: Any, user_turn: Callable[[Sequence[Event]], list[Block]]) -> Turn:
+def pending_turn(
+    ctx: Any,
+    user_turn: Callable[[Any, Sequence[Event]], list[Block]],
+    redo: Callable[[Any, list[Turn]], None],
+) -> Turn:
     """The batch's user turn (`user_turn` of its events); after an interrupted run of its
     first events, that run's turns (its tools' results kept) with the newer events joining
-    its last user turn."""
+    its last user turn. `redo` does the carried tools' work again whose effects are the run's
+    (a reminder, a digest): the interrupted run's were never written."""
     run = ctx.run
     carry = find_carry(run)
     if carry is None:
-        return {"role": "user", "content": user_turn(run.events)}
+        return {"role": "user", "content": user_turn(ctx, run.events)}
     covered, turns = carry
-    user_turn(run.events[:covered])  # their effects on the state, once more
+    user_turn(ctx, run.events[:covered])  # their effects on the state, once more
+    redo(ctx, turns)
     *done, last = turns
     ctx.state["messages"].extend(done)
-    content = [*last.get("content", []), *user_turn(run.events[covered:])]
+    content = [*last.get("content", []), *user_turn(ctx, run.events[covered:])]
     return {"role": "user", "content": content}
 
 

@@ -6,6 +6,7 @@ Written on the public agent API alone."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -191,6 +192,28 @@ class ClaudeTools:
                 results.append(tool_result(uid, NOT_ASKED, error=True))
             asked = None
         return results, asked
+
+    def _redo(self, ctx: RunContext, turns: list[dict[str, Any]]) -> None:
+        """An interrupted run's tools, carried with their results (claude_live.py), done again
+        for their effects, which that run's finish never wrote (a reminder's timer): under the
+        same keys, so a timer is the same timer and a refund replays its recorded step. One
+        that did not run, or was not asked, stays so."""
+        done = {
+            b.get("tool_use_id")
+            for t in turns
+            if t.get("role") == "user"
+            for b in t.get("content") or []
+            if isinstance(b, dict) and b.get("type") == "tool_result" and not b.get("is_error")
+        }
+        for t in turns:
+            for use in t.get("content") or [] if t.get("role") == "assistant" else []:
+                uid, name = str(use.get("id")), str(use.get("name"))
+                if use.get("type") != "tool_use" or uid not in done:
+                    continue
+                if name in TOOL_SPECS and self.policies.get(name) == "allow":
+                    args = use["input"] if isinstance(use.get("input"), dict) else {}
+                    with contextlib.suppress(ToolInputError):
+                        self._run_tool(ctx, name, args, uid)
 
     def _run_tool(self, ctx: RunContext, name: str, args: Mapping[str, Any], uid: str) -> str:
         """An `allow` tool, now. The refund, allowed without a yes, runs as a durable step

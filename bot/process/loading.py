@@ -26,7 +26,7 @@ from wakeful.core.runner import AgentLike, Declared, RunHook, Runner
 from wakeful.core.setup import AgentSettings, Setup, Zone
 from wakeful.core.steps import Steps
 from wakeful.core.store import Store
-from wakeful.core.streams import StreamSurface
+from wakeful.core.stream_edge import StreamSurface
 from wakeful.core.tenancy import Workspace
 
 BUILT_IN = {

@@ -25,7 +25,7 @@ from slack_sdk.web.chat_stream import ChatStream
 
 from wakeful.bot.slack.web_client import WithToken
 from wakeful.core.inbox_id import InboxId
-from wakeful.core.streams import StreamEnded, StreamPlace
+from wakeful.core.stream_edge import StreamEnded, StreamPlace
 
 log = logging.getLogger("wakeful")
 
@@ -138,6 +138,19 @@ class SlackStreams:
             except SlackApiError as exc:
                 if _error(exc) not in GONE:
                     raise
+
+    def orphans(self, place: StreamPlace, since: float) -> list[str]:
+        answer = self._client(place).conversations_replies(
+            channel=place.channel, ts=place.thread_ts, oldest=f"{since:.6f}", limit=100
+        )
+        return [
+            str(m["ts"])
+            for m in answer.get("messages") or []
+            if m.get("bot_id")
+            and m.get("ts") != place.thread_ts
+            and not m.get("text")
+            and not m.get("blocks")
+        ]
 
     def _held(self, ts: str) -> _Open:
         with self._lock:

@@ -298,8 +298,9 @@ class TestSigkillPostgres(KillRun):
 
 def kill_at_each_point(backend: str, fake: FakeAnthropic, tmp_path: Path) -> None:
     """After the run (its reply streamed whole, before the finish), mid-append, before the
-    stream's start (the model call in flight), and at the outbox's chat.stopStream: each kill
-    and restart leaves one complete reply with its buttons, and no stream open."""
+    stream's start (the model call in flight), at its start (Slack made the message, its ts
+    not yet recorded), and at the outbox's chat.stopStream: each kill and restart leaves one
+    complete reply with its buttons, and no stream open."""
     kill = {
         "WAKEFUL_AGENT": "tests.support.claude_kill:factory",
         "WAKEFUL_AGENT_PATH": str(ROOT),
@@ -352,7 +353,20 @@ def kill_at_each_point(backend: str, fake: FakeAnthropic, tmp_path: Path) -> Non
             _one_complete_reply(app, "U37103", "Three: answered once.")
             assert not emu.streams(dm("U37103"))[0].get("deleted")
 
-            # 4. At the outbox's chat.stopStream: the finish is written, the end not told.
+            # 4. At the start: Slack made the (empty) message, its ts never recorded.
+            emu.on_call = _kill_when(
+                app,
+                lambda c: c.method == "chat.startStream" and c.params["channel"] == dm("U37105"),
+            )
+            fake.script(api.text("Five: the empty one taken back."))
+            fake.script(api.text("Five: the empty one taken back."))
+            assert app.sender.message("U37105", "five").status == 200
+            app = _relaunch(app, tmp_path, settings)
+            emu.on_call = None
+            _one_complete_reply(app, "U37105", "Five: the empty one taken back.")
+            assert [s["deleted"] for s in emu.streams(dm("U37105"))] == [True, False]
+
+            # 5. At the outbox's chat.stopStream: the finish is written, the end not told.
             emu.on_call = _kill_when(
                 app,
                 lambda c: c.method == "chat.stopStream" and c.params["channel"] == dm("U37104"),

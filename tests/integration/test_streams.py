@@ -29,7 +29,8 @@ from wakeful.core.runner import Declared, runner_for
 from wakeful.core.steps import step_key
 from wakeful.core.store import Store
 from wakeful.core.store.sqlite import _QUERIES, SQLiteConnector
-from wakeful.core.streams import SEGMENT_CHARS, Reason, RunStreams, StreamEnded, StreamPlace
+from wakeful.core.stream_edge import Reason, StreamEnded, StreamPlace
+from wakeful.core.streams import SEGMENT_CHARS, RunStreams
 from wakeful.core.worker import Worker
 from wakeful.devtools.audit import runs
 
