@@ -70,6 +70,9 @@ class Claim:
     seq: int = 0
     """The lease's sequence number taken by this claim (orders claims and finishes)."""
     claimed_at: int = 0
+    dead: tuple[StoredEvent, ...] = ()
+    """Events this claim found out of attempts and made dead (told, not run): what their
+    killed attempts streamed is taken back by the worker (core/runner.py)."""
 
     @property
     def ids(self) -> list[int]:

@@ -14,6 +14,7 @@ import logging
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 from wakeful.core import effects as fx
@@ -31,6 +32,8 @@ from wakeful.core.kinds import ENGINE_KINDS, Kinds
 from wakeful.core.records import Claim, StoredEvent
 from wakeful.core.run import Run, RunServices, Tool
 from wakeful.core.settings import DEFAULTS, Settings
+from wakeful.core.steps import step_key
+from wakeful.core.streams import RunStreams
 from wakeful.core.views import PlainApprovals
 
 log = logging.getLogger("wakeful")
@@ -184,6 +187,29 @@ class Runner:
             for person in others
         ]
         return told
+
+    def take_back_dead(self, dead: Sequence[StoredEvent], now: int) -> None:
+        """Events made dead without a run (their last attempt was killed): what those attempts
+        streamed is taken back (a run that never finished leaves a half answer, or a stream
+        still open, beside the failure notice). Best effort, as every take-back."""
+        if self.services.streams is None:
+            return
+        for stored in dead:
+            try:
+                event = typed(stored)
+                books = RunStreams(
+                    self.services.streams,
+                    self.services.ledger,
+                    partial(step_key, stored.inbox, event),
+                    lambda: None,
+                    stored.inbox,
+                    now,
+                    self.services.stream_segment,
+                    retried=True,
+                )
+                books.settle()
+            except Exception as exc:
+                log.warning("could not take back what dead event %s streamed: %s", stored.id, exc)
 
     def run(self, claim: Claim, session: Callable[[], Any], now: int, heartbeat: Any) -> fx.Effects:
         """The effects of one claim's run. An agent's failure is the run's effects too (its

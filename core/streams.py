@@ -345,6 +345,7 @@ class Stream:
             ts = surface.start(self.place)
         except Exception as exc:  # not in that channel, rate limited: the reply still goes
             log.warning("could not start a streamed reply (%s); it is posted instead", exc)
+            books._take_back_orphans(opening)  # one Slack made, its answer lost (a timeout)
             self._give_up()
             return
         seg = Segment(ts, books.clock())

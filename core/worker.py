@@ -216,7 +216,9 @@ class Worker(Loop[WorkerStore]):
         try:
             while queue:
                 claim = queue.popleft()
-                if not self._still_holds(claim):
+                if claim.dead and self.runner is not None:
+                    self.runner.take_back_dead(claim.dead, self.clock())
+                if not claim.events or not self._still_holds(claim):
                     continue
                 started, run_id = self._mono(), uuid.uuid4().hex[:12]
                 started_ms = self._wall_ms()

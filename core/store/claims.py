@@ -131,8 +131,9 @@ class Claims(Restores):
     def claim_inboxes(self, inboxes: Sequence[str], holder: str, now: int) -> list[Claim]:
         """`acquire_and_claim` for several inboxes in one transaction, one commit for all.
 
-        Returns the claims that got events; an inbox held by someone else is skipped, and one
-        whose claim found nothing has its lease lapse at once. Under load this is how a worker
+        Returns the claims that got events, or made events dead (their streams are the
+        worker's to take back); an inbox held by someone else is skipped, and one whose claim
+        found nothing to run has its lease lapse at once. Under load this is how a worker
         takes many inboxes' work for the price of one commit."""
         for inbox in inboxes:
             require(inbox=inbox, holder=holder)
@@ -144,9 +145,9 @@ class Claims(Restores):
                     continue
                 gen, seq = granted
                 claim = self._claim(tx, inbox, holder, gen, now, seq=seq)
-                if claim.events:
-                    claims.append(claim)
-                else:
+                if claim.events or claim.dead:
+                    claims.append(claim)  # one with dead events alone: their streams to take back
+                if not claim.events:
                     self._set_expiry(tx, inbox, holder, gen, now)
         return claims
 
@@ -203,7 +204,13 @@ class Claims(Restores):
         elif seq is None:
             seq = self._next_seq(tx, inbox)
         return Claim(
-            inbox=inbox, holder=holder, gen=gen, events=tuple(events), seq=seq, claimed_at=now
+            inbox=inbox,
+            holder=holder,
+            gen=gen,
+            events=tuple(events),
+            seq=seq,
+            claimed_at=now,
+            dead=tuple(dead),
         )
 
     def _tell_dead(self, tx: Tx, dead: Sequence[StoredEvent], now: int) -> None:
@@ -299,7 +306,7 @@ class Claims(Restores):
             self._set_expiry(tx, claim.inbox, claim.holder, claim.gen, now + ttl)
             return True, following
         self._set_expiry(tx, claim.inbox, claim.holder, claim.gen, now)
-        return True, None
+        return True, following if following.dead else None
 
     def give_back(self, claim: Claim, now: int) -> int:
         """Undo a claim whose run the store, not its events, ended (a finish it refused as

@@ -36,6 +36,7 @@ def _run(
     plan: Plan,
     faults: Faults = sigkills,
     streams: StreamKills | None = None,
+    settings: dict[str, str] | None = None,
 ) -> tuple[Figures, str, StreamFigures | None]:
     """The run; with `streams` (the kill plan then), the agent streams and its replies are
     checked too."""
@@ -55,10 +56,12 @@ def _run(
     def inspect(emu: SlackEmulator, acknowledged: list[str], poison_ids: set[str]) -> None:
         found.append(check_streams(store, emu, acknowledged, poison_ids, streams))
 
-    settings = {**LEASE, **stream_settings(streams.trace)}
-    figures = run_chaos(plan, store, db, tmp_path, backend, streams, settings, inspect)
+    env = {**LEASE, **stream_settings(streams.trace), **(settings or {})}
+    figures = run_chaos(plan, store, db, tmp_path, backend, streams, env, inspect)
     print(figures.line(backend))
     print(found[0].line(backend))
+    for problem in found[0].problems:
+        print(f"  {problem}")
     return figures, backend, found[0]
 
 
@@ -106,11 +109,20 @@ def _assert_streams(f: StreamFigures, landed: tuple[str, ...]) -> None:
     assert f.duplicate_replies == 0
     assert f.unanswered == 0
     assert f.misplaced == 0
-    assert f.thread_posts == 0, "replies in a message's thread that did not stream"
+    assert f.thread_posts == 0, "other posts in a person's message's thread"
     assert f.replies > 0 and f.answered > 0
     assert f.taken_back > 0, "no kill left a stream for a retry to take back"
     for kind in landed:
         assert f.kinds[kind] > 0, f"no kill landed {kind}"
+
+
+SHORT_ATTEMPTS = {"WAKEFUL_MAX_ATTEMPTS": "4"}
+"""The short stream run's events get a fourth attempt. A streamed run is slow (its pauses), so
+a worker holds its claims longer, and a SIGKILL spends an attempt of every event it had
+claimed, run or not (a follower claimed with the last finish, a finish not yet written), and
+of a chat message batched with a poison pill: with 3, about one short run in seven ended with
+a chat message dead of too many attempts, the agent having reached its answer once or never
+(measured; the full run keeps 3 and shows it, with the half reply a dead event leaves)."""
 
 
 class StreamCrashChaos:
@@ -120,7 +132,7 @@ class StreamCrashChaos:
     def test_short_stream_crash_chaos(self, make_store: MakeStore, tmp_path: Path) -> None:
         plan = Plan(events=150, inboxes=15, min_kills=8, poison=2, webhooks=30)
         kills = StreamKills(tmp_path / "streams.trace", every=(0.5, 1.5))
-        figures, _, streamed = _run(make_store, tmp_path, plan, kills, kills)
+        figures, _, streamed = _run(make_store, tmp_path, plan, kills, kills, SHORT_ATTEMPTS)
         _assert_guarantees(figures, plan)
         assert streamed is not None
         _assert_streams(streamed, (MID_APPEND,))
