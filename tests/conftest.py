@@ -101,6 +101,8 @@ LONG_FIRST = (
     "tests/acceptance/test_claude_streams.py",
     "tests/acceptance/test_refund_no_silence.py",
     "tests/chaos/test_crash_chaos.py",
+    "tests/chaos/test_crash_chaos.py::TestStreamCrashChaosSqlite",
+    "tests/chaos/test_crash_chaos.py::TestStreamCrashChaosPostgres",
     "tests/acceptance/test_slack_app.py",
     "tests/acceptance/test_operator_reads.py",
     "tests/acceptance/test_refund_no_silence.py::TestStripe503For30sSqlite",
