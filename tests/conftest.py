@@ -98,6 +98,8 @@ LONG_FIRST = (
     "tests/acceptance/test_claude_slack.py",
     "tests/acceptance/test_claude_streams.py::TestSigkillSqlite",
     "tests/acceptance/test_claude_streams.py::TestSigkillPostgres",
+    "tests/acceptance/test_claude_streams.py::TestSigkillSqliteAtTheEnds",
+    "tests/acceptance/test_claude_streams.py::TestSigkillPostgresAtTheEnds",
     "tests/acceptance/test_claude_streams.py",
     "tests/acceptance/test_refund_no_silence.py",
     "tests/chaos/test_crash_chaos.py",

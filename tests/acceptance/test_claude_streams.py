@@ -276,35 +276,46 @@ def _one_complete_reply(app: Wakeful, user: str, answer: str) -> None:
 
 
 class KillRun:
-    """One store's kill run, a scope of its own: `--dist loadscope` hands the two to two test
-    processes, beside the module's shared serve (tests/conftest.py LONG_FIRST)."""
+    """Kills on one store, a scope of its own: `--dist loadscope` hands the four (two stores,
+    two halves of the points) to four test processes (tests/conftest.py LONG_FIRST)."""
 
     backend = "sqlite"
+    points: tuple[str, ...] = ()
 
     def test_sigkill_at_each_point_of_a_stream_leaves_exactly_one_complete_reply(
         self, fake: FakeAnthropic, tmp_path: Path
     ) -> None:
-        kill_at_each_point(self.backend, fake, tmp_path)
+        kill_at(self.backend, self.points, fake, tmp_path)
 
 
 class TestSigkillSqlite(KillRun):
-    backend = "sqlite"
+    backend, points = "sqlite", ("after-run", "mid-append", "before-start")
+
+
+class TestSigkillSqliteAtTheEnds(KillRun):
+    backend, points = "sqlite", ("at-start", "at-stop")
 
 
 @pytest.mark.pg
 class TestSigkillPostgres(KillRun):
-    backend = "postgres"
+    backend, points = "postgres", ("after-run", "mid-append", "before-start")
 
 
-def kill_at_each_point(backend: str, fake: FakeAnthropic, tmp_path: Path) -> None:
-    """After the run (its reply streamed whole, before the finish), mid-append, before the
-    stream's start (the model call in flight), at its start (Slack made the message, its ts
-    not yet recorded), and at the outbox's chat.stopStream: each kill and restart leaves one
-    complete reply with its buttons, and no stream open."""
+@pytest.mark.pg
+class TestSigkillPostgresAtTheEnds(KillRun):
+    backend, points = "postgres", ("at-start", "at-stop")
+
+
+def kill_at(backend: str, points: tuple[str, ...], fake: FakeAnthropic, tmp_path: Path) -> None:
+    """SIGKILL `wakeful serve` at each of `points`, then start it again: after the run (its
+    reply streamed whole, before the finish), mid-append, before the stream's start (the
+    model call in flight), at its start (Slack made the message, its ts not yet recorded),
+    at the outbox's chat.stopStream. Each leaves one complete reply with its buttons, and no
+    stream open."""
     kill = {
         "WAKEFUL_AGENT": "tests.support.claude_kill:factory",
         "WAKEFUL_AGENT_PATH": str(ROOT),
-        "CLAUDE_KILL": "after-run",
+        "CLAUDE_KILL": "after-run" if "after-run" in points else "",
         "CLAUDE_KILL_MARK": str(tmp_path / "kill.mark"),
         "WAKEFUL_SEND_TIMEOUT": "2",
     }
@@ -315,71 +326,109 @@ def kill_at_each_point(backend: str, fake: FakeAnthropic, tmp_path: Path) -> Non
     ):
         app = launch(tmp_path, emu, db, settings, backend=backend)
         try:
-            # 1. After the run: its reply streamed whole, the finish not written.
-            fake.script(api.text("One: the answer after the run.", pace=0.01))
-            assert app.sender.message("U37101", "one").status == 200
-            app = _relaunch(app, tmp_path, settings)
-            _one_complete_reply(app, "U37101", "One: the answer after the run.")
-
-            # 2. Mid-append: the second text append reaches Slack, then the process dies.
-            appends = [0]
-
-            def second_append(c: Call) -> bool:
-                if c.method == "chat.appendStream" and c.params["channel"] == dm("U37102"):
-                    appends[0] += 1
-                return appends[0] == 2
-
-            emu.on_call = _kill_when(app, second_append)
-            fake.script(api.text(LONG, pace=0.02), api.text(LONG, pace=0.0))
-            assert app.sender.message("U37102", "two").status == 200
-            app = _relaunch(app, tmp_path, settings)
-            emu.on_call = None
-            _one_complete_reply(app, "U37102", LONG)
-            assert any(s["deleted"] for s in emu.streams(dm("U37102")))
-
-            # 3. Before the start: the model call is in flight, nothing streamed yet.
-            victim = app
-
-            def before_start(request: dict[str, Any]) -> None:
-                if "three" in str(request.get("messages", ""))[-400:]:
-                    fake.on_request = None
-                    os.kill(victim.proc.popen.pid, signal.SIGKILL)
-
-            fake.on_request = before_start
-            fake.script(api.text("Three: answered once.", delay=5.0))
-            fake.script(api.text("Three: answered once."))
-            assert app.sender.message("U37103", "three").status == 200
-            app = _relaunch(app, tmp_path, settings)
-            _one_complete_reply(app, "U37103", "Three: answered once.")
-            assert not emu.streams(dm("U37103"))[0].get("deleted")
-
-            # 4. At the start: Slack made the (empty) message, its ts never recorded.
-            emu.on_call = _kill_when(
-                app,
-                lambda c: c.method == "chat.startStream" and c.params["channel"] == dm("U37105"),
-            )
-            fake.script(api.text("Five: the empty one taken back."))
-            fake.script(api.text("Five: the empty one taken back."))
-            assert app.sender.message("U37105", "five").status == 200
-            app = _relaunch(app, tmp_path, settings)
-            emu.on_call = None
-            _one_complete_reply(app, "U37105", "Five: the empty one taken back.")
-            assert [s["deleted"] for s in emu.streams(dm("U37105"))] == [True, False]
-
-            # 5. At the outbox's chat.stopStream: the finish is written, the end not told.
-            emu.on_call = _kill_when(
-                app,
-                lambda c: c.method == "chat.stopStream" and c.params["channel"] == dm("U37104"),
-            )
-            fake.script(api.text("Four: ended after the restart."))
-            assert app.sender.message("U37104", "four").status == 200
-            app = _relaunch(app, tmp_path, settings)
-            emu.on_call = None
-            _one_complete_reply(app, "U37104", "Four: ended after the restart.")
+            for point in points:
+                app = KILLS[point](app, emu, fake, tmp_path, settings)
         finally:
             emu.on_call = None
             fake.on_request = None
             shut_down(app)
+
+
+Kill = Callable[[Wakeful, SlackEmulator, FakeAnthropic, Path, dict[str, str]], Wakeful]
+
+
+def _after_run(
+    app: Wakeful, emu: SlackEmulator, fake: FakeAnthropic, tmp: Path, settings: dict[str, str]
+) -> Wakeful:
+    """Its reply streamed whole, the finish not written (tests/support/claude_kill.py)."""
+    fake.script(api.text("One: the answer after the run.", pace=0.01))
+    assert app.sender.message("U37101", "one").status == 200
+    app = _relaunch(app, tmp, settings)
+    _one_complete_reply(app, "U37101", "One: the answer after the run.")
+    return app
+
+
+def _mid_append(
+    app: Wakeful, emu: SlackEmulator, fake: FakeAnthropic, tmp: Path, settings: dict[str, str]
+) -> Wakeful:
+    """The second text append reaches Slack, then the process dies."""
+    appends = [0]
+
+    def second_append(c: Call) -> bool:
+        if c.method == "chat.appendStream" and c.params["channel"] == dm("U37102"):
+            appends[0] += 1
+        return appends[0] == 2
+
+    emu.on_call = _kill_when(app, second_append)
+    fake.script(api.text(LONG, pace=0.02), api.text(LONG, pace=0.0))
+    assert app.sender.message("U37102", "two").status == 200
+    app = _relaunch(app, tmp, settings)
+    emu.on_call = None
+    _one_complete_reply(app, "U37102", LONG)
+    assert any(s["deleted"] for s in emu.streams(dm("U37102")))
+    return app
+
+
+def _before_start(
+    app: Wakeful, emu: SlackEmulator, fake: FakeAnthropic, tmp: Path, settings: dict[str, str]
+) -> Wakeful:
+    """The model call is in flight, nothing streamed yet."""
+    victim = app
+
+    def kill(request: dict[str, Any]) -> None:
+        if "three" in str(request.get("messages", ""))[-400:]:
+            fake.on_request = None
+            os.kill(victim.proc.popen.pid, signal.SIGKILL)
+
+    fake.on_request = kill
+    fake.script(api.text("Three: answered once.", delay=5.0))
+    fake.script(api.text("Three: answered once."))
+    assert app.sender.message("U37103", "three").status == 200
+    app = _relaunch(app, tmp, settings)
+    _one_complete_reply(app, "U37103", "Three: answered once.")
+    assert not emu.streams(dm("U37103"))[0].get("deleted")
+    return app
+
+
+def _at_start(
+    app: Wakeful, emu: SlackEmulator, fake: FakeAnthropic, tmp: Path, settings: dict[str, str]
+) -> Wakeful:
+    """Slack made the (empty) message; its ts was never recorded."""
+    emu.on_call = _kill_when(
+        app, lambda c: c.method == "chat.startStream" and c.params["channel"] == dm("U37105")
+    )
+    fake.script(api.text("Five: the empty one taken back."))
+    fake.script(api.text("Five: the empty one taken back."))
+    assert app.sender.message("U37105", "five").status == 200
+    app = _relaunch(app, tmp, settings)
+    emu.on_call = None
+    _one_complete_reply(app, "U37105", "Five: the empty one taken back.")
+    assert [s["deleted"] for s in emu.streams(dm("U37105"))] == [True, False]
+    return app
+
+
+def _at_stop(
+    app: Wakeful, emu: SlackEmulator, fake: FakeAnthropic, tmp: Path, settings: dict[str, str]
+) -> Wakeful:
+    """At the outbox's chat.stopStream: the finish is written, the end not told."""
+    emu.on_call = _kill_when(
+        app, lambda c: c.method == "chat.stopStream" and c.params["channel"] == dm("U37104")
+    )
+    fake.script(api.text("Four: ended after the restart."))
+    assert app.sender.message("U37104", "four").status == 200
+    app = _relaunch(app, tmp, settings)
+    emu.on_call = None
+    _one_complete_reply(app, "U37104", "Four: ended after the restart.")
+    return app
+
+
+KILLS: dict[str, Kill] = {
+    "after-run": _after_run,
+    "mid-append": _mid_append,
+    "before-start": _before_start,
+    "at-start": _at_start,
+    "at-stop": _at_stop,
+}
 
 
 class _db:

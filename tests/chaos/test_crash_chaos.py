@@ -132,8 +132,8 @@ class StreamCrashChaos:
     loadscope` hands each to a test process of its own, beside the rest of the suite."""
 
     def test_short_stream_crash_chaos(self, make_store: MakeStore, tmp_path: Path) -> None:
-        plan = Plan(events=150, inboxes=15, min_kills=8, poison=2, webhooks=30)
-        kills = StreamKills(tmp_path / "streams.trace", every=(0.5, 1.5))
+        plan = Plan(events=90, inboxes=10, min_kills=5, poison=2, webhooks=20)
+        kills = StreamKills(tmp_path / "streams.trace", every=(0.5, 1.2))
         figures, _, streamed = _run(make_store, tmp_path, plan, kills, kills, SHORT_ATTEMPTS)
         _assert_guarantees(figures, plan)
         assert streamed is not None
