@@ -127,9 +127,11 @@ in 70 s (2026-12-04, both stores; left for an issue of its own: an attempt is co
 claim, so a kill spends those of claimed events that never ran)."""
 
 
+@pytest.mark.chaos
 class StreamCrashChaos:
-    """The short run with streamed replies (issue 37). One class per store: `--dist
-    loadscope` hands each to a test process of its own, beside the rest of the suite."""
+    """The short run with streamed replies (issue 37), with `-m chaos` (the default run has
+    tests/acceptance/test_claude_streams.py's kill at each point of a stream instead, on
+    the suite's 4-minute budget). One class per store: each a test process's scope."""
 
     def test_short_stream_crash_chaos(self, make_store: MakeStore, tmp_path: Path) -> None:
         plan = Plan(events=90, inboxes=10, min_kills=5, poison=2, webhooks=20)
