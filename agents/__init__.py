@@ -38,7 +38,8 @@ from wakeful.core.gateway.client import Gateway, GatewayResponse
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.query import Query
 from wakeful.core.records import ApprovalState, DeadLetters, StepRecord, StoredEvent, TimerState
-from wakeful.core.run import Run, Tool
+from wakeful.core.run import Run
+from wakeful.core.services import Tool
 from wakeful.core.setup import AgentSettings, Setup, Zone
 from wakeful.core.steps import Steps, step_key
 from wakeful.core.streams import Stream

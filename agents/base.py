@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
     from wakeful.bot.slack.home import HomeView
-    from wakeful.core.run import Run, Tool
+    from wakeful.core.run import Run
+    from wakeful.core.services import Tool
 
 Block = dict[str, Any]
 """One Block Kit block (https://docs.slack.dev/reference/block-kit/blocks), as a dict."""

@@ -30,7 +30,7 @@ from wakeful.core import effects as fx
 from wakeful.core.errors import LeaseLost, StoreUnavailable
 from wakeful.core.events import ApprovalAnswer, Event
 from wakeful.core.records import ApprovalState
-from wakeful.core.run import RunServices
+from wakeful.core.services import RunServices
 from wakeful.core.settings import Settings
 from wakeful.core.tool_failures import ToolFailed, Verdict, classify
 

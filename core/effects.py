@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from wakeful.core.errors import InvalidInput
+from wakeful.core.memory import MemoryChange
 from wakeful.core.storable import check_name, needs_cleaning, storable_value
 from wakeful.core.usage import ModelUsage
 
@@ -222,6 +223,8 @@ class Effects:
     tool_outcomes: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     """Request id -> (`done` | `failed` | `given_up`, the error): each approved call's fate,
     recorded on its approval with the finish."""
+    memory: list[MemoryChange] = field(default_factory=list)
+    """The run's memory writes (core/memory.py), each a new version, written with the finish."""
     released: list[int] = field(default_factory=list)
     """Events the run gives back untouched (it was interrupted: the person wrote again): back
     to pending at once, their attempt given back, to run again with the newer message."""

@@ -91,6 +91,27 @@ def redact(text: str) -> str:
     return _URL_PASSWORD.sub(rf"\1:{MASK}@", text)
 
 
+_SECRET_KINDS = (
+    (re.compile(r"xox[a-z]-[A-Za-z0-9-]+"), "a Slack token"),
+    (re.compile(r"xapp-[A-Za-z0-9-]+"), "a Slack app token"),
+    (re.compile(r"[sr]k_(?:live|test)_[A-Za-z0-9]+"), "a Stripe key"),
+    (re.compile(r"sk-ant-[A-Za-z0-9_-]+"), "an Anthropic key"),
+    (re.compile(r"hooks\.slack\.com/", re.IGNORECASE), "a Slack webhook or response URL"),
+    (_URL_PASSWORD, "a password in a URL"),
+    (_PARAM_PASSWORD, "a password"),
+)
+
+
+def secret_kind(text: str) -> str | None:
+    """What kind of secret `text` holds (one `redact` would mask, or a Stripe key), never the
+    secret itself; None when it holds none."""
+    with _secrets_lock:
+        known = any(secret in text for secret in _secrets)
+    if known:
+        return "a secret this process holds"
+    return next((kind for shape, kind in _SECRET_KINDS if shape.search(text)), None)
+
+
 def inline(text: str) -> str:
     """`text` with every control character, U+2028 and U+2029 escaped (`\\n`, `\\x1b`,
     `\\u2028`): one line that cannot move the cursor, however it was made."""

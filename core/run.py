@@ -11,8 +11,7 @@ because the point of a step is that a retried run does not call it again; and a 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wakeful.core import effects as fx
@@ -30,65 +29,21 @@ from wakeful.core.events import (
     timer_payload,
 )
 from wakeful.core.inbox_id import InboxId
+from wakeful.core.memory import Memory, workspace_owner
 from wakeful.core.rules import digest as digests
 from wakeful.core.rules.approvals import ApprovalBudget
 from wakeful.core.rules.timers import TimerBudget
-from wakeful.core.settings import DAY, DEFAULTS
-from wakeful.core.steps import StepLedger, durable_step, step_key
-from wakeful.core.stream_edge import StreamPlace, StreamSurface
+from wakeful.core.services import RunServices
+from wakeful.core.settings import DAY
+from wakeful.core.steps import durable_step, step_key
+from wakeful.core.stream_edge import StreamPlace
 from wakeful.core.streams import RunStreams, Stream
-from wakeful.core.tenancy import Workspace
 from wakeful.core.usage import ModelUsage, OverBudget, SpendBudget
-from wakeful.core.views import ApprovalView, PlainApprovals
 
 if TYPE_CHECKING:
     from wakeful.core.query import Query
-    from wakeful.core.records import ApprovalState
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    """A tool an agent offers for approval-gated calls (`run.ask`).
-
-    `fn(args, key)` does the work; `key` is the approval's request id, stable across retries:
-    pass it to the system you call as its idempotency key. It runs at least once after a yes
-    (a crash between the call and the recording of its result calls it again, with the same
-    key) and its result is recorded, so a retried run does not call it again."""
-
-    name: str
-    fn: Callable[[Any, str], Any]
-    description: str = ""
-
-
-@dataclass
-class RunServices:
-    """What the engine lends a run: the step ledger, the read-only queries, the approval
-    policy and view, and the agent's tools. Built once per worker."""
-
-    ledger: StepLedger
-    query: Query
-    budget: Callable[[str], ApprovalBudget]
-    """What a run of an inbox may still ask under the approval caps (store.approval_budget)."""
-    timers: Callable[[str], TimerBudget]
-    """What a run of an inbox may still set under the timer cap (store.timer_budget)."""
-    approvers: tuple[str, ...] = ()
-    approval_ttl: int = DEFAULTS.approval_ttl
-    view: ApprovalView = field(default_factory=PlainApprovals)
-    tools: Mapping[str, Tool] = field(default_factory=dict)
-    approval: Callable[[str], ApprovalState | None] = field(default=lambda _id: None)
-    """An approval's stored state (store.approval): what its approved call went through."""
-    workspace_of: Callable[[str], Workspace] = Workspace.of_team
-    """A team's workspace (store.workspace_of: an org-wide install's teams share one), what
-    the run's queries and `once` keys are scoped by (core/tenancy.py)."""
-    streams: StreamSurface | None = None
-    """Where a streamed reply shows as it is written (the Slack edge); None: a stream only
-    collects its text and posts it when closed (core/streams.py)."""
-    stream_segment: int = DEFAULTS.stream_segment
-    waiting_after: Callable[[str, int], Sequence[Any]] | None = None
-    """The inbox's events stored after an id that wait (store.waiting_after): set when the
-    agent answers the newest words (`on_new_message = "interrupt"`), None when it queues."""
 
 
 def _no_heartbeat() -> None:
@@ -123,6 +78,7 @@ class Run:
         self._untold = 0
         self._timers: TimerBudget | None = None
         self._said_in = next((e.reply_to for e in reversed(self.events) if e.reply_to), None)
+        self._memory: Memory | None = None
         self._usage: list[ModelUsage] = []
         first = self.events[0] if self.events else None
         self._streams = RunStreams(
@@ -147,6 +103,22 @@ class Run:
     def query(self) -> Query:
         """Read-only questions about the store: open approvals, timers, dead events, ..."""
         return self._services.query
+
+    @property
+    def memory(self) -> Memory:
+        """What the agent remembers of this inbox (`read`, `list`, `write`, `edit`, `insert`,
+        `delete`, `rename`), and `.shared`, the workspace's, read only: its writes are seen by
+        this run at once and written by its finish, once (core/memory.py)."""
+        if self._memory is None:
+            s = self._services
+            self._memory = Memory(
+                str(self.inbox),
+                s.memory_read,
+                s.memory_paths,
+                s.memory_limits,
+                shared_owner=workspace_owner(self.inbox.team),
+            )
+        return self._memory
 
     def heartbeat(self) -> None:
         """Renew the inbox's lease between long steps; raises LeaseLost when another worker
@@ -427,6 +399,8 @@ class Run:
                     fx.Post(where.channel, note, thread_ts=where.thread_ts, priority="urgent")
                 )
         self._effects.messages += self._streams.posts()
+        if self._memory is not None:
+            self._effects.memory = self._memory.pending()
         self._effects.usage = list(self._usage)
         return self._effects
 

@@ -29,8 +29,10 @@ from wakeful.core.errors import (
 )
 from wakeful.core.events import ApprovalAnswer, Command, Conversation, Event, Message, decode
 from wakeful.core.kinds import ENGINE_KINDS, Kinds
+from wakeful.core.memory import MemoryLimits
 from wakeful.core.records import Claim, StoredEvent
-from wakeful.core.run import Run, RunServices, Tool
+from wakeful.core.run import Run
+from wakeful.core.services import RunServices, Tool
 from wakeful.core.settings import DEFAULTS, Settings
 from wakeful.core.steps import step_key
 from wakeful.core.streams import RunStreams
@@ -402,6 +404,9 @@ def runner_for(agent: AgentLike, store: Any) -> Runner:
         approval=store.approval,
         workspace_of=store.workspace_of,
         stream_segment=store.settings.stream_segment,
+        memory_read=store.memory_read,
+        memory_paths=store.memory_paths,
+        memory_limits=MemoryLimits(store.settings.memory_doc_bytes, store.settings.memory_docs),
         waiting_after=store.waiting_after if agent_declared.interrupts else None,
     )
     return Runner(

@@ -79,6 +79,10 @@ class Settings:
     ops_channel: str = ""
     """Where operators are told what went wrong (WAKEFUL_OPS_CHANNEL): a channel id `C…`, or
     `T…:C…` naming its workspace (distribution mode); empty: nobody is told (core/store/ops.py)."""
+    memory_doc_bytes: int = 102_400
+    """UTF-8 bytes one memory document holds at most (WAKEFUL_MEMORY_DOC_BYTES)."""
+    memory_docs: int = 200
+    """Memory documents one inbox keeps at most (WAKEFUL_MEMORY_DOCS)."""
     stream_segment: int = 240
     """Seconds a streamed reply's message takes text before it is ended and the text goes on
     in a new one (WAKEFUL_STREAM_SEGMENT): Slack ends a stream after about five minutes."""
@@ -103,6 +107,8 @@ class Settings:
             "max_timers_per_inbox",
             "tool_retry_for",
             "stream_segment",
+            "memory_doc_bytes",
+            "memory_docs",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

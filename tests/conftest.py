@@ -96,10 +96,6 @@ MAX_WORKERS = 8
 """Each worker holds a few PostgreSQL connections; the local server allows 100."""
 LONG_FIRST = (
     "tests/acceptance/test_claude_slack.py",
-    "tests/acceptance/test_claude_streams.py::TestSigkillSqlite",
-    "tests/acceptance/test_claude_streams.py::TestSigkillPostgres",
-    "tests/acceptance/test_claude_streams.py::TestSigkillSqliteAtTheEnds",
-    "tests/acceptance/test_claude_streams.py",
     "tests/acceptance/test_refund_no_silence.py",
     "tests/chaos/test_crash_chaos.py",
     "tests/acceptance/test_slack_app.py",
@@ -109,7 +105,11 @@ LONG_FIRST = (
     "tests/acceptance/test_refund_no_silence.py::TestStripe429For30sSqlite",
     "tests/acceptance/test_refund_no_silence.py::TestStripe429For30sPostgres",
     "tests/acceptance/test_refund_gateway.py",
+    "tests/acceptance/test_claude_streams.py",
+    "tests/acceptance/test_claude_streams.py::TestSigkillSqlite",
     "tests/acceptance/test_hostile_input.py",
+    "tests/acceptance/test_claude_streams.py::TestSigkillSqliteAtTheEnds",
+    "tests/acceptance/test_claude_streams.py::TestSigkillPostgres",
     "tests/acceptance/test_slack_surfaces.py",
     "tests/integration/test_claude_agent.py",
     "tests/integration/test_process_races.py",

@@ -71,6 +71,8 @@ ENGINE_SETTINGS: dict[str, tuple[str, int]] = {
     "WAKEFUL_BACKOFF_CAP": ("backoff_cap", 1),
     "WAKEFUL_TOOL_RETRY_FOR": ("tool_retry_for", 1),
     "WAKEFUL_STREAM_SEGMENT": ("stream_segment", 1),
+    "WAKEFUL_MEMORY_DOC_BYTES": ("memory_doc_bytes", 1),
+    "WAKEFUL_MEMORY_DOCS": ("memory_docs", 1),
 }
 """Environment variable -> (engine Settings field, lowest value). Defaults come from Settings."""
 DURATIONS = frozenset(

@@ -19,10 +19,11 @@ from wakeful.bot.slack.home import failed_home
 from wakeful.core.clock import Clock, wall_clock
 from wakeful.core.errors import InvalidInput
 from wakeful.core.gateway.client import Gateway
+from wakeful.core.memory import MemoryLimits
 from wakeful.core.query import Query
 from wakeful.core.rules.schedule import zone as check_zone
-from wakeful.core.run import RunServices, Tool
 from wakeful.core.runner import AgentLike, Declared, RunHook, Runner
+from wakeful.core.services import RunServices, Tool
 from wakeful.core.setup import AgentSettings, Setup, Zone
 from wakeful.core.steps import Steps
 from wakeful.core.store import Store
@@ -219,6 +220,9 @@ def build_runner(
         workspace_of=store.workspace_of if config.distribution else Workspace.only,
         streams=streams,
         stream_segment=config.settings.stream_segment,
+        memory_read=store.memory_read,
+        memory_paths=store.memory_paths,
+        memory_limits=MemoryLimits(config.settings.memory_doc_bytes, config.settings.memory_docs),
         waiting_after=store.waiting_after if agent_declared.interrupts else None,
     )
     hooks: list[RunHook] = surface_hooks(store, config, agent, Surface.of(agent), wake_dispatcher)

@@ -47,6 +47,8 @@ KNOWN = frozenset(
         "WAKEFUL_BACKOFF_CAP",
         "WAKEFUL_TOOL_RETRY_FOR",
         "WAKEFUL_STREAM_SEGMENT",
+        "WAKEFUL_MEMORY_DOC_BYTES",
+        "WAKEFUL_MEMORY_DOCS",
         "WAKEFUL_RETENTION",
         # webhooks (WAKEFUL_WEBHOOK_CHANNEL_<NAME> is checked by config itself)
         "WAKEFUL_WEBHOOKS",

@@ -22,6 +22,7 @@ from wakeful.core.store.claims import Claims
 from wakeful.core.store.dead_letters import DeadLetterOps
 from wakeful.core.store.inbox import Inbox
 from wakeful.core.store.installations import Installations
+from wakeful.core.store.memory import MemoryRows
 from wakeful.core.store.outbox import Outbox
 from wakeful.core.store.overview import OverviewReads
 from wakeful.core.store.processes import Processes
@@ -52,6 +53,7 @@ class Store(
     Restores,
     Processes,
     Spend,
+    MemoryRows,
 ):
     """The durable state of every inbox, and the only way the engine touches it."""
 

@@ -26,6 +26,7 @@ from wakeful.core.store.codec import (
     require,
 )
 from wakeful.core.store.dead_letters import record_attempt
+from wakeful.core.store.memory import write_memory
 from wakeful.core.store.outbox import queue
 from wakeful.core.store.restores import Restores, answer_marks
 from wakeful.core.store.sql import Tx
@@ -479,6 +480,7 @@ def _write_effects(tx: Tx, inbox: str, p: PreparedEffects, now: int, settings: S
     request_all(tx, inbox, p.approvals, now, settings)
     for outcome in p.tool_outcomes or ():
         tx.run("set_tool_outcome", outcome)
+    write_memory(tx, p.memory, now, p.run_id)
 
 
 INTERRUPTED = "interrupted: the person wrote again; run again with the newer message"

@@ -5,13 +5,14 @@ the store and every write transaction stays short."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from wakeful.core import usage
 from wakeful.core.effects import ApprovalRequest, Effects, Post, Timer, check_json
 from wakeful.core.errors import InvalidInput
 from wakeful.core.kinds import Kinds
+from wakeful.core.memory import MemoryChange
 from wakeful.core.records import (
     ApprovalState,
     Lease,
@@ -131,6 +132,9 @@ class PreparedEffects:
     tool_waits: dict[int, Params] | None = None
     """Event id -> the wait of its approved call (core/approved.py)."""
     tool_outcomes: list[Params] | None = None
+    memory: list[MemoryChange] = field(default_factory=list)
+    """The run's memory writes, checked (core/memory.py), written with the finish."""
+    run_id: str | None = None
 
 
 def prepare_effects(inbox: str, effects: Effects, now: int, kinds: Kinds) -> PreparedEffects:
@@ -174,6 +178,8 @@ def prepare_effects(inbox: str, effects: Effects, now: int, kinds: Kinds) -> Pre
         traceback=None if effects.traceback is None else storable(effects.traceback[-8000:]),
         usage=check_json(usage.to_json(effects.usage), "usage") if effects.usage else None,
         cost=usage.known_cost(effects.usage),
+        memory=list(effects.memory),
+        run_id=effects.timing.run_id if effects.timing is not None else None,
         tool_waits={
             w.event_id: {
                 "id": w.request_id,

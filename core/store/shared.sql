@@ -979,3 +979,43 @@ SELECT * FROM processes ORDER BY started_at, id;
 -- The process holding an inbox's live lease, if it recorded itself.
 SELECT p.* FROM leases l JOIN processes p ON p.id = l.process
 WHERE l.inbox = :inbox AND l.expires_at > :now;
+
+-- name: memory_doc
+-- A memory document's current text (NULL: deleted).
+SELECT text FROM memories WHERE owner = :owner AND path = :path AND latest = 1;
+
+-- name: memory_paths
+-- The documents an owner keeps under a folder (the memories_current index).
+SELECT path FROM memories
+WHERE owner = :owner AND latest = 1 AND text IS NOT NULL
+  AND (path = :folder OR path LIKE :prefix ESCAPE '\')
+ORDER BY path;
+
+-- name: memory_docs
+-- What an owner keeps now, without the text (`wakeful inspect --memory`).
+SELECT path, bytes, version, written_at FROM memories
+WHERE owner = :owner AND latest = 1 AND text IS NOT NULL
+ORDER BY path;
+
+-- name: memory_versions
+-- Every version kept of one document, oldest first.
+SELECT version, text, written_at FROM memories
+WHERE owner = :owner AND path = :path
+ORDER BY version;
+
+-- name: memory_version
+-- One kept version of a document (to restore it).
+SELECT text FROM memories WHERE owner = :owner AND path = :path AND version = :version;
+
+-- name: memory_latest
+-- A document's newest version number.
+SELECT version FROM memories WHERE owner = :owner AND path = :path AND latest = 1;
+
+-- name: memory_unmark_latest
+-- The newest version is about to be followed by another.
+UPDATE memories SET latest = 0 WHERE owner = :owner AND path = :path AND latest = 1;
+
+-- name: insert_memory
+-- A new version of a memory document, the newest.
+INSERT INTO memories (owner, path, version, text, bytes, latest, written_at, run_id)
+VALUES (:owner, :path, :version, :text, :bytes, 1, :now, :run_id);

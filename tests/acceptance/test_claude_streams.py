@@ -119,6 +119,34 @@ def test_a_reply_streams_under_the_message_and_ends_as_one_message_with_feedback
     assert app.emu.open_streams() == []
 
 
+@pytest.mark.parametrize("where", ["assistant thread", "channel thread"])
+def test_a_reply_in_a_thread_streams_into_that_thread(
+    app: Wakeful, fake: FakeAnthropic, where: str
+) -> None:
+    """In an assistant thread (a DM's thread) and in a channel thread the agent takes part in,
+    the stream goes under the thread's ts, for the person who wrote."""
+    user = "U37007" if where == "assistant thread" else "U37008"
+    channel = dm(user) if where == "assistant thread" else "C37008"
+    top = app.sender.next_ts()
+    before = 0
+    if where == "channel thread":  # the agent takes part in the thread its mention started
+        fake.script(api.text("Hello."))
+        assert app.sender.mention(user, "hello", channel=channel, ts=top).status == 200
+        assert ended(app.emu, channel), app.emu.messages(channel)
+        before = 1
+    fake.script(api.text("In the thread."))
+    kind = "im" if where == "assistant thread" else "channel"
+    reply = app.sender.message(user, "and here?", channel=channel, thread_ts=top, channel_type=kind)
+    assert reply.status == 200
+    assert ended(app.emu, channel, count=before + 1), app.emu.messages(channel)
+    starts = [c for c in stream_calls(app.emu, channel) if c.method == "chat.startStream"]
+    assert [c.params["thread_ts"] for c in starts] == [top] * (before + 1)
+    start = starts[-1]
+    assert (start.params["recipient_team_id"], start.params["recipient_user_id"]) == (TEAM, user)
+    answer = bot_messages(app.emu, channel)[-1]
+    assert answer["thread_ts"] == top and answer["text"] == "In the thread."
+
+
 def test_a_stream_older_than_the_segment_time_goes_on_in_a_new_message(
     app: Wakeful, fake: FakeAnthropic
 ) -> None:

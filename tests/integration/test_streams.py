@@ -24,8 +24,9 @@ from wakeful.core.effects import Post
 from wakeful.core.events import Message
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.query import Query
-from wakeful.core.run import Run, RunServices
+from wakeful.core.run import Run
 from wakeful.core.runner import Declared, runner_for
+from wakeful.core.services import RunServices
 from wakeful.core.steps import step_key
 from wakeful.core.store import Store
 from wakeful.core.store.sqlite import _QUERIES, SQLiteConnector
