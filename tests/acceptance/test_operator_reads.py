@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.acceptance.test_slack_app import LISTENING, SECRET, Proc, child_env, pg_schema_url
 from tests.support import full_store
 from tests.support.full_store import Filled
+from wakeful.core.store.sql import load_migrations
 from wakeful.devtools.emulator import SlackEmulator
 
 WAKEFUL = str(Path(sys.executable).parent / "wakeful")
@@ -173,7 +174,7 @@ def test_the_overview_as_json_lists_each_dead_event_and_each_approved_call(
     paused = [r for r in data["held_outbox"] if r["channel"] == "D0PAUSE"]
     assert paused[0]["error"] == full_store.PAUSE_ERROR and paused[0]["retry_at"] > filled.now
     assert [r["id"] for r in data["parked_outbox"]] == [filled.parked]
-    assert data["store"]["schema"] == 15
+    assert data["store"]["schema"] == max(v for v, _, _ in load_migrations("sqlite"))
     assert data["store"]["backend"] == ("sqlite" if "://" not in db else "postgres")
 
 
