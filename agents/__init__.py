@@ -36,6 +36,7 @@ from wakeful.core.events import (
 )
 from wakeful.core.gateway.client import Gateway, GatewayResponse
 from wakeful.core.inbox_id import InboxId
+from wakeful.core.memory import Memory, MemoryRefused
 from wakeful.core.query import Query
 from wakeful.core.records import ApprovalState, DeadLetters, StepRecord, StoredEvent, TimerState
 from wakeful.core.run import Run
@@ -66,6 +67,8 @@ __all__ = [
     "Interrupted",
     "InvalidInput",
     "LeaseLost",
+    "Memory",
+    "MemoryRefused",
     "Message",
     "ModelSpend",
     "ModelUsage",

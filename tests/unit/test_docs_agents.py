@@ -26,7 +26,7 @@ def test_the_page_shows_the_examples_as_they_are() -> None:
 
 def test_each_sample_prints_what_the_page_says() -> None:
     samples = RUNS.findall(PAGE)
-    assert len(samples) == 4  # every event type; a stream; the harness walk-through; more
+    assert len(samples) == 5  # every event type; memory; a stream; the harness walk-through; more
     for code, printed in samples:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
