@@ -107,6 +107,14 @@ DELETE FROM steps WHERE key IN (
     ORDER BY created_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
 );
 
+-- name: prune_memories
+-- Memory versions followed by a newer one, written before the cutoff, oldest first, one batch:
+-- a document's newest version stays whatever its age.
+DELETE FROM memories WHERE (owner, path, version) IN (
+    SELECT owner, path, version FROM memories WHERE latest = 0 AND written_at < %(cutoff)s
+    ORDER BY written_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+);
+
 -- name: oldest_history
 -- The age of the oldest prunable row of each pruned table (each an index's first entry).
 SELECT (SELECT MIN(updated_at) FROM events WHERE status = 'done') AS events,
@@ -114,7 +122,8 @@ SELECT (SELECT MIN(updated_at) FROM events WHERE status = 'done') AS events,
        (SELECT MIN(finished_at) FROM runs) AS runs,
        (SELECT MIN(created_at) FROM steps WHERE replay = 1) AS steps,
        (SELECT MIN(answered_at) FROM approvals WHERE answer IS NOT NULL) AS approvals,
-       (SELECT MIN(last_at) FROM threads) AS threads;
+       (SELECT MIN(last_at) FROM threads) AS threads,
+       (SELECT MIN(written_at) FROM memories WHERE latest = 0) AS memories;
 
 -- name: server_time
 -- The database server's clock in seconds: every host of a deployment takes its time from it.

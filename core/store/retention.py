@@ -2,7 +2,8 @@
 
 Done events, sent outbox rows, run-log rows, the recorded attempts of done events, replay-only
 steps (a model's recorded answer, kept for a retry), answered (or expired) approvals, and
-threads the bot has not posted or been mentioned in since, are deleted once older than
+threads the bot has not posted or been mentioned in since, and memory versions a newer one
+followed (a document's newest stays), are deleted once older than
 `settings.retention` (a reply in a forgotten thread needs a new @mention, as before the bot
 took part), a batch at a time, each batch its own short transaction, oldest first through an
 index on its age. What stays: everything open (pending and running events, unsent rows, open
@@ -29,6 +30,7 @@ PRUNES = {
     "steps": "prune_steps",
     "approvals": "prune_approvals",
     "threads": "prune_threads",
+    "memories": "prune_memories",
 }
 """Each pruned table and the named statement that deletes one batch of it."""
 

@@ -96,6 +96,14 @@ DELETE FROM steps WHERE rowid IN (
     WHERE replay = 1 AND created_at < :cutoff ORDER BY created_at LIMIT :batch
 );
 
+-- name: prune_memories
+-- Memory versions followed by a newer one, written before the cutoff, oldest first, one batch:
+-- a document's newest version stays whatever its age.
+DELETE FROM memories WHERE rowid IN (
+    SELECT rowid FROM memories INDEXED BY memories_old
+    WHERE latest = 0 AND written_at < :cutoff ORDER BY written_at LIMIT :batch
+);
+
 -- name: oldest_history
 -- The age of the oldest prunable row of each pruned table (each an index's first entry).
 SELECT (SELECT MIN(updated_at) FROM events INDEXED BY events_done_age
@@ -107,7 +115,9 @@ SELECT (SELECT MIN(updated_at) FROM events INDEXED BY events_done_age
         WHERE replay = 1) AS steps,
        (SELECT MIN(answered_at) FROM approvals INDEXED BY approvals_answered_age
         WHERE answer IS NOT NULL) AS approvals,
-       (SELECT MIN(last_at) FROM threads INDEXED BY threads_age) AS threads;
+       (SELECT MIN(last_at) FROM threads INDEXED BY threads_age) AS threads,
+       (SELECT MIN(written_at) FROM memories INDEXED BY memories_old
+        WHERE latest = 0) AS memories;
 
 -- name: server_time
 -- The database's own clock: SQLite runs on this host and has none of its own (NULL).

@@ -159,3 +159,18 @@ def test_a_command_that_does_not_succeed_says_why_and_writes_nothing(
         command(run.memory)
     assert run.effects().memory == []
     assert "xoxb-123" not in str(run.memory.changes)
+
+
+def test_versions_a_newer_one_followed_are_pruned_after_the_retention_the_newest_kept(
+    make_store: MakeStore,
+) -> None:
+    store = make_store()
+    path = "/memories/prefs.md"
+    for n, text in enumerate(["tea", "coffee", "water"]):
+        with store._tx() as tx:
+            write_memory(tx, [MemoryChange(INBOX, path, text)], T0 + n, None)
+    later = T0 + store.settings.retention + 10
+    store.prune(later)
+    assert [(v, t) for v, t, _ in store.memory_versions(INBOX, path)] == [(3, "water")]
+    store.prune(later + store.settings.retention)
+    assert store.memory_read(INBOX, path) == "water", "the newest version is never pruned"

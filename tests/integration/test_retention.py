@@ -74,6 +74,7 @@ def test_aged_history_is_pruned_and_everything_open_dead_or_parked_stays(
         "steps": 1,
         "approvals": 1,
         "threads": 2,  # the old top-level posts' threads (a reply under one reaches the agent)
+        "memories": 0,  # none written here (tests/integration/test_memory.py prunes them)
         "attempts": 0,
     }
     assert [e.source_id for e in store.events("T1:U1")] == []
