@@ -404,6 +404,12 @@ class Run:
         self._effects.usage = list(self._usage)
         return self._effects
 
+    def settle_streams(self) -> None:
+        """Take back what earlier attempts of this batch streamed and never finished, whatever
+        its attempt count says (the worker's, for events made dead without a run)."""
+        self._streams.retried = True
+        self._streams.settle()
+
     def abandon_streams(self) -> None:
         """The run ends without its finish: take back what it streamed (core/streams.py)."""
         self._streams.abandon()

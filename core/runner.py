@@ -14,7 +14,6 @@ import logging
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 from wakeful.core import effects as fx
@@ -34,8 +33,6 @@ from wakeful.core.records import Claim, StoredEvent
 from wakeful.core.run import Run
 from wakeful.core.services import RunServices, Tool
 from wakeful.core.settings import DEFAULTS, Settings
-from wakeful.core.steps import step_key
-from wakeful.core.streams import RunStreams
 from wakeful.core.views import PlainApprovals
 
 log = logging.getLogger("wakeful")
@@ -198,18 +195,7 @@ class Runner:
             return
         for stored in dead:
             try:
-                event = typed(stored)
-                books = RunStreams(
-                    self.services.streams,
-                    self.services.ledger,
-                    partial(step_key, stored.inbox, event),
-                    lambda: None,
-                    stored.inbox,
-                    now,
-                    self.services.stream_segment,
-                    retried=True,
-                )
-                books.settle()
+                Run(stored.inbox, [typed(stored)], None, now, self.services).settle_streams()
             except Exception as exc:
                 log.warning("could not take back what dead event %s streamed: %s", stored.id, exc)
 

@@ -29,7 +29,7 @@ from slack_sdk.webhook import WebhookClient
 from wakeful.bot.slack.kinds import NOTICE, SLACK_KINDS
 from wakeful.bot.slack.refusals import notice_for
 from wakeful.bot.slack.streams import end_segment
-from wakeful.bot.slack.web_client import KeepAliveWebClient, WithToken
+from wakeful.bot.slack.web_client import KeepAliveWebClient, WithToken, error_code
 from wakeful.core import metrics
 from wakeful.core.errors import PermanentSendError, TransientSendError
 from wakeful.core.inbox_id import InboxId
@@ -134,7 +134,7 @@ class SlackSender:
         except SlackApiError as exc:
             failure = classify(exc)
             count_error(exc)
-            error = str(exc.response.get("error") or "") if hasattr(exc.response, "get") else ""
+            error = error_code(exc)
             if self.forget is not None and error in TOKEN_ERRORS:
                 self.forget(team)  # read the installation again: refreshed, or gone
                 if error == "token_expired":

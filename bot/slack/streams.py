@@ -23,7 +23,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.chat_stream import ChatStream
 
-from wakeful.bot.slack.web_client import WithToken
+from wakeful.bot.slack.web_client import WithToken, error_code
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.stream_edge import StreamEnded, StreamPlace
 
@@ -136,7 +136,7 @@ class SlackStreams:
             try:
                 call(channel=place.channel, ts=ts)
             except SlackApiError as exc:
-                if _error(exc) not in GONE:
+                if error_code(exc) not in GONE:
                     raise
 
     def orphans(self, place: StreamPlace, since: float) -> list[str]:
@@ -169,16 +169,11 @@ class SlackStreams:
         on in a new segment, and the outbox stops this one after the finish."""
         with self._lock:
             self._open.pop(ts, None)
-        error = _error(exc)
+        error = error_code(exc)
         reason = ENDED.get(error, "expired")
         if error not in ENDED:
             log.warning("streamed message %s: Slack answered %s; going on in a new one", ts, error)
         return StreamEnded(reason, held.buffer if held is not None else "")  # type: ignore[arg-type]
-
-
-def _error(exc: SlackApiError) -> str:
-    response = exc.response
-    return str(response.get("error") or "") if hasattr(response, "get") else ""
 
 
 STOPPED_LINE = "Stopped."
@@ -201,7 +196,7 @@ def end_segment(client: Any, channel: str, ts: str, text: str, blocks: Any, fact
         client.chat_stopStream(channel=channel, ts=ts, blocks=under or None)
         return ts
     except SlackApiError as exc:
-        error = _error(exc)
+        error = error_code(exc)
         if error == "message_not_found":
             log.info("streamed message %s is gone; nothing to end", ts)
             return ts

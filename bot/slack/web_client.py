@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from urllib.request import Request
 
 from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
 
 IDLE_LIMIT = 30.0
 """Seconds a connection may sit idle before it is replaced rather than reused."""
@@ -137,3 +138,9 @@ class WithToken:
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._client, name)
         return functools.partial(method, token=self._token)
+
+
+def error_code(exc: SlackApiError) -> str:
+    """Slack's error code of a refused call (`channel_not_found`), or "" when it gave none."""
+    response = exc.response
+    return str(response.get("error") or "") if hasattr(response, "get") else ""
