@@ -228,6 +228,9 @@ class Effects:
     released: list[int] = field(default_factory=list)
     """Events the run gives back untouched (it was interrupted: the person wrote again): back
     to pending at once, their attempt given back, to run again with the newer message."""
+    forget: str | None = None
+    """Who asked (a user id, `cli`): the finish erases what the inbox keeps about its person
+    (core/store/forget.py) before it writes the rest; no session or memory is written."""
     ops: list[str] = field(default_factory=list)
     """Lines for the operators' channel (WAKEFUL_OPS_CHANNEL): a tool given up or failed for
     good, a destination unreachable for long. Written with the finish; none when unset."""

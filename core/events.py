@@ -180,6 +180,37 @@ class Command(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ForgetAnswer(Event):
+    """A person answered the forget prompt of `/wakeful forget` (core/privacy.py): `forget`
+    erases what is kept about them, `cancel` nothing. The engine answers it, never the agent."""
+
+    TYPE: ClassVar[str] = "forget_answer"
+
+    user: str
+    team: str
+    channel: str
+    answer: Literal["forget", "cancel"]
+    response_url: str | None = field(default=None, repr=False)
+    """The prompt's response_url: the answer replaces the prompt through it."""
+
+    @property
+    def reply_to(self) -> Conversation:
+        return Conversation(self.channel)
+
+    @property
+    def urgent(self) -> bool:
+        return True
+
+    @property
+    def people(self) -> tuple[str, ...]:
+        return (self.user,)
+
+    @property
+    def awaited(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True, kw_only=True)
 class ApprovalAnswer(Event):
     """The answer to an approval this agent asked for (`run.ask`): yes, no, or expired.
 
@@ -301,7 +332,7 @@ def register_legacy(infer: Legacy) -> None:
     _LEGACY.append(infer)
 
 
-for _cls in (Message, Command, ApprovalAnswer, TimerTick, WebhookDelivery):
+for _cls in (Message, Command, ForgetAnswer, ApprovalAnswer, TimerTick, WebhookDelivery):
     register(_cls)
 
 
@@ -415,6 +446,8 @@ def _check_types(cls: type[Event], values: dict[str, Any]) -> None:
             raise ValueError(f"{cls.TYPE}.{name} must be text")
     if cls is ApprovalAnswer and values.get("answer") not in ("yes", "no", "expired"):
         raise ValueError("an approval answer is yes, no or expired")
+    if cls is ForgetAnswer and values.get("answer") not in ("forget", "cancel"):
+        raise ValueError("a forget answer is forget or cancel")
 
 
 def awaited(source: str, payload: Any) -> bool:

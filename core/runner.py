@@ -29,6 +29,8 @@ from wakeful.core.errors import (
 from wakeful.core.events import ApprovalAnswer, Command, Conversation, Event, Message, decode
 from wakeful.core.kinds import ENGINE_KINDS, Kinds
 from wakeful.core.memory import MemoryLimits
+from wakeful.core.privacy import answer_privacy, kept_docs
+from wakeful.core.privacy_text import Kept
 from wakeful.core.records import Claim, StoredEvent
 from wakeful.core.run import Run
 from wakeful.core.services import RunServices, Tool
@@ -311,6 +313,13 @@ class Runner:
                 trace = traceback.format_exc()
                 log.warning("approved call failed on %s event %s: %s", claim.inbox, stored.id, exc)
         events, calls = approved.events, approved.effects
+        events, privacy = answer_privacy(
+            events, lambda: self._kept(claim.inbox), self.services.privacy
+        )
+        if privacy is not None and (privacy.forget or not events):
+            # The engine's own answers (core/privacy.py), or a pressed Forget: no agent run.
+            privacy.failed, privacy.traceback = tool_failed, trace
+            return _with_calls(privacy, calls)
         if not events:
             calls.failed, calls.traceback = tool_failed, trace
             return calls  # every event waits on its call (or failed): no run of the agent
@@ -326,7 +335,7 @@ class Runner:
             self.kinds.check(post)  # one the store would refuse fails the run, as the agent's
         answers = [e for e in events if isinstance(e, ApprovalAnswer)]
         updates = [u for e in answers if (u := self._outcome(e))]
-        effects.messages[:0] = [*calls.messages, *updates]
+        effects.messages[:0] = [*calls.messages, *updates, *(privacy.messages if privacy else [])]
         if not effects.failed and not effects.dead:
             told_or_tell(answers, effects)
             for hook in self.hooks:
@@ -338,6 +347,10 @@ class Runner:
             effects.failed.update(tool_failed)
             effects.traceback = effects.traceback or trace
         return effects
+
+    def _kept(self, inbox: str) -> list[Kept]:
+        s = self.services
+        return kept_docs(s.memory_docs, s.memory_read, inbox)
 
     def _outcome(self, answer: ApprovalAnswer) -> fx.Post | None:
         """The prompt rewritten with the answer that stands (its buttons gone)."""
@@ -392,6 +405,7 @@ def runner_for(agent: AgentLike, store: Any) -> Runner:
         stream_segment=store.settings.stream_segment,
         memory_read=store.memory_read,
         memory_paths=store.memory_paths,
+        memory_docs=store.memory_sizes,
         memory_limits=MemoryLimits(store.settings.memory_doc_bytes, store.settings.memory_docs),
         waiting_after=store.waiting_after if agent_declared.interrupts else None,
     )

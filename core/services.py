@@ -15,7 +15,7 @@ from wakeful.core.settings import DEFAULTS
 from wakeful.core.steps import StepLedger
 from wakeful.core.stream_edge import StreamSurface
 from wakeful.core.tenancy import Workspace
-from wakeful.core.views import ApprovalView, PlainApprovals
+from wakeful.core.views import ApprovalView, PlainApprovals, PlainPrivacy, PrivacyView
 
 if TYPE_CHECKING:
     from wakeful.core.query import Query
@@ -65,6 +65,10 @@ class RunServices:
     memory_paths: Lister = field(default=lambda _owner, _folder: [])
     """(owner, folder) -> the paths an owner keeps (store.memory_paths)."""
     memory_limits: MemoryLimits = field(default_factory=MemoryLimits)
+    memory_docs: Callable[[str], Sequence[tuple[str, int]]] = field(default=lambda _owner: [])
+    """owner -> (path, bytes) of each current document (store.memory_docs)."""
+    privacy: PrivacyView = field(default_factory=PlainPrivacy)
+    """How `/wakeful memory` and `/wakeful forget` answer (core/privacy.py)."""
     waiting_after: Callable[[str, int], Sequence[Any]] | None = None
     """The inbox's events stored after an id that wait (store.waiting_after): set when the
     agent answers the newest words (`on_new_message = "interrupt"`), None when it queues."""

@@ -1,13 +1,15 @@
 """How what a run asks for is shown where there is no Slack edge to render it (tests, the
-Harness): the approval view's contract, and its plain-text default."""
+Harness): the approval and privacy views' contracts, and their plain-text defaults."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from wakeful.core import effects as fx
 from wakeful.core.effects import ApprovalRequest
 from wakeful.core.events import ApprovalAnswer, Conversation
+from wakeful.core.privacy_text import CANCELLED, FORGET_QUESTION, Kept, plain_listing
 
 
 class ApprovalView(Protocol):
@@ -31,3 +33,34 @@ class PlainApprovals:
 
     def outcome(self, answer: ApprovalAnswer, note: str | None = None) -> fx.Post | None:
         return None
+
+
+class PrivacyView(Protocol):
+    """How `/wakeful memory` and `/wakeful forget` answer (core/privacy.py): the Slack edge
+    renders the forget prompt with its Forget and Cancel buttons (bot/slack/privacy.py); the
+    engine's default is plain text."""
+
+    def listing(self, kept: Sequence[Kept]) -> tuple[str, list[dict[str, Any]] | None]:
+        """What is kept about the person: each document's path and first lines."""
+        ...
+
+    def forget_prompt(self, user: str) -> tuple[str, list[dict[str, Any]] | None]:
+        """The question before anything is erased (its Forget button names `user`)."""
+        ...
+
+    def cancelled(self) -> str:
+        """The prompt, once Cancel was pressed: nothing was erased."""
+        ...
+
+
+class PlainPrivacy:
+    """The privacy answers as text (for runs with no Slack edge: tests, the harness)."""
+
+    def listing(self, kept: Sequence[Kept]) -> tuple[str, list[dict[str, Any]] | None]:
+        return plain_listing(kept), None
+
+    def forget_prompt(self, user: str) -> tuple[str, list[dict[str, Any]] | None]:
+        return FORGET_QUESTION, None
+
+    def cancelled(self) -> str:
+        return CANCELLED

@@ -222,6 +222,7 @@ def build_runner(
         stream_segment=config.settings.stream_segment,
         memory_read=store.memory_read,
         memory_paths=store.memory_paths,
+        memory_docs=store.memory_sizes,
         memory_limits=MemoryLimits(config.settings.memory_doc_bytes, config.settings.memory_docs),
         waiting_after=store.waiting_after if agent_declared.interrupts else None,
     )

@@ -20,6 +20,7 @@ from wakeful.core.store.approvals import Approvals
 from wakeful.core.store.base import Connector
 from wakeful.core.store.claims import Claims
 from wakeful.core.store.dead_letters import DeadLetterOps
+from wakeful.core.store.forget import ForgetRows
 from wakeful.core.store.inbox import Inbox
 from wakeful.core.store.installations import Installations
 from wakeful.core.store.memory import MemoryRows
@@ -54,6 +55,7 @@ class Store(
     Processes,
     Spend,
     MemoryRows,
+    ForgetRows,
 ):
     """The durable state of every inbox, and the only way the engine touches it."""
 

@@ -8,6 +8,7 @@ so both backends obey exactly the same ones (procrastinate's connector / manager
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -18,6 +19,8 @@ from wakeful.core.kinds import ENGINE_KINDS, Kinds
 from wakeful.core.records import StoredEvent
 from wakeful.core.settings import Settings
 from wakeful.core.store.sql import Tx
+
+log = logging.getLogger("wakeful.store")
 
 NewEvent = tuple[str, str, str, str, int] | tuple[str, str, str, str, int, int | None]
 """(inbox, source, source_id, payload JSON, now[, waiting since]): one delivery on its way
@@ -90,6 +93,11 @@ class Connector(ABC):
         file-backed backend's own (SQLite); a server's store has neither."""
         return (), 0
 
+    def scrub(self, tables: Sequence[str]) -> bool:
+        """Leave no erased text readable in the store's files, after an erasure committed
+        (core/store/forget.py); True when done. The base form has no files to scrub."""
+        return True
+
     def store_event(self, event: NewEvent) -> int | None:
         """Commit one new event (None when its key exists), returning after its commit. Both
         backends batch concurrent callers into one `store_events` (group commit); this base
@@ -113,6 +121,21 @@ def prefix_match(prefix: str) -> dict[str, Any]:
     `:n`): a workspace's are matched a prefix at a time (core/tenancy.py
     `Workspace.prefixes`; a team's people's inboxes start with `<team>:`)."""
     return {"prefix": prefix, "n": len(prefix)}
+
+
+ERASED_TABLES = (
+    "memories",
+    "events",
+    "attempts",
+    "outbox",
+    "sessions",
+    "set_aside_sessions",
+    "steps",
+    "timers",
+    "approvals",
+)
+"""The tables an erasure rewrites rows of (core/store/forget.py): PostgreSQL's scrub copies
+each anew."""
 
 
 class StoreBase:
@@ -139,6 +162,15 @@ class StoreBase:
     def close(self) -> None:
         """Release the backend's connections. The store is unusable afterwards."""
         self.db.close()
+
+    def scrub(self) -> bool:
+        """Make what an erasure removed (core/store/forget.py) unreadable in the store's files:
+        False when it could not be done now (the text is unreachable already)."""
+        try:
+            return self.db.scrub(ERASED_TABLES)
+        except Exception as exc:  # the erasure stands
+            log.warning("forget: the store's files could not be scrubbed: %s", exc)
+            return False
 
     def listen(self, on_work: Callable[[], None]) -> Callable[[], None] | None:
         """See `Connector.listen`: PostgreSQL wakes workers on every host; SQLite returns None."""

@@ -10,13 +10,11 @@ from collections.abc import Sequence
 
 from wakeful.core import metrics
 from wakeful.core.effects import Effects, RunTiming, check_json
-from wakeful.core.errors import LeaseLost, SessionUnusable
+from wakeful.core.errors import LeaseLost
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import Claim, StoredEvent
 from wakeful.core.rules.lease import grant, holds
-from wakeful.core.settings import Settings
 from wakeful.core.store import ops
-from wakeful.core.store.approvals import request_all
 from wakeful.core.store.codec import (
     PreparedEffects,
     event_record,
@@ -26,11 +24,11 @@ from wakeful.core.store.codec import (
     require,
 )
 from wakeful.core.store.dead_letters import record_attempt
-from wakeful.core.store.memory import write_memory
+from wakeful.core.store.finish_effects import write_effects
+from wakeful.core.store.forget import erase_inbox
 from wakeful.core.store.outbox import queue
 from wakeful.core.store.restores import Restores, answer_marks
 from wakeful.core.store.sql import Tx
-from wakeful.core.store.timers import set_timers
 
 TOO_MANY_ATTEMPTS = "too many attempts"
 """The error a dead event carries when it was claimed `max_attempts` times without finishing."""
@@ -249,9 +247,11 @@ class Claims(Restores):
                 finished = self._finish(tx, claim, effects, prepared, now) is not None
                 if finished and release:
                     self._set_expiry(tx, claim.inbox, claim.holder, claim.gen, now)
-                return finished
         except _Fenced:
             return False  # rolled back: nothing changed
+        if finished and effects.forget is not None:
+            self.scrub()  # a person's text erased: the files forget it too
+        return finished
 
     def finish_and_claim(
         self, claim: Claim, effects: Effects, now: int
@@ -264,9 +264,12 @@ class Claims(Restores):
         prepared = prepare_effects(claim.inbox, effects, now, self.kinds)
         try:
             with self._tx() as tx:
-                return self._finish_then_claim(tx, claim, effects, prepared, now)
+                outcome = self._finish_then_claim(tx, claim, effects, prepared, now)
         except _Fenced:
             return False, None
+        if outcome[0] and effects.forget is not None:
+            self.scrub()
+        return outcome
 
     def finish_and_claim_many(
         self, runs: Sequence[tuple[Claim, Effects]], now: int
@@ -288,6 +291,8 @@ class Claims(Restores):
                     tx.run("rollback_to_savepoint")
                     outcomes.append((False, None))
                 tx.run("release_savepoint")
+        if any(done and e.forget for (done, _), (_, e) in zip(outcomes, runs, strict=True)):
+            self.scrub()  # a person's text erased: the files forget it too
         return outcomes
 
     def _finish_then_claim(
@@ -404,7 +409,9 @@ class Claims(Restores):
         marks = answer_marks(claim.events, self.last_restored(tx))
         for row in [*prepared.messages, *(a.prompt for a in prepared.approvals if a.prompt)]:
             row.update(marks)  # the events these rows answer (their posts' metadata)
-        _write_effects(tx, claim.inbox, prepared, now, self.settings)
+        if effects.forget is not None:  # the person pressed Forget (core/privacy.py)
+            erase_inbox(tx, claim.inbox, effects.forget, now)  # first: "Forgotten." stays
+        write_effects(tx, claim.inbox, prepared, now, self.settings)
         told = [
             ops.dead(claim.inbox, ev.id, ev.source, effects.dead[ev.id])
             for ev in claim.events
@@ -456,31 +463,6 @@ class Claims(Restores):
                     error=error,
                     traceback=None,
                 )
-
-
-def _write_effects(tx: Tx, inbox: str, p: PreparedEffects, now: int, settings: Settings) -> None:
-    """Everything a run asked for, inside its finish: replies, session, timers, approvals."""
-    queue(tx, p.messages, now)
-    if p.set_aside_session is not None:
-        reason = p.set_aside_session[:2000]
-        tx.run("set_aside_session", {"inbox": inbox, "reason": reason, "now": now})
-        tx.run("drop_session", {"inbox": inbox})
-        failed_on_session = SessionUnusable.ERROR_PREFIX + "%"
-        params = {"inbox": inbox, "failed_on_session": failed_on_session, "now": now}
-        tx.run("forgive_session_failures", params)
-    if p.session is not None:
-        tx.run("upsert_session", {"inbox": inbox, "state": p.session, "now": now})
-    for name in p.cancel:
-        if not name.startswith("approval:"):  # expiries are not the agent's to cancel
-            tx.run("delete_timer", {"id": f"{inbox}/{name}"})
-            # `digest off` sends nothing more: what the timer earned and the gap still holds
-            # goes with it (a digest is stored with its timer's name, core/run.py).
-            tx.run("withdraw_held_digests", {"inbox": inbox, "ref": name})
-    set_timers(tx, inbox, p.timers, now, settings)  # within WAKEFUL_MAX_TIMERS_PER_INBOX
-    request_all(tx, inbox, p.approvals, now, settings)
-    for outcome in p.tool_outcomes or ():
-        tx.run("set_tool_outcome", outcome)
-    write_memory(tx, p.memory, now, p.run_id)
 
 
 INTERRUPTED = "interrupted: the person wrote again; run again with the newer message"

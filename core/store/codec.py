@@ -168,7 +168,9 @@ def prepare_effects(inbox: str, effects: Effects, now: int, kinds: Kinds) -> Pre
     ]
     return PreparedEffects(
         messages=[message_params(inbox, m) for m in effects.messages],
-        session=check_json(effects.session, "session") if effects.save_session else None,
+        session=check_json(effects.session, "session")
+        if effects.save_session and effects.forget is None
+        else None,
         set_aside_session=None
         if effects.set_aside_session is None
         else storable(effects.set_aside_session),
@@ -178,7 +180,7 @@ def prepare_effects(inbox: str, effects: Effects, now: int, kinds: Kinds) -> Pre
         traceback=None if effects.traceback is None else storable(effects.traceback[-8000:]),
         usage=check_json(usage.to_json(effects.usage), "usage") if effects.usage else None,
         cost=usage.known_cost(effects.usage),
-        memory=list(effects.memory),
+        memory=list(effects.memory) if effects.forget is None else [],
         run_id=effects.timing.run_id if effects.timing is not None else None,
         tool_waits={
             w.event_id: {

@@ -44,6 +44,10 @@ class MemoryRows(StoreBase):
             for r in rows
         ]
 
+    def memory_sizes(self, owner: str) -> list[tuple[str, int]]:
+        """(path, bytes) of each document `owner` keeps now (what `/wakeful memory` lists)."""
+        return [(d.path, d.bytes) for d in self.memory_docs(owner)]
+
     def memory_versions(self, owner: str, path: str) -> list[tuple[int, str | None, int]]:
         """Every version kept of one document, oldest first: (version, text, written_at)."""
         with self._tx(write=False) as tx:

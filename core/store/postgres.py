@@ -34,6 +34,10 @@ from wakeful.core.store.sql import (
 _QUERIES = load_queries("postgres")
 
 
+SCRUB_LOCK_TIMEOUT = 10
+"""Seconds a scrub waits for each table's lock (core/store/forget.py)."""
+
+
 class _PgTx(AfterCommit):
     """Runs named statements on the connection of one open transaction."""
 
@@ -192,6 +196,24 @@ class PostgresConnector(Connector):
                     raise
                 yield conn
                 return
+
+    def scrub(self, tables: Sequence[str]) -> bool:
+        """Rewrite the tables an erasure touched (VACUUM FULL): an UPDATE or DELETE leaves the
+        old row in its page until then, and plain VACUUM frees that space without clearing it.
+        Each table's lock is held while it is copied; one that cannot be locked within
+        SCRUB_LOCK_TIMEOUT is left (False), its old rows unreachable but still on disk."""
+        done = True
+        with self._pool.connection() as conn:
+            conn.execute(f"SET lock_timeout = '{SCRUB_LOCK_TIMEOUT}s'")
+            for table in tables:
+                if not re.fullmatch(r"[a-z_]+", table):
+                    raise ValueError(f"not a table name: {table!r}")
+                try:
+                    conn.execute(f"VACUUM (FULL) {table}")
+                except psycopg.errors.LockNotAvailable:
+                    done = False
+            conn.execute("RESET lock_timeout")
+        return done
 
     def store_event(self, event: NewEvent) -> int | None:
         """Concurrent ingests share one `store_events` transaction, its one multi-row INSERT

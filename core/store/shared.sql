@@ -288,8 +288,11 @@ WHERE id = :id AND status = 'failed' AND substr(inbox, 1, CAST(:n AS INTEGER)) =
 
 -- name: insert_step
 -- Record a durable step's result under its key, unless one is recorded.
+-- Not while the inbox's person was forgotten under a run in progress (`forget_inbox` marks
+-- its lease): that run's words are not written back.
 INSERT INTO steps (key, inbox, name, args, result, replay, created_at, error)
-VALUES (:key, :inbox, :name, :args, :result, :replay, :now, :error)
+SELECT :key, :inbox, :name, :args, :result, :replay, :now, :error
+WHERE NOT EXISTS (SELECT 1 FROM leases WHERE inbox = :inbox AND holder = 'forgotten')
 ON CONFLICT (key) DO NOTHING;
 
 -- name: get_step
@@ -1019,3 +1022,113 @@ UPDATE memories SET latest = 0 WHERE owner = :owner AND path = :path AND latest 
 -- A new version of a memory document, the newest.
 INSERT INTO memories (owner, path, version, text, bytes, latest, written_at, run_id)
 VALUES (:owner, :path, :version, :text, :bytes, 1, :now, :run_id);
+
+-- name: forget_count_documents
+-- The documents an inbox keeps now (what a forget reports erased).
+SELECT COUNT(*) AS n FROM memories WHERE owner = :inbox AND latest = 1 AND text IS NOT NULL;
+
+-- name: forget_memories
+-- Every version of every memory document of the inbox.
+DELETE FROM memories WHERE owner = :inbox;
+
+-- name: forget_attempts
+-- What the attempts log kept of the inbox's failures (an error can quote the person).
+UPDATE attempts SET message = NULL, traceback = NULL
+WHERE event_id IN (
+    SELECT id FROM events
+    WHERE status IN ('pending', 'running', 'done', 'dead', 'discarded') AND inbox = :inbox
+) AND (message IS NOT NULL OR traceback IS NOT NULL);
+
+-- name: forget_events
+-- The text of the inbox's events: the rows stay (counts, keys and guarantees hold), their
+-- payload replaced; what had not run yet is discarded, never run on erased text.
+UPDATE events
+SET payload = :erased, error = NULL, traceback = NULL, waiting_since = NULL,
+    status = CASE WHEN status IN ('pending', 'running', 'dead') THEN 'discarded' ELSE status END,
+    updated_at = :now
+WHERE status IN ('pending', 'running', 'done', 'dead', 'discarded') AND inbox = :inbox
+  AND payload <> :erased;
+
+-- name: forget_outbox
+-- The text of the inbox's outbox rows: the rows stay, their text replaced; one not yet sent
+-- is not sent (failed, saying why).
+UPDATE outbox
+SET text = '', blocks = NULL, facts = NULL, answers = NULL,
+    error = CASE WHEN status = 'pending' THEN :why ELSE NULL END,
+    status = CASE WHEN status = 'pending' THEN 'failed' ELSE status END
+WHERE inbox = :inbox
+  AND (text <> '' OR blocks IS NOT NULL OR facts IS NOT NULL OR answers IS NOT NULL
+       OR error IS NOT NULL);
+
+-- name: forget_sessions
+-- The saved conversation.
+DELETE FROM sessions WHERE inbox = :inbox;
+
+-- name: forget_set_aside_sessions
+-- Conversations set aside for the operator.
+DELETE FROM set_aside_sessions WHERE inbox = :inbox;
+
+-- name: forget_recorded_calls
+-- Recorded model calls, streams and carries: each holds the person's words.
+DELETE FROM steps
+WHERE inbox = :inbox AND (replay = 1 OR name LIKE 'stream:%' OR name LIKE 'claude:%');
+
+-- name: forget_step_args
+-- The other steps keep their keys (a refund is never made twice), not their arguments or
+-- results (either can quote the person).
+UPDATE steps SET args = NULL, error = NULL, result = :erased
+WHERE inbox = :inbox AND (args IS NOT NULL OR error IS NOT NULL OR result <> :erased);
+
+-- name: forget_timers
+-- The inbox's timers (a reminder holds its text).
+DELETE FROM timers WHERE inbox = :inbox;
+
+-- name: forget_approvals
+-- The inbox's approvals: their arguments and summaries go; an open one is closed, expired.
+UPDATE approvals
+SET args = '{}', summary = NULL, tool_error = NULL,
+    answer = COALESCE(answer, 'expired'), answered_at = COALESCE(answered_at, :now),
+    tool_state = CASE WHEN tool_state = 'waiting' THEN 'given_up' ELSE tool_state END
+WHERE inbox = :inbox;
+
+-- name: expire_lease
+-- A worker running the inbox is fenced: its finish changes nothing, its steps are refused.
+UPDATE leases SET expires_at = 0, holder = 'forgotten' WHERE inbox = :inbox;
+
+-- name: insert_forget
+-- The audit line of one erasure, without what was erased.
+INSERT INTO forgets (inbox, asked_by, forgotten_at, documents, versions, events, outbox)
+VALUES (:inbox, :asked_by, :now, :documents, :versions, :events, :outbox);
+
+-- name: forgets_of
+-- The audit lines of an inbox's erasures, oldest first.
+SELECT * FROM forgets WHERE inbox = :inbox ORDER BY id;
+
+-- name: export_memories
+-- Every kept version of every memory document of an inbox (`wakeful export`).
+SELECT path, version, text, written_at, latest FROM memories
+WHERE owner = :inbox ORDER BY path, version;
+
+-- name: export_events
+-- An inbox's stored events (`wakeful export`).
+SELECT id, source, source_id, payload, status, created_at FROM events
+WHERE status IN ('pending', 'running', 'done', 'dead', 'discarded') AND inbox = :inbox
+ORDER BY id;
+
+-- name: export_outbox
+-- An inbox's outbox rows (`wakeful export`).
+SELECT id, kind, channel, thread_ts, text, status, created_at, sent_at FROM outbox
+WHERE inbox = :inbox ORDER BY id;
+
+-- name: export_session
+-- An inbox's saved conversation (`wakeful export`).
+SELECT state, updated_at FROM sessions WHERE inbox = :inbox;
+
+-- name: export_timers
+-- An inbox's timers (`wakeful export`).
+SELECT id, kind, payload, next_at FROM timers WHERE inbox = :inbox ORDER BY id;
+
+-- name: export_approvals
+-- An inbox's approvals (`wakeful export`).
+SELECT id, tool, args, summary, answer, created_at FROM approvals
+WHERE inbox = :inbox ORDER BY created_at, id;

@@ -183,6 +183,9 @@ class SQLiteConnector(Connector):
             # back to the limit whenever it restarts, so a burst does not leave it large.
             conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
             conn.execute("PRAGMA foreign_keys = ON")
+            # What a write frees is overwritten with zeros, not left in free pages: text a
+            # person had forgotten (core/store/forget.py) is gone from the file, not hidden.
+            conn.execute("PRAGMA secure_delete = ON")
             if self._max_pages:
                 # A cap on the file's size: past it, writes fail as on a full disk.
                 conn.execute(f"PRAGMA max_page_count = {self._max_pages}")
@@ -286,6 +289,23 @@ class SQLiteConnector(Connector):
             tx = _SqliteTx(conn)
             yield tx
         tx.committed()
+
+    def scrub(self, tables: Sequence[str]) -> bool:
+        """Checkpoint the WAL into the file and truncate it: the frames of pages as they were
+        before an erasure (`secure_delete` already zeroed the file's own free space) go.
+        Another process's open read can hold the checkpoint back: looked again for up to the
+        busy timeout."""
+        conn = self._connect()
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        while True:
+            row = self._while_busy(
+                lambda: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone(), 0.01
+            )
+            if row is not None and int(row[0]) == 0:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
     def store_event(self, event: NewEvent) -> int | None:
         """Concurrent ingests share one `store_events` transaction and one fsync (group

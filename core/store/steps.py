@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from wakeful.core.effects import check_json
+from wakeful.core.errors import LeaseLost
 from wakeful.core.records import StepRecord
 from wakeful.core.storable import check_name, is_storable
 from wakeful.core.store.base import StoreBase, prefix_match
@@ -60,7 +61,8 @@ class StepRows(StoreBase):
             if tx.run("insert_step", params):
                 return json.loads(body)
             row = tx.one("get_step", {"key": key})
-        assert row is not None
+        if row is None:  # refused: the person was forgotten while this run went on
+            raise LeaseLost(f"{inbox}: forgotten while the run went on; its step not kept")
         return json.loads(row["result"])
 
     def recorded_step(self, key: str) -> StepRecord | None:

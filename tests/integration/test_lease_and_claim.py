@@ -254,13 +254,13 @@ def test_finish_is_all_or_nothing_when_a_write_fails_midway(
     add(store, "e1")
     claim = store.acquire_and_claim(INBOX, "A", T0)
     assert claim is not None
-    original = claims._write_effects
+    original = claims.write_effects
 
     def failing(*args):  # type: ignore[no-untyped-def]
         original(*args)
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(claims, "_write_effects", failing)
+    monkeypatch.setattr(claims, "write_effects", failing)
     with pytest.raises(RuntimeError):
         store.finish(claim, effects_of_everything(), T0 + 1)
     _assert_nothing_written(store)
