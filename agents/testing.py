@@ -99,6 +99,10 @@ class Outcome:
     after `advance`, every inbox the harness has fed. A fired daily or repeating timer shows
     its next occurrence (`next_at`); a fired one-off is gone, and so is an approval's expiry
     once the approval is answered. `id` is `<inbox>/<name>`."""
+    memory: dict[str, dict[str, str]] = field(default_factory=dict)
+    """What memory keeps once the runs are done (`run.memory`: their writes are in once the
+    run finished): the fed inbox's documents (or, after `advance`, every fed inbox's), as
+    inbox -> path -> text."""
 
     @property
     def text(self) -> str:
@@ -287,6 +291,13 @@ class Harness:
         """What the last finished run of `inbox` saved (`run.save`), or None."""
         return self.store.session(inbox)
 
+    def memory(self, inbox: str) -> dict[str, str]:
+        """The memory documents `inbox` keeps now: path -> text."""
+        kept = {
+            d.path: self.store.memory_read(inbox, d.path) for d in self.store.memory_docs(inbox)
+        }
+        return {path: text for path, text in kept.items() if text is not None}
+
     def close(self) -> None:
         """Close the store; remove the temporary folder (not one given as `folder`)."""
         self.store.close()
@@ -332,6 +343,7 @@ class Harness:
             sent=sent,
             approvals=asked,
             timers=self._timers([inbox] if inbox else self._inboxes),
+            memory={known: self.memory(known) for known in ([inbox] if inbox else self._inboxes)},
         )
 
     def _timers(self, inboxes: Sequence[str]) -> list[TimerState]:

@@ -89,10 +89,18 @@ def test_a_run_that_does_not_finish_writes_no_memory_and_a_fenced_finish_writes_
     effects = runner_for(
         Remembering(lambda run: run.memory.write("/memories/b.md", "late")), store
     ).run(claim, lambda: None, T0 + 100, lambda: None)
-    taken = store.acquire_and_claim(INBOX, "fresh", T0 + 100 + 2 * store.settings.lease_ttl)
+    later = T0 + 100 + 2 * store.settings.lease_ttl
+    taken = store.acquire_and_claim(INBOX, "fresh", later)
     assert taken is not None
-    assert store.finish(claim, effects, T0 + 101 + 2 * store.settings.lease_ttl) is False
-    assert store.memory_docs(INBOX) == [], "a fenced finish wrote memory"
+    newer = runner_for(
+        Remembering(lambda run: run.memory.write("/memories/b.md", "newer")), store
+    ).run(taken, lambda: None, later, lambda: None)
+    assert store.finish(taken, newer, later + 1) is True
+    # The slow worker wakes after the takeover: its late finish overwrites nothing.
+    assert store.finish(claim, effects, later + 2) is False
+    assert [(v, t) for v, t, _ in store.memory_versions(INBOX, "/memories/b.md")] == [
+        (1, "newer")
+    ], "a fenced finish wrote memory"
 
 
 def test_a_retried_run_writes_each_change_once(make_store: MakeStore) -> None:
