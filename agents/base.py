@@ -52,6 +52,10 @@ class Agent:
     it was going to post is not posted, a reply it streamed is taken back, and one new run
     answers the earlier and the newer words together; steps done stay done)."""
 
+    shared_memory: ClassVar[Literal["read", "write"]] = "read"
+    """The workspace's shared memory (`run.memory.shared`): `read` (runs read it, none writes)
+    or `write` (a run's writes to it go with its finish, as its own memory's do)."""
+
     failure_text: ClassVar[str | None] = None
     """Told once to the person whose message could not be handled (its attempts ran out);
     None: the WAKEFUL_FAILURE_TEXT setting, or wakeful's own line."""

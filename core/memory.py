@@ -103,8 +103,11 @@ class Memory:
     list_stored: Lister
     limits: MemoryLimits = field(default_factory=MemoryLimits)
     shared_owner: str | None = None
+    shared_writes: bool = False
+    """The agent's `shared_memory = "write"`: `shared` is a Memory the run writes too."""
     changes: dict[str, str | None] = field(default_factory=dict)
     """This run's writes by path (None: deleted), in the order made; what the finish writes."""
+    _shared: Memory | None = field(default=None, repr=False)
 
     def read(self, path: str) -> str | None:
         """The document's text (this run's own write first), or None when there is none."""
@@ -182,13 +185,21 @@ class Memory:
         self.changes[target] = text
 
     @property
-    def shared(self) -> SharedMemory:
-        """The workspace's store, read only."""
-        return SharedMemory(self.shared_owner, self.read_stored, self.list_stored)
+    def shared(self) -> SharedMemory | Memory:
+        """The workspace's store: read only, unless the agent's `shared_memory = "write"`
+        (then its writes go with the run's finish, as this store's do)."""
+        if not self.shared_writes or self.shared_owner is None:
+            return SharedMemory(self.shared_owner, self.read_stored, self.list_stored)
+        if self._shared is None:
+            self._shared = Memory(
+                self.shared_owner, self.read_stored, self.list_stored, self.limits
+            )
+        return self._shared
 
     def pending(self) -> builtins.list[MemoryChange]:
-        """What the run's finish writes."""
-        return [MemoryChange(self.owner, p, t) for p, t in self.changes.items()]
+        """What the run's finish writes (the shared store's changes too)."""
+        mine = [MemoryChange(self.owner, p, t) for p, t in self.changes.items()]
+        return mine + ([] if self._shared is None else self._shared.pending())
 
 
 @dataclass(frozen=True)

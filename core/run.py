@@ -107,7 +107,8 @@ class Run:
     @property
     def memory(self) -> Memory:
         """What the agent remembers of this inbox (`read`, `list`, `write`, `edit`, `insert`,
-        `delete`, `rename`), and `.shared`, the workspace's, read only: its writes are seen by
+        `delete`, `rename`), and `.shared`, the workspace's (read only unless the agent's
+        `shared_memory = "write"`): its writes are seen by
         this run at once and written by its finish, once (core/memory.py)."""
         if self._memory is None:
             s = self._services
@@ -117,6 +118,7 @@ class Run:
                 s.memory_paths,
                 s.memory_limits,
                 shared_owner=workspace_owner(self.inbox.team),
+                shared_writes=s.shared_memory_writes,
             )
         return self._memory
 

@@ -48,6 +48,7 @@ agent's `failure_text`, replaces it; `{attempts}` is filled in)."""
 
 
 ON_NEW_MESSAGE = ("enqueue", "interrupt")
+SHARED_MEMORY = ("read", "write")
 
 
 @runtime_checkable
@@ -88,6 +89,8 @@ class Declared:
     failure_text: str | None = None
     on_new_message: str = "enqueue"
     """`enqueue` or `interrupt` (wakeful.agents.Agent); anything else is refused by `of`."""
+    shared_memory: str = "read"
+    """`read` or `write`: whether runs write the workspace's shared memory."""
 
     @classmethod
     def of(cls, agent: object) -> Declared:
@@ -99,7 +102,13 @@ class Declared:
                 f"{type(agent).__name__}.on_new_message must be 'enqueue' or 'interrupt', "
                 f"got {policy!r}"
             )
-        return cls(tuple(found.get("tools") or ()), str(text) if text else None, str(policy))
+        shared = found.get("shared_memory", "read")
+        if shared not in SHARED_MEMORY:
+            raise InvalidInput(
+                f"{type(agent).__name__}.shared_memory must be 'read' or 'write', got {shared!r}"
+            )
+        tools = tuple(found.get("tools") or ())
+        return cls(tools, str(text) if text else None, str(policy), str(shared))
 
     @property
     def interrupts(self) -> bool:
@@ -406,6 +415,7 @@ def runner_for(agent: AgentLike, store: Any) -> Runner:
         memory_read=store.memory_read,
         memory_paths=store.memory_paths,
         memory_docs=store.memory_sizes,
+        shared_memory_writes=agent_declared.shared_memory == "write",
         memory_limits=MemoryLimits(store.settings.memory_doc_bytes, store.settings.memory_docs),
         waiting_after=store.waiting_after if agent_declared.interrupts else None,
     )

@@ -65,6 +65,8 @@ class RunServices:
     memory_paths: Lister = field(default=lambda _owner, _folder: [])
     """(owner, folder) -> the paths an owner keeps (store.memory_paths)."""
     memory_limits: MemoryLimits = field(default_factory=MemoryLimits)
+    shared_memory_writes: bool = False
+    """The agent's `shared_memory = "write"`: runs write the workspace's shared memory."""
     memory_docs: Callable[[str], Sequence[tuple[str, int]]] = field(default=lambda _owner: [])
     """owner -> (path, bytes) of each current document (store.memory_docs)."""
     privacy: PrivacyView = field(default_factory=PlainPrivacy)

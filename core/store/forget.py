@@ -16,6 +16,7 @@ which holds each table's lock while it copies it) so no dead tuple keeps the old
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import asdict, dataclass
@@ -82,7 +83,7 @@ class ForgetRows(StoreBase):
         with self._tx() as tx:
             tx.run("expire_lease", {"inbox": inbox})
             done = erase_inbox(tx, inbox, asked_by, now)
-        return Forgotten(**{**_counts(done), "scrubbed": self.scrub()})
+        return dataclasses.replace(done, scrubbed=self.scrub())
 
     def forgets(self, inbox: str) -> list[dict[str, Any]]:
         """The audit lines of `inbox`'s erasures, oldest first."""

@@ -182,3 +182,48 @@ def test_versions_a_newer_one_followed_are_pruned_after_the_retention_the_newest
     assert [(v, t) for v, t, _ in store.memory_versions(INBOX, path)] == [(3, "water")]
     store.prune(later + store.settings.retention)
     assert store.memory_read(INBOX, path) == "water", "the newest version is never pruned"
+
+
+class SharingWriter(Remembering):
+    shared_memory = "write"
+
+
+def test_the_shared_store_is_read_only_unless_the_agent_says_write(make_store: MakeStore) -> None:
+    store = make_store()
+    seen: list[object] = []
+
+    def share(run: Run) -> None:
+        run.memory.shared.write("/memories/policy.md", "Refunds over $500 need two approvers.")
+        seen.append(run.memory.shared.read("/memories/policy.md"))  # its own write, at once
+
+    said(store, "Ev1", 1)
+    runner = runner_for(SharingWriter(share), store)
+    Worker(store=store, clock=ManualClock(T0), runner=runner).tick(T0)
+    assert seen == ["Refunds over $500 need two approvers."]
+    assert store.memory_read("workspace:T1", "/memories/policy.md") == seen[0]
+    assert store.memory_docs(INBOX) == []  # the inbox's own memory is untouched
+
+    def read_only(run: Run) -> None:  # another person, an agent with the default `read`
+        seen.append(run.memory.shared.read("/memories/policy.md"))
+        seen.append(hasattr(run.memory.shared, "write"))
+
+    said(store, "Ev2", 2, user="U2", inbox="T1:U2")
+    run_once_in(store, read_only)
+    assert seen[1:] == ["Refunds over $500 need two approvers.", False]
+
+
+def run_once_in(store: Store, act: Callable[[Run], None]) -> None:
+    Worker(store=store, clock=ManualClock(T0), runner=runner_for(Remembering(act), store)).tick(T0)
+
+
+def test_an_agent_declaring_another_shared_memory_is_refused_at_load() -> None:
+    from wakeful.core.errors import InvalidInput
+    from wakeful.core.runner import Declared
+
+    class Odd:
+        shared_memory = "everyone"
+
+        def run(self, run: Run) -> None: ...
+
+    with pytest.raises(InvalidInput, match="shared_memory must be 'read' or 'write'"):
+        Declared.of(Odd())
