@@ -1,9 +1,10 @@
 """Bolt's side of the front: the listeners that turn Slack requests into core calls.
 
 The Bolt app is built with `process_before_response=True`, so a listener finishes (the insert
-has committed) before the acknowledgement leaves: messages and mentions go to `ingest`, Approve
-/ Deny clicks to `answer`. Listeners only write to the store; the dispatcher holds the token.
-The HTTP front (bot/front/wsgi.py) holds them; Socket Mode uses them as they are.
+has committed) before the acknowledgement leaves: messages, mentions and the forget prompt's
+clicks go to `ingest`, Approve / Deny clicks to `answer`. Listeners only write to the store; the
+dispatcher holds the token. The HTTP front (bot/front/wsgi.py) holds them; Socket Mode uses
+them as they are.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from slack_bolt import Ack, App, BoltContext, BoltRequest, BoltResponse
 from slack_bolt.oauth.oauth_settings import OAuthSettings
@@ -29,7 +30,7 @@ from wakeful.bot.slack.installations import StoreInstallations
 from wakeful.core import metrics
 from wakeful.core.effects import Post
 from wakeful.core.errors import InvalidInput, StoreError, StoreUnavailable
-from wakeful.core.events import Command, Event
+from wakeful.core.events import Command, Event, ForgetAnswer
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.loops import Kicker, Wakeup
 from wakeful.core.store.installations import Status
@@ -38,6 +39,8 @@ from wakeful.core.tenancy import Workspace, is_approver
 log = logging.getLogger("wakeful")
 IGNORED_SUBTYPES = frozenset({"message_changed", "message_deleted", "bot_message"})
 ACCEPTED_SUBTYPES = frozenset({None, "file_share", "thread_broadcast", "me_message"})
+Said = Literal["forget", "cancel"]
+"""A `ForgetAnswer`'s answer."""
 THREAD_CHANNEL_TYPES = frozenset({"channel", "group", "mpim"})
 """Where only replies in the bot's threads reach the agent (message.channels / .groups /
 .mpim); in a DM (`im`) every message does."""
@@ -96,6 +99,8 @@ class Listeners:
         self.app.action(blocks.DENY)(self._on_deny)
         self.app.action(payloads.REQUEUE)(self._on_requeue)
         self.app.action(payloads.FEEDBACK)(self._on_feedback)
+        self.app.action(payloads.FORGET)(self._on_forget)
+        self.app.action(payloads.FORGET_CANCEL)(self._on_forget)
         self.app.command(payloads.COMMAND)(self._on_command)
         self.app.event("app_home_opened")(self._on_home_opened)
         self.app.event("assistant_thread_started")(self._on_assistant_thread)
@@ -337,6 +342,38 @@ class Listeners:
             )
             self.store.post(inbox, [thanks], self.clock())
             self.wake_dispatcher.kick()
+        ack()
+
+    def _on_forget(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """Forget or Cancel under the prompt of `/wakeful forget`: a `ForgetAnswer` in the
+        clicker's own inbox, whose run answers it (core/privacy.py). Keyed by the prompt and
+        the answer, so Slack's retry or a double click stores one, while Cancel and Forget on
+        one prompt stay two. Only the person the prompt asked may answer it: a button whose
+        value is another user id (a forged or forwarded click) stores nothing, logged."""
+        answer: Said = "forget" if action.get("action_id") == payloads.FORGET else "cancel"
+        user = (body.get("user") or {}).get("id")
+        team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id")
+        container = body.get("container") or {}
+        channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
+        if not all(isinstance(v, str) and v for v in (user, team, channel)):
+            raise InvalidInput("forget answer lacks its user, team or channel")
+        url = body.get("response_url")
+        said = ForgetAnswer(
+            user=str(user),
+            team=str(team),
+            channel=str(channel),
+            answer=answer,
+            response_url=url if isinstance(url, str) and url else None,
+        )
+        prompt = container.get("message_ts") or action.get("action_ts") or ""
+        if action.get("value") == user:
+            self._store(
+                InboxId.person(str(team), str(user)),
+                f"forget:{team}:{user}:{prompt}:{answer}",
+                said,
+            )
+        else:
+            log.warning("forget %s refused: %s pressed another person's prompt", answer, user)
         ack()
 
     def _on_approve(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs
 
-from wakeful.bot.slack import blocks
+from wakeful.bot.slack import blocks, privacy
 from wakeful.bot.slack.text import addressed
 from wakeful.core.errors import InvalidInput
 from wakeful.core.events import Message
@@ -40,6 +40,9 @@ REQUEUE = "wakeful_requeue"
 FEEDBACK = blocks.FEEDBACK
 """The action_id of the feedback buttons under a reply (Block Kit `feedback_buttons`, whose
 positive and negative buttons carry the values `positive` and `negative`)."""
+FORGET = privacy.FORGET
+FORGET_CANCEL = privacy.FORGET_CANCEL
+"""The forget prompt's buttons (`/wakeful forget`): their value is the user id it asked."""
 _OBJECT_FIELDS = ("user", "team", "channel", "container", "enterprise", "message", "event")
 _TEXT_FIELDS = (
     "type",
@@ -120,7 +123,7 @@ def handled(body: dict[str, Any]) -> bool:
     if kind == "event_callback":
         return body["event"]["type"] in HANDLED_EVENTS
     if kind == "block_actions":
-        ours = (blocks.APPROVE, blocks.DENY, REQUEUE, FEEDBACK)
+        ours = (blocks.APPROVE, blocks.DENY, REQUEUE, FEEDBACK, FORGET, FORGET_CANCEL)
         return any(a["action_id"] in ours for a in body["actions"])
     if kind == "command":
         return body.get("command") == COMMAND

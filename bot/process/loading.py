@@ -186,6 +186,7 @@ def build_runner(
     `tokens` (distribution mode) gives the time-zone look-up the token of the workspace whose
     run asks; `wake_dispatcher` sends a status at once; `zone` (the test harness) names a
     person's time zone instead of asking Slack."""
+    from wakeful.bot.slack.privacy import SlackPrivacy
     from wakeful.bot.slack.surfaces import SlackApprovals, Surface, surface_hooks
     from wakeful.bot.slack.zones import WorkspaceHook, ZoneLookup
 
@@ -223,7 +224,9 @@ def build_runner(
         memory_read=store.memory_read,
         memory_paths=store.memory_paths,
         memory_docs=store.memory_sizes,
+        shared_memory_writes=agent_declared.shared_memory == "write",
         memory_limits=MemoryLimits(config.settings.memory_doc_bytes, config.settings.memory_docs),
+        privacy=SlackPrivacy(),
         waiting_after=store.waiting_after if agent_declared.interrupts else None,
     )
     hooks: list[RunHook] = surface_hooks(store, config, agent, Surface.of(agent), wake_dispatcher)

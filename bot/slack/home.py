@@ -30,6 +30,9 @@ from wakeful.core.run import Run
 from wakeful.core.store import Store
 from wakeful.core.tenancy import Workspace, is_approver
 
+MEMORY_LINE = "`/wakeful memory` shows what I remember about you; `/wakeful forget` erases it."
+"""How a person sees and erases what is kept about them (core/privacy.py): the last line of
+every agent's Home tab, whatever the agent draws (the engine answers both for every agent)."""
 SHOWN = 5
 """Rows shown per list: the Home tab is a glance, `wakeful inspect` has the rest."""
 MAX_BLOCKS = 50
@@ -131,6 +134,11 @@ def timer_label(timer: NextTimer) -> str:
     if isinstance(data, dict) and isinstance(data.get("text"), str):
         return str(data["text"])
     return timer.name
+
+
+def memory_line() -> Block:
+    """The Home tab's last line: `/wakeful memory` and `/wakeful forget`."""
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": MEMORY_LINE}]}
 
 
 def header(text: str) -> Block:
@@ -240,11 +248,12 @@ class HomeHook:
         drawn = self.agent.home(view) if hasattr(self.agent, "home") else default_home(view)
         if drawn is None:
             return
+        shown = [*list(drawn)[: MAX_BLOCKS - 1], memory_line()]
         effects.messages.append(
             Post(
                 view.user,
                 "Home",
-                blocks=list(drawn)[:MAX_BLOCKS],
+                blocks=shown,
                 kind="home",
                 user=view.user,
                 priority="urgent",

@@ -240,11 +240,18 @@ class SlackSender:
 
     def _respond(self, part: Part, client: Any) -> str | None:
         """A slash command's answer, to the caller alone: through its response_url while that
-        works (Slack honours it 5 times within 30 minutes), else chat.postEphemeral."""
+        works (Slack honours it 5 times within 30 minutes), else chat.postEphemeral. A part
+        whose facts say `replace_original` (a click's answer, core/privacy.py) rewrites the
+        message the click came from in place, its buttons gone; if the URL fails, the words
+        still reach the person as a new ephemeral."""
         if part.ref:
+            replace = isinstance(part.facts, dict) and part.facts.get("replace_original") is True
             try:
                 answer = WebhookClient(part.ref, timeout=10, logger=_RESPONSE_URL_LOG).send(
-                    text=part.text, response_type="ephemeral"
+                    text=part.text,
+                    blocks=part.blocks,
+                    response_type=None if replace else "ephemeral",
+                    replace_original=True if replace else None,
                 )
                 if answer.status_code == 200:
                     return None

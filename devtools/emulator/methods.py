@@ -187,6 +187,43 @@ class WebApi:
         )
         return {"message_ts": ts}
 
+    def _show_response(self, channel: str, user: str, original: str | None, body: JsonDict) -> None:
+        """What a post to a response_url shows `user` in `channel` (SlackEmulator
+        `response_url_for`): the original message rewritten or removed, or a new one."""
+        text, blocks = str(body.get("text") or ""), body.get("blocks") or None
+        if original is not None and (
+            _truthy(body.get("replace_original")) or _truthy(body.get("delete_original"))
+        ):
+            mine = [e for e in self._ephemerals if e["channel"] == channel and e["user"] == user]
+            for where in (mine, self._channels.get(channel, [])):
+                for message in [m for m in where if m.get("message_ts", m.get("ts")) == original]:
+                    if _truthy(body.get("delete_original")):
+                        (self._ephemerals if where is mine else where).remove(message)
+                        continue
+                    message["text"] = text
+                    message.pop("blocks", None)
+                    if blocks or where is mine:
+                        message["blocks"] = blocks
+            return
+        ts = self._next_ts()
+        if body.get("response_type") == "in_channel":
+            post: JsonDict = {"type": "message", "user": self._me.bot_user_id, "text": text}
+            post.update({"bot_id": self._me.bot_id, "ts": ts})
+            self._channels.setdefault(channel, []).append(
+                {**post, "blocks": blocks} if blocks else post
+            )
+            return
+        self._ephemerals.append(
+            {
+                "channel": channel,
+                "user": user,
+                "text": text,
+                "blocks": blocks,
+                "thread_ts": None,
+                "message_ts": ts,
+            }
+        )
+
     @staticmethod
     def _render(msgs: list[JsonDict], params: Mapping[str, Any]) -> list[JsonDict]:
         """Slack only returns ``metadata`` when asked with ``include_all_metadata``."""

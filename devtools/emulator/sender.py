@@ -224,11 +224,14 @@ class EventSender:
         org_install: bool | None = None,
         thread_ts: str | None = None,
         action_type: str = "button",
+        ephemeral: bool = False,
     ) -> Reply:
         """A button click. Pass ``message`` (e.g. from the emulator) to echo its blocks, and
         ``thread_ts`` for a message in a thread (Slack then names it in ``container`` and in
         ``message``). ``action_type`` is the element's type: ``feedback_buttons`` for Slack's
-        thumbs up / down (see ``feedback``).
+        thumbs up / down (see ``feedback``). ``ephemeral``: a click in an ephemeral message
+        (``message_ts`` is its ``message_ts``): Slack says so in ``container`` and sends no
+        ``message``.
 
         ``org_install`` (default: the sender's) sends it as Slack does from an org-wide
         (Enterprise Grid) install: ``"team": null``, the team only in ``user.team_id``."""
@@ -276,6 +279,9 @@ class EventSender:
         if thread_ts is not None:
             payload["container"]["thread_ts"] = thread_ts
             payload["message"]["thread_ts"] = thread_ts
+        if ephemeral:
+            payload["container"]["is_ephemeral"] = True
+            del payload["message"]
         body = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
         return self.raw(body, {"Content-Type": "application/x-www-form-urlencoded"})
 

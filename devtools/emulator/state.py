@@ -90,6 +90,8 @@ class SlackEmulator(StreamApi, WebApi, OAuthApi):
         self._removed: set[str] = set()
         self._ephemerals: list[JsonDict] = []
         self._responses: dict[str, list[Any]] = {}
+        self._targets: dict[str, tuple[str, str, str | None]] = {}
+        """response_url key -> (channel, user, original ts) it shows to (`response_url_for`)."""
         self._faults: dict[str, deque[_Fault]] = {}
         default = Workspace(team_id, bot_user_id, bot_id, name="Emulator", installed=True)
         self._workspaces: dict[str, Workspace] = {team_id: default}
@@ -174,7 +176,24 @@ class SlackEmulator(StreamApi, WebApi, OAuthApi):
         """Trailing slash matters: slack_sdk ``urljoin``s the method name onto it."""
         return f"{self.base_url}api/"
 
-    def response_url_for(self, key: str) -> str:
+    def response_url_for(
+        self,
+        key: str,
+        *,
+        user: str | None = None,
+        channel: str | None = None,
+        original: str | None = None,
+    ) -> str:
+        """A `response_url` whose posts are kept under `key` (:meth:`responses`). Named for
+        the person (`user`) in `channel` a slash command or a click came from, what is posted
+        there also shows as Slack shows it (:meth:`ephemerals`): a new ephemeral to them (or,
+        `in_channel`, a message); with `replace_original` the message the click came from
+        (`original`: its ts, an ephemeral's `message_ts`) rewritten in place, its text and
+        blocks replaced (posted without blocks: its buttons gone); `delete_original` removes
+        it. Without `original` there is nothing to replace: the post shows as a new one."""
+        if user is not None and channel is not None:
+            with self._cond:
+                self._targets[key] = (channel, user, original)
         return f"{self.base_url}response/{urllib.parse.quote(key, safe='')}"
 
     # -- scripting -------------------------------------------------------------------------
@@ -373,6 +392,9 @@ class SlackEmulator(StreamApi, WebApi, OAuthApi):
             else:
                 status, text, extra = 200, "ok", {}
                 self._responses.setdefault(key, []).append(body)
+                target = self._targets.get(key)
+                if target is not None and isinstance(body, dict):
+                    self._show_response(*target, body)
         params = {"key": key, "body": body}
         response = {"ok": status == 200, "text": text}
         self._record(Call(RESPONSE_URL_METHOD, params, headers, at, response, status))
