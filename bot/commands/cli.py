@@ -1,6 +1,6 @@
 """The `wakeful` command line: serve, the loops one by one, the demo, dev, scenarios, and the
-operator's commands (dead letters, requeue, inspect, backup, restore, doctor). Settings come
-from the environment; flags mirror a few."""
+operator's commands (dead letters, requeue, inspect, backup, restore, doctor; forget and
+export, what is kept about a person). Settings come from the environment; flags mirror a few."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from wakeful.bot.commands import dead_letters, ops
+from wakeful.bot.commands import dead_letters, ops, privacy
 from wakeful.bot.gateway import child as gateway_child
 from wakeful.bot.gateway import cli as gateway_cli
 from wakeful.bot.process.config import Config, ConfigError, log_format, log_level, secret_values
@@ -169,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     # These commands' functions take (args, env): `with_env` instead of `func` (see main).
     dead_letters.register(sub, common)
     ops.register(sub, common)
+    privacy.register(sub, common)
     gateway_cli.register(sub, common)
     return parser
 

@@ -42,19 +42,19 @@ def render_json(view: Overview | InboxView, store: Described, db: str) -> str:
     data = dataclasses.asdict(view)
     for run in data.get("runs") or []:
         run["usage"] = json.loads(run["usage"]) if run.get("usage") else None
-    data = _redacted(data)
+    data = redacted(data)
     data["store"] = {"db": db, "backend": store.db.dialect, "schema": store.schema_version()}
     return json.dumps(data, indent=2, sort_keys=False)
 
 
-def _redacted(value: Any) -> Any:
+def redacted(value: Any) -> Any:
     """`value` with every string in it passed through the log lines' redaction."""
     if isinstance(value, str):
         return logs.redact(value)
     if isinstance(value, dict):
-        return {k: _redacted(v) for k, v in value.items()}
+        return {k: redacted(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_redacted(v) for v in value]
+        return [redacted(v) for v in value]
     return value
 
 

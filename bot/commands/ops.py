@@ -1,4 +1,5 @@
-"""The operator's commands: `inspect`, `backup`, `restore` and `doctor` (registered by cli).
+"""The operator's commands: `inspect`, `backup`, `restore` and `doctor` (registered by cli;
+`inspect --memory` is privacy.py's).
 
 Each reads its settings from the environment like every other command; what they print is
 redacted like every log line.
@@ -15,6 +16,7 @@ from typing import Protocol
 from wakeful.bot.commands.inspection import Described
 from wakeful.bot.process.config import Config
 from wakeful.core import logs
+from wakeful.core.errors import InvalidInput
 from wakeful.core.store.overview import InboxView, Overview
 from wakeful.core.store.restores import Restored
 from wakeful.core.store.target import store_target
@@ -50,6 +52,12 @@ def inspect(args: argparse.Namespace, env: dict[str, str]) -> int:
     from wakeful.core.store import open_store
     from wakeful.core.store.probe import check_readable
 
+    if args.contents and not args.memory:
+        raise InvalidInput("--contents shows the memory documents' text: use it with --memory")
+    if args.memory:
+        from wakeful.bot.commands.privacy import inspect_memory
+
+        return inspect_memory(args, env)
     config = Config.from_env(env)
     check_readable(config.db)
     store: OpsStore = open_store(config.db, config.settings, migrate=False)
@@ -180,6 +188,12 @@ def register(
     p.add_argument("inbox", nargs="?", help="one inbox (e.g. T1:U1): its latest rows of each kind")
     p.add_argument("--json", action="store_true", help="JSON for scripts instead of tables")
     p.add_argument("--limit", type=_limit, default=20, help="rows per list (default 20)")
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="instead: the inbox's memory documents (path, bytes, version, last write)",
+    )
+    p.add_argument("--contents", action="store_true", help="with --memory: each one's text too")
     p.set_defaults(with_env=inspect)
     p = sub.add_parser("backup", help="an online, consistent copy of the SQLite store")
     common(p)

@@ -32,8 +32,10 @@ REGENERATE = os.environ.get("WAKEFUL_REGENERATE_SAMPLES") == "1"
 VOLATILE: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(p), r)
     for p, r in (
-        (r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d(\.\d+)?)?Z?( UTC)?", "<time>"),
+        (r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d([.,]\d+)?)?Z?( UTC)?", "<time>"),
         (r"\d{8}T\d{6}Z", "<stamp>"),
+        (r"\b1\d{9}\b", "<epoch>"),  # epoch seconds, as JSON shows times (`wakeful export`)
+        (r"\bcli:[\w.-]+", "cli:<user>"),  # who ran `wakeful forget`: the OS user
         (r"\bworker-[0-9a-f]{8}\b", "worker-<id>"),
         (r"\bEv[0-9A-F]{16}\b", "Ev<id>"),
         (r"\b[0-9a-f]{12}\b", "<run>"),

@@ -10,7 +10,10 @@ SQLite store: backup and restore are SQLite's (PostgreSQL points to pg_dump).
 
 A sample named `... (a store with every kind of row)` runs instead against the store
 tests/support/full_store.py fills (dead events, parked and paused posts, approved calls
-waiting, given up and failed), which no short Slack session makes."""
+waiting, given up and failed), which no short Slack session makes; one named `... (a person
+the agent remembers)` against a store of its own where U042 told an agent that keeps memory
+two things and U077 one (tests/integration/test_forget_cli.py's `keep`): the session's agent
+keeps none, and a forget must not change what the other samples show."""
 
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from tests.acceptance.test_slack_app import (
     shut_down,
     wakeful_cmd,
 )
+from tests.integration.test_forget_cli import keep
 from tests.support import full_store
 from tests.support.doc_samples import PAGES, ROOT, Sample, check, normalise, samples
 from wakeful.bot.slack.scopes import required_scopes
@@ -40,9 +44,13 @@ from wakeful.devtools.emulator import SlackEmulator
 
 FULL_STORE = "(a store with every kind of row)"
 """How a sample's name ends when it runs against tests/support/full_store.py's store."""
+REMEMBERED = "(a person the agent remembers)"
+"""How a sample's name ends when it runs against a store of its own where people told an
+agent that keeps memory things (`remembered_folder`)."""
 SAMPLES = samples()
-SESSION_SAMPLES = [s for s in SAMPLES if not s.name.endswith(FULL_STORE)]
+SESSION_SAMPLES = [s for s in SAMPLES if not s.name.endswith((FULL_STORE, REMEMBERED))]
 FULL_SAMPLES = [s for s in SAMPLES if s.name.endswith(FULL_STORE)]
+REMEMBERED_SAMPLES = [s for s in SAMPLES if s.name.endswith(REMEMBERED)]
 STORE = "wakeful.db"
 
 
@@ -83,6 +91,22 @@ def full_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     here = tmp_path_factory.mktemp("full-store")
     full_store.fill(str(here / STORE), int(time.time()))
     return here
+
+
+@pytest.fixture
+def remembered_folder(tmp_path: Path) -> Path:
+    """A folder holding `wakeful.db` where U042 said two things and U077 one, a minute ago,
+    to an agent that keeps them in memory: a store of its own for each sample (one forgets)."""
+    keep(
+        str(tmp_path / STORE),
+        int(time.time()) - 60,
+        [
+            ("U042", "my locker code is 4417"),
+            ("U077", "I take my tea black"),
+            ("U042", "call me Sam"),
+        ],
+    )
+    return tmp_path
 
 
 def run(here: Path, app: Wakeful, command: str) -> str:
@@ -126,6 +150,7 @@ def test_there_are_samples_and_each_is_named_once() -> None:
     assert len(names) == len(set(names)), names
     assert {"wakeful inspect", "wakeful doctor", "wakeful backup and restore"} <= set(names)
     assert FULL_SAMPLES, f"no sample runs against the full store (named '... {FULL_STORE}')"
+    assert len(REMEMBERED_SAMPLES) >= 2, f"inspect --memory, export and forget ('{REMEMBERED}')"
 
 
 # The samples that stop the server run last, on the same session.
@@ -152,6 +177,14 @@ def test_each_full_store_sample_is_what_the_command_prints(
 ) -> None:
     env = child_env(WAKEFUL_DB=STORE)
     check(sample, [(cmd, run_in(full_folder, cmd, env)) for cmd, _ in sample.steps()])
+
+
+@pytest.mark.parametrize("sample", REMEMBERED_SAMPLES, ids=lambda s: s.name)
+def test_each_remembered_sample_is_what_the_command_prints(
+    sample: Sample, remembered_folder: Path
+) -> None:
+    env = child_env(WAKEFUL_DB=STORE)
+    check(sample, [(cmd, run_in(remembered_folder, cmd, env)) for cmd, _ in sample.steps()])
 
 
 def test_the_normalising_keeps_what_matters() -> None:
