@@ -8,6 +8,7 @@ timeout the timeout test is about.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -405,3 +406,33 @@ def test_a_dispatcher_crash_before_mark_sent_never_posts_twice(
     assert [r.status for r in store.outbox(inbox=INBOX)] == ["sent"]
     assert dispatcher.tick(clock.now + 1000) == 0
     assert len(emu.messages("C1")) == 1
+
+
+# -- a click's answer rewrites the message it came from (issue 38's forget prompt) ------------
+
+
+def answer_part(url: str, text: str, replace: bool) -> Part:
+    shown = part(text, kind="ephemeral", user="U7")
+    facts = {"replace_original": True} if replace else None
+    return dataclasses.replace(shown, ref=url, facts=facts)
+
+
+def test_a_replace_original_answer_rewrites_the_prompt_in_place(
+    emu: SlackEmulator, sender: SlackSender
+) -> None:
+    prompt = sender.send(part("Forget what I keep about you?", kind="ephemeral", user="U7"))
+    url = emu.response_url_for("click", user="U7", channel="C1", original=prompt)
+    sender.send(answer_part(url, "Forgotten.", replace=True))
+    assert emu.responses("click") == [{"text": "Forgotten.", "replace_original": True}]
+    assert [e["text"] for e in emu.ephemerals("C1", "U7")] == ["Forgotten."]  # one, rewritten
+
+
+def test_a_replace_original_answer_whose_url_fails_still_reaches_the_person(
+    emu: SlackEmulator, sender: SlackSender
+) -> None:
+    url = emu.response_url_for("expired", user="U7", channel="C1")
+    emu.fault("response_url", status=404, error="expired_url")
+    sender.send(answer_part(url, "Forgotten.", replace=True))
+    assert emu.responses("expired") == []
+    [call] = emu.calls("chat.postEphemeral")  # the words as a new ephemeral instead
+    assert (call.params["user"], call.params["text"]) == ("U7", "Forgotten.")
