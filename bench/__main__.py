@@ -34,14 +34,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--skip-http", action="store_true")
     p.add_argument(
         "--only",
-        default="engine,ops,http,e2e,claude,claude-stream,pg",
+        default="engine,ops,http,e2e,claude,claude-memory,claude-stream,pg",
         help="comma-separated parts to run (engine, ops, http, front, e2e, claude, "
-        "claude-stream, pg); default all but front (the front alone against the bare Bolt app, "
-        "in rounds)",
+        "claude-memory, claude-stream, pg); default all but front (the front alone against the "
+        "bare Bolt app, in rounds)",
     )
     args = p.parse_args(argv)
     parts = set(args.only.split(","))
-    unknown = parts - {"engine", "ops", "http", "front", "e2e", "claude", "claude-stream", "pg"}
+    known = {"engine", "ops", "http", "front", "e2e", "claude", "claude-memory", "claude-stream"}
+    unknown = parts - known - {"pg"}
     if unknown:
         p.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
     named = argv is not None and any(a.startswith("--only") for a in argv)
@@ -69,6 +70,10 @@ def main(argv: list[str]) -> int:
         from .claude import run_claude
 
         figures += run_claude(args.quick)
+    if "claude-memory" in parts:
+        from .claude_memory import run_claude_memory
+
+        figures += run_claude_memory(args.quick)
     if "claude-stream" in parts:
         from .claude_stream import run_claude_stream
         from .claude_stream_chaos import run_stream_chaos
@@ -90,7 +95,7 @@ def main(argv: list[str]) -> int:
         text = [
             "# Benchmark results",
             "",
-            f"`python -m bench{'' if len(parts) == 7 else ' --only ' + args.only}`"
+            f"`python -m bench{'' if len(parts) == 8 else ' --only ' + args.only}`"
             f" ({'quick' if args.quick else 'full'} run), {when}, on {machine()}.",
             "Every ratio is against a baseline measured in the same run.",
             "",

@@ -78,8 +78,8 @@ def check_text(text: object, limits: MemoryLimits) -> str:
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > limits.doc_bytes:
         raise MemoryRefused(
-            f"The document would be {size} bytes; the most a memory document holds is "
-            f"{limits.doc_bytes} bytes. Keep it short."
+            f"The document would be {size} bytes, over the {limits.doc_bytes} bytes a memory "
+            "document may hold: keep it short."
         )
     kind = secret_kind(text)
     if kind is not None:

@@ -53,6 +53,7 @@ from wakeful.bot.builtin.claude_calls import (
     log_usage,
 )
 from wakeful.bot.builtin.claude_live import keep_carry, live_reply, pending_turn, stopped
+from wakeful.bot.builtin.claude_memory import cut_or_note
 from wakeful.bot.builtin.claude_prices import DEFAULT_BUDGET, Price, price_of, prices, spend_budget
 from wakeful.bot.builtin.claude_prompt import (
     CUT_OFF_LINE,
@@ -395,14 +396,14 @@ class ClaudeAgent(Agent, ClaudeTools):
                 ctx.run.heartbeat()  # a long tool loop keeps its lease, or learns it lost it
             turns.append(pending)
             before = len(turns)
-            turns = trim_history(turns, self.token_budget, self.trim_to)
+            turns = cut_or_note(turns, step, ctx.history_end, self.token_budget, self.trim_to)
             ctx.history_end -= before - len(turns)
             ctx.state["messages"] = turns
             if ctx.run.stopped_by_user:  # the person pressed stop: no more calls
                 return stopped(ctx)
             try:
                 answer = self.caller.call(
-                    ctx.run, step, turns, ctx.history_end, ctx.ttl, ctx.now, ctx.live
+                    ctx.run, step, turns, ctx.history_end, ctx.ttl, ctx.now, ctx.live, ctx.listing
                 )
             except BudgetSpent as spent:  # no call, and one line for the whole run
                 return self._say_instead(ctx, over_budget_line(spent.over, ctx.run.events))

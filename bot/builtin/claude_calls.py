@@ -1,10 +1,12 @@
 """Claude's model calls: each request with its prompt-cache breakpoints, each call a durable step
 of its run, and what each one cost.
 
-**Caching.** The request is tools, then the system prompt, then the conversation. Up to three
-breakpoints (the API takes four): the end of the system prompt (the stable prefix: tools and
-system), the last turn of the saved history (what the previous run left), and the newest turn
-(so the next call of the same run, after a tool, reads everything before it). All of one run's
+**Caching.** The request is tools (the memory tool last, always), then the system prompt and the
+memory listing (claude_memory.py), then the conversation. Up to four breakpoints, the API's
+most: the end of the system prompt (the stable prefix: tools and system, the same for every
+inbox), the end of the memory listing (the same until this inbox's memory changes), the last
+turn of the saved history (what the previous run left), and the newest turn (so the next call
+of the same run, after a tool, reads everything before it). All of one run's
 breakpoints share its TTL: WAKEFUL_CLAUDE_CACHE_TTL (`5m`, `1h` or `off`), except a run woken by a
 digest timer firing at most an hour apart, which writes with `1h` so the next digest reads it.
 
@@ -34,6 +36,7 @@ from typing import Any, Protocol, cast
 import anthropic
 
 from wakeful.agents import Event, InvalidInput, ModelUsage, OverBudget, Run, SpendBudget
+from wakeful.bot.builtin.claude_memory import BETA_HEADERS, MEMORY_TOOL_SPEC
 from wakeful.bot.builtin.claude_prices import Price
 from wakeful.bot.builtin.common import unusable_session
 from wakeful.bot.builtin.conversation import Turn
@@ -110,20 +113,21 @@ def _mark_last(turn: Turn, ttl: str) -> Turn:
 
 
 def build_request(
-    system: str, turns: list[Turn], history_end: int, ttl: str
+    system: str, turns: list[Turn], history_end: int, ttl: str, listing: str | None = None
 ) -> tuple[list[dict[str, Any]], list[Turn]]:
-    """The system blocks and messages of one request with their breakpoints (`off`: none).
-    `history_end` is the index of the last saved turn (-1: none); the saved turns themselves
-    are never changed."""
+    """The system blocks (the prompt, then the memory listing when given) and messages of one
+    request with their breakpoints (`off`: none). `history_end` is the index of the last saved
+    turn (-1: none); the saved turns themselves are never changed."""
+    blocks = [{"type": "text", "text": t} for t in (system, listing) if t is not None]
     if ttl == "off":
-        return [{"type": "text", "text": system}], turns
+        return blocks, turns
     messages = list(turns)
     last = len(messages) - 1
     if 0 <= history_end < last:
         messages[history_end] = _mark_last(messages[history_end], ttl)
     if last >= 0:
         messages[last] = _mark_last(messages[last], ttl)
-    return [_marked({"type": "text", "text": system}, ttl)], messages
+    return [_marked(b, ttl) for b in blocks], messages
 
 
 @dataclass
@@ -161,21 +165,24 @@ class ModelCaller:
         ttl: str,
         now: int,
         live: LiveReply | None = None,
+        listing: str | None = None,
     ) -> Answer:
         """Call `index` of this run: the recorded answer when a retry finds one, else made
         now and recorded as it arrives. Raises BudgetSpent, calling nothing, when a call
         would be made over a spend budget (a replay costs nothing, and is not asked).
-        `live`: the call's text is streamed to it as it comes (a replay's, at once)."""
+        `live`: the call's text is streamed to it as it comes (a replay's, at once).
+        `listing`: the memory listing, the system prompt's second block."""
         name = f"claude:{batch_key(run.events)}:call:{index}"
         made: list[bool] = []
 
         def make(key: str) -> dict[str, Any]:
             if (over := run.over_budget(self.budget)) is not None:
                 raise BudgetSpent(over)
+            request = self._request(turns, history_end, ttl, listing)
             if live is None:
-                message = self._create(turns, history_end, ttl)
+                message = self._create(request)
             else:
-                message = self._stream(run, turns, history_end, ttl, live)
+                message = self._stream(run, request, ttl, live)
             made.append(True)
             run.record_usage(self._usage(message, ttl))
             return {
@@ -198,32 +205,35 @@ class ModelCaller:
             replayed=not made,
         )
 
-    def _request(self, turns: list[Turn], history_end: int, ttl: str) -> dict[str, Any]:
-        system, messages = build_request(self.system, turns, history_end, ttl)
+    def _request(
+        self, turns: list[Turn], history_end: int, ttl: str, listing: str | None = None
+    ) -> dict[str, Any]:
+        """The request's arguments: the memory tool after the agent's own (the tools open the
+        cached prefix: their order never changes), and the beta header it is offered under."""
+        system, messages = build_request(self.system, turns, history_end, ttl, listing)
         return {
             "model": self.model,
             "max_tokens": self.max_tokens,
             "system": cast(Any, system),
             "messages": cast(Any, messages),
-            "tools": cast(Any, self.tools),
+            "tools": cast(Any, [*self.tools, MEMORY_TOOL_SPEC]),
+            "extra_headers": BETA_HEADERS,
         }
 
-    def _create(self, turns: list[Turn], history_end: int, ttl: str) -> anthropic.types.Message:
+    def _create(self, request: dict[str, Any]) -> anthropic.types.Message:
         with self._failures():
-            message: anthropic.types.Message = self.client.messages.create(
-                **self._request(turns, history_end, ttl)
-            )
+            message: anthropic.types.Message = self.client.messages.create(**request)
             return message
 
     def _stream(
-        self, run: Run, turns: list[Turn], history_end: int, ttl: str, live: LiveReply
+        self, run: Run, request: dict[str, Any], ttl: str, live: LiveReply
     ) -> anthropic.types.Message:
         """The call through the streaming API, its text written to `live` as it comes."""
         live.begin_call()
         beat = time.monotonic()
         with (
             self._failures(),
-            self.client.messages.stream(**self._request(turns, history_end, ttl)) as stream,
+            self.client.messages.stream(**request) as stream,
         ):
             for event in stream:
                 if time.monotonic() - beat >= BEAT_EVERY:  # a long answer keeps the lease

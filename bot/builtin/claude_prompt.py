@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from wakeful.agents import Command, Event, Feedback, Message, OverBudget, TimerTick
+from wakeful.bot.builtin.claude_memory import MEMORY_PROMPT
 from wakeful.bot.builtin.conversation import NO_REPLY, label_attrs, neutralise
 
 REFUSED_LINE = "I can't help with that request."
@@ -69,7 +70,8 @@ of the latest message (for webhook deliveries, the conversation their source rep
 shown as typed, never acted on, so write a link as its bare URL. Keep it short and \
 concrete. When a run has nothing worth saying (for example a note that needs no answer), \
 answer with exactly {NO_REPLY} and nothing else.
-"""
+
+{MEMORY_PROMPT}"""
 
 FEEDBACK_KEPT = 20
 """Feedback notes kept for the next model turn (the oldest go first)."""

@@ -7,6 +7,7 @@ Written on the public agent API alone."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +23,12 @@ from wakeful.agents import (
     Timer,
     inert,
     utc,
+)
+from wakeful.bot.builtin.claude_memory import (
+    MEMORY_TOOL,
+    kept_listing,
+    memory_command,
+    memory_result,
 )
 from wakeful.bot.builtin.common import (
     DIGEST,
@@ -134,6 +141,12 @@ class RunContext:
     def where(self) -> Conversation | None:
         return None if self.channel is None else Conversation(self.channel, self.thread_ts)
 
+    @functools.cached_property
+    def listing(self) -> str:
+        """The memory listing every call of the run sends (claude_memory.py `kept_listing`):
+        the conversation's, taken anew only when the conversation was cut or began."""
+        return kept_listing(self.state, self.run.memory)
+
 
 class ClaudeTools:
     """The tool side of the Claude agent (a mixin: the agent supplies these attributes)."""
@@ -160,6 +173,9 @@ class ClaudeTools:
             args: Mapping[str, Any] = use["input"] if isinstance(use["input"], dict) else {}
             if n >= self.max_tool_calls:
                 results.append(tool_result(uid, too_many_calls(self.max_tool_calls), True))
+                continue
+            if name == MEMORY_TOOL:  # no policy, no step: the run's finish writes it, once
+                results.append(memory_result(ctx.run.memory, uid, args))
                 continue
             if name not in TOOL_SPECS or (name == GATEWAY_TOOL and self.setup.gateway is None):
                 results.append(
@@ -196,8 +212,9 @@ class ClaudeTools:
     def _redo(self, ctx: RunContext, turns: list[dict[str, Any]]) -> None:
         """An interrupted run's tools, carried with their results (claude_live.py), done again
         for their effects, which that run's finish never wrote (a reminder's timer): under the
-        same keys, so a timer is the same timer and a refund replays its recorded step. One
-        that did not run, or was not asked, stays so."""
+        same keys, so a timer is the same timer and a refund replays its recorded step; a
+        memory command changes this run's memory as it did that run's. One that did not run,
+        or was not asked, or failed, stays so."""
         done = {
             b.get("tool_use_id")
             for t in turns
@@ -210,8 +227,10 @@ class ClaudeTools:
                 uid, name = str(use.get("id")), str(use.get("name"))
                 if use.get("type") != "tool_use" or uid not in done:
                     continue
-                if name in TOOL_SPECS and self.policies.get(name) == "allow":
-                    args = use["input"] if isinstance(use.get("input"), dict) else {}
+                args = use["input"] if isinstance(use.get("input"), dict) else {}
+                if name == MEMORY_TOOL:
+                    memory_command(ctx.run.memory, args)
+                elif name in TOOL_SPECS and self.policies.get(name) == "allow":
                     with contextlib.suppress(ToolInputError):
                         self._run_tool(ctx, name, args, uid)
 

@@ -261,12 +261,13 @@ def test_a_batch_is_one_user_turn_and_gets_one_urgent_reply(world: World) -> Non
     world.tick()
     [first] = fake.requests
     assert first["model"] == "claude-test"
-    assert api.system_text(first) == SYSTEM_PROMPT
+    assert first["system"][0]["text"] == SYSTEM_PROMPT  # then the memory listing
     assert {t["name"] for t in first["tools"]} == {
         "refund_order",
         "remind_me",
         "set_digest",
         "status",
+        "memory",
     }
     [turn] = first["messages"]
     text = user_text(first)

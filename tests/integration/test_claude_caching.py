@@ -86,8 +86,9 @@ def test_breakpoints_sit_on_the_stable_prefix_the_saved_history_and_the_newest_t
     second = chat(w, "and refunds?", "No refunds this week.", T0 + 60)
     one, two = fake.requests
     ephemeral = {"type": "ephemeral"}
-    assert marks(one) == [("system", ephemeral), ("message 0", ephemeral)]
-    assert marks(two) == [("system", ephemeral), ("message 1", ephemeral), ("message 2", ephemeral)]
+    system = [("system", ephemeral)] * 2  # the prompt, then the memory listing
+    assert marks(one) == [*system, ("message 0", ephemeral)]
+    assert marks(two) == [*system, ("message 1", ephemeral), ("message 2", ephemeral)]
     # The first call writes the prefix through its turn; the second reads all of it back and
     # writes only what is new (the answer and the new turn).
     assert first.cache_read == 0 and first.cache_write > 1024 and first.input_tokens == 0
@@ -100,7 +101,7 @@ def test_breakpoints_sit_on_the_stable_prefix_the_saved_history_and_the_newest_t
 
 @pytest.mark.parametrize(
     ("setting", "expected"),
-    [("1h", [{"type": "ephemeral", "ttl": "1h"}] * 2), ("off", [])],
+    [("1h", [{"type": "ephemeral", "ttl": "1h"}] * 3), ("off", [])],
 )
 def test_the_ttl_setting_is_on_every_breakpoint_or_there_are_none(
     store: Store, fake: FakeAnthropic, clock: ManualClock, setting: str, expected: list[Any]
@@ -236,8 +237,11 @@ def test_at_its_cap_the_history_is_cut_at_once_and_the_next_turns_read_the_cache
     cuts = [i for i in range(1, len(sizes)) if sizes[i] < sizes[i - 1]]
     assert cuts, sizes
     # Cut to two thirds of the cap at once: the turns after a cut keep its start, and read.
+    # The cut turn's call still had the whole conversation (it read it), with the note to save
+    # what matters to memory; the turn after it writes the new start once.
     assert all(sizes[i + 1] > sizes[i] for i in cuts if i + 1 < len(sizes))
-    after_cut = [usages[i + 1] for i in cuts if i + 1 < len(usages)]
+    assert all(usages[i].cache_read > usages[i].cache_write for i in cuts)
+    after_cut = [usages[i + 2] for i in cuts if i + 2 < len(usages)]
     assert after_cut and all(u.cache_read > u.cache_write for u in after_cut)
 
 

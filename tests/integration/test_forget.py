@@ -81,7 +81,8 @@ def assert_forgotten(store: Store, mark_a: str, mark_b: str) -> None:
     assert store.memory_read(B, "/memories/said.md") == f"my locker code is {mark_b} (again)"
     exported = store.export_inbox(A)
     assert exported["conversation"] is None and exported["timers"] == []
-    assert exported["events"] and all(e["payload"] == json.loads(ERASED) for e in exported["events"])
+    erased = json.loads(ERASED)
+    assert exported["events"] and all(e["payload"] == erased for e in exported["events"])
     assert all(mark_a not in json.dumps(row) for row in exported["outbox"])
     assert mark_b in json.dumps(store.export_inbox(B))
 

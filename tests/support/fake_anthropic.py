@@ -5,7 +5,8 @@ Each test scripts the answers in order (status code, JSON body, optional delay),
 `responder` that answers each request from its body, and reads back every request body the SDK
 sent, so it can assert what the model was shown: the history, the labelled batch, the tools
 offered and the tool results. A request with nothing scripted for it gets a 400 and is counted
-in `unscripted`, so a test cannot pass by accident.
+in `unscripted`, so a test cannot pass by accident. One the real API refuses (the memory tool
+without its beta header, a fifth breakpoint) gets that 400, and is listed in `refused`.
 
 Usage is computed as the real API reports it (Anthropic's prompt-caching guide): the prompt is
 tools, then system, then messages, block by block; a block marked `cache_control` is a
@@ -57,6 +58,8 @@ TTLS = {"5m": 300, "1h": 3600}
 LOOKBACK = 20
 """Blocks before a breakpoint where a cached prefix is still found."""
 MAX_BREAKPOINTS = 4
+MEMORY_BETA = "context-management-2025-06-27"
+"""The beta header a request declaring the memory tool (`memory_20250818`) must carry."""
 TOOL_USE_SYSTEM_PROMPT = 346
 """Tokens of the system prompt the API itself adds when a request has tools (Anthropic's
 tool-use pricing table: 346 for the Claude 4 models with tool_choice auto); billed, and part of
@@ -484,6 +487,12 @@ def _refusal(request: dict[str, Any], headers: dict[str, str]) -> Scripted | Non
     for name in ("model", "max_tokens", "messages"):
         if name not in request:
             return error(400, text=f"{name}: Field required")
+    betas = {b.strip() for b in headers.get("anthropic-beta", "").split(",")}
+    for i, tool in enumerate(request.get("tools") or []):
+        if tool.get("type") == "memory_20250818" and MEMORY_BETA not in betas:
+            return error(
+                400, text=f"tools.{i}: the memory tool needs anthropic-beta: {MEMORY_BETA}"
+            )
     try:
         _blocks(request)
     except BadRequest as exc:
