@@ -148,8 +148,32 @@ class Message(Event):
         return out
 
 
+class _ToTheCaller:
+    """What an event one person caused, to be answered to them alone where they acted, says of
+    itself (a slash command, an answer to the forget prompt): a mixin over their fields."""
+
+    user: str
+    channel: str
+
+    @property
+    def reply_to(self) -> Conversation:
+        return Conversation(self.channel)
+
+    @property
+    def urgent(self) -> bool:
+        return True
+
+    @property
+    def people(self) -> tuple[str, ...]:
+        return (self.user,)
+
+    @property
+    def awaited(self) -> bool:
+        return True
+
+
 @dataclass(frozen=True, kw_only=True)
-class Command(Event):
+class Command(_ToTheCaller, Event):
     """A person ran the app's slash command; the answer goes to them alone."""
 
     TYPE: ClassVar[str] = "command"
@@ -162,25 +186,9 @@ class Command(Event):
     response_url: str | None = field(default=None, repr=False)
     """Where the answer is posted (a credential for 30 minutes): `run.reply` uses it."""
 
-    @property
-    def reply_to(self) -> Conversation:
-        return Conversation(self.channel)
-
-    @property
-    def urgent(self) -> bool:
-        return True
-
-    @property
-    def people(self) -> tuple[str, ...]:
-        return (self.user,)
-
-    @property
-    def awaited(self) -> bool:
-        return True
-
 
 @dataclass(frozen=True, kw_only=True)
-class ForgetAnswer(Event):
+class ForgetAnswer(_ToTheCaller, Event):
     """A person answered the forget prompt of `/wakeful forget` (core/privacy.py): `forget`
     erases what is kept about them, `cancel` nothing. The engine answers it, never the agent."""
 
@@ -192,22 +200,6 @@ class ForgetAnswer(Event):
     answer: Literal["forget", "cancel"]
     response_url: str | None = field(default=None, repr=False)
     """The prompt's response_url: the answer replaces the prompt through it."""
-
-    @property
-    def reply_to(self) -> Conversation:
-        return Conversation(self.channel)
-
-    @property
-    def urgent(self) -> bool:
-        return True
-
-    @property
-    def people(self) -> tuple[str, ...]:
-        return (self.user,)
-
-    @property
-    def awaited(self) -> bool:
-        return True
 
 
 @dataclass(frozen=True, kw_only=True)

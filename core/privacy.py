@@ -51,10 +51,10 @@ def answer_privacy(
             effects.messages.append(_replacing(e, view.cancelled()))
         elif isinstance(e, Command) and _word(e) in MEMORY_WORDS:
             text, blocks = view.listing(kept())
-            effects.messages.append(_to_caller(e, text, blocks))
+            effects.messages.append(to_caller(e, text, blocks))
         elif isinstance(e, Command):
             text, blocks = view.forget_prompt(e.user)
-            effects.messages.append(_to_caller(e, text, blocks))
+            effects.messages.append(to_caller(e, text, blocks))
     return [e for e in events if not is_privacy(e)], effects
 
 
@@ -76,8 +76,14 @@ def _word(command: Command) -> str:
     return command.text.strip().lower()
 
 
-def _to_caller(e: Command, text: str, blocks: list[dict[str, Any]] | None) -> fx.Post:
-    """An answer to a slash command, to the caller alone (its response_url first)."""
+def to_caller(
+    e: Command | ForgetAnswer,
+    text: str,
+    blocks: list[dict[str, Any]] | None = None,
+    facts: dict[str, Any] | None = None,
+) -> fx.Post:
+    """An answer to the person who ran a slash command or clicked, to them alone: through
+    the event's response_url first (the sender's `ephemeral` with a ref)."""
     return fx.Post(
         e.channel,
         text,
@@ -86,17 +92,10 @@ def _to_caller(e: Command, text: str, blocks: list[dict[str, Any]] | None) -> fx
         ref=e.response_url,
         user=e.user,
         priority="urgent",
+        facts=facts,
     )
 
 
 def _replacing(e: ForgetAnswer, text: str) -> fx.Post:
     """The forget prompt rewritten (through the click's response_url, `replace_original`)."""
-    return fx.Post(
-        e.channel,
-        text,
-        kind="ephemeral",
-        ref=e.response_url,
-        user=e.user,
-        priority="urgent",
-        facts={"replace_original": True},
-    )
+    return to_caller(e, text, facts={"replace_original": True})

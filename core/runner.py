@@ -29,7 +29,7 @@ from wakeful.core.errors import (
 from wakeful.core.events import ApprovalAnswer, Command, Conversation, Event, Message, decode
 from wakeful.core.kinds import ENGINE_KINDS, Kinds
 from wakeful.core.memory import MemoryLimits
-from wakeful.core.privacy import answer_privacy, kept_docs
+from wakeful.core.privacy import answer_privacy, kept_docs, to_caller
 from wakeful.core.privacy_text import Kept
 from wakeful.core.records import Claim, StoredEvent
 from wakeful.core.run import Run
@@ -166,16 +166,7 @@ class Runner:
         text = self.failure_text or FAILURE_TEXT
         text = text.replace("{attempts}", str(event.attempts))
         if isinstance(typed_event, Command):
-            return [
-                fx.Post(
-                    typed_event.channel,
-                    text,
-                    kind="ephemeral",
-                    ref=typed_event.response_url,
-                    user=typed_event.user,
-                    priority="urgent",
-                )
-            ]
+            return [to_caller(typed_event, text)]
         where = typed_event.reply_to
         if where is None:
             return [] if self.edge_notice is None else self.edge_notice(typed_event, text)
