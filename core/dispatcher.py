@@ -13,12 +13,13 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
-from wakeful.core import metrics
+from wakeful.core import metrics, tracing
 from wakeful.core.effects import Post
 from wakeful.core.errors import PermanentSendError, StoreUnavailable, TransientSendError
 from wakeful.core.inbox_id import InboxId
@@ -305,7 +306,9 @@ class Dispatcher(Loop[DispatcherStore]):
         try:
             if part.kind == "update":
                 part = self._resolve_target(part)
-            ts = self.sender.send(part)
+            with _post_span(flight, part):
+                ts = self.sender.send(part)
+                tracing.note({"wakeful.slack.ts": ts})
         except TransientSendError as exc:
             _count_part(part, "retry", started)
             # The clock counts whole seconds (floored): one more second guarantees at least
@@ -382,6 +385,42 @@ class Dispatcher(Loop[DispatcherStore]):
         return replace(
             part, channel=state.prompt_channel or part.channel, target_ts=state.prompt_ts
         )
+
+
+def _post_span(flight: _Flight, part: Part) -> AbstractContextManager[None]:
+    """The span of one Slack call (core/tracing.py): a child of its first row's trace (the
+    run that queued it), linked to every row's, so a merged post joins each run it answers;
+    a failure says what Slack answered (`wakeful.slack.error`)."""
+    if not tracing.ON:
+        return tracing.NOOP
+    batch = flight.batch
+    traces = batch.traces
+    rows = [traces.get(i) for i in part.row_ids]
+    attrs = {
+        "wakeful.inbox": part.inbox,
+        "wakeful.slack.channel": part.channel,
+        "wakeful.slack.thread_ts": part.thread_ts or None,
+        "wakeful.outbox.kind": part.kind,
+        "wakeful.outbox.parts": len(batch.parts),
+        "wakeful.outbox.rows": len(part.row_ids),
+        "wakeful.outbox.row_ids": list(part.row_ids),
+        "wakeful.dispatch_id": part.dispatch_id,
+        "wakeful.retry": part.retry,
+        **tracing.content("wakeful.post.text", part.text),
+    }
+    return _failures_said(tracing.span("wakeful.post", attrs, rows[0], rows, kind="client"))
+
+
+@contextmanager
+def _failures_said(block: AbstractContextManager[None]) -> Iterator[None]:
+    """`block`, with a send error's text (Slack's error code, the engine's own words: never
+    the message's) as `wakeful.slack.error` on the span."""
+    with block:
+        try:
+            yield
+        except (TransientSendError, PermanentSendError) as exc:
+            tracing.note({"wakeful.slack.error": str(exc)})
+            raise
 
 
 def _count_part(part: Part, outcome: str, started: float) -> None:

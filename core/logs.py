@@ -23,7 +23,7 @@ import logging
 import re
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType, TracebackType
@@ -163,9 +163,15 @@ class TextFormatter(logging.Formatter):
         return "\n".join(lines)
 
 
+TRACE_IDS: Callable[[], tuple[str, str] | None] | None = None
+"""The (trace id, span id) of the span a line is written in: set by core/tracing.py while it
+makes spans, None otherwise (one check per line)."""
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, the run context, and the
-    traceback (as one string) when there is one; redacted."""
+    """One JSON object per line: time, level, logger, message, the run context, the trace and
+    span ids of the span it was written in (core/tracing.py), and the traceback (as one string)
+    when there is one; redacted. It formats in the thread that logs (a StreamHandler)."""
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
@@ -176,6 +182,8 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         line.update(getattr(record, "wakeful", None) or {})
+        if TRACE_IDS is not None and (ids := TRACE_IDS()) is not None:  # inside a span
+            line["trace_id"], line["span_id"] = ids
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
         elif record.exc_text:

@@ -26,6 +26,8 @@ class StoredEvent:
     error: str | None = None
     traceback: str | None = None
     """The traceback of the last failed attempt, when the agent raised."""
+    trace: str | None = None
+    """The W3C traceparent of the span that stored it (core/tracing.py); None: untraced."""
 
 
 @dataclass(frozen=True, slots=True)

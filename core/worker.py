@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from wakeful.core import logs, metrics
+from wakeful.core import logs, metrics, tracing
 from wakeful.core.clock import LoopClock, wall_clock
 from wakeful.core.effects import Effects, Post, RunTiming
 from wakeful.core.errors import LeaseLost, StoreUnavailable
@@ -28,6 +29,9 @@ from wakeful.core.outage import Outage, OutageStore, Ran
 from wakeful.core.records import Claim, ReadyList, StoredEvent
 from wakeful.core.rules import turns
 from wakeful.core.runner import AgentLike, Runner, runner_for
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 log = logging.getLogger("wakeful")
 
@@ -113,6 +117,7 @@ class Worker(Loop[WorkerStore]):
         self._followers: list[Claim] = []  # next batches finishes claimed: the next round's
         self._holding: float | None = None  # since when followers wait for a batch window
         self._looked_at = float("-inf")  # when the ready list was last read (monotonic)
+        self._spans: dict[str, Span] = {}  # tracing: runs not finished yet, by run id
 
     def tick(self, now: int) -> int:
         """One round: what the store refused last time first, then each newly ready inbox,
@@ -182,7 +187,9 @@ class Worker(Loop[WorkerStore]):
         runs = 0
         size = self.group if turns.fast(self._run_time, self.flush_after) else 1
         for chosen in turns.groups(settled, size):
-            runs += self._run_claims(self.store.claim_inboxes(chosen, self.holder, self.clock()))
+            claiming = time.time_ns() if tracing.ON else 0
+            claims = self.store.claim_inboxes(chosen, self.holder, self.clock())
+            runs += self._run_claims(claims, (claiming, time.time_ns()) if claiming else None)
             for inbox in chosen:
                 self._since.pop(inbox, None)
         return runs
@@ -204,13 +211,15 @@ class Worker(Loop[WorkerStore]):
         if wakeup.wait(self.idle_wait()):
             stop.wait(min(self.batch_window / 10, self.idle_wait()))
 
-    def _run_claims(self, claims: list[Claim]) -> int:
+    def _run_claims(self, claims: list[Claim], claimed: tuple[int, int] | None = None) -> int:
         """Run each claim's agent; commit finished runs together (each fenced on its own) once
         `flush_after` has passed or nothing is left. Returns how many runs finished.
+        `claimed`: when (ns) the claim of `claims` began and ended, for their runs' spans.
 
         Should the store become unavailable, the runs not yet committed are held for a later
         finish, the claims not yet run are given back, and StoreUnavailable is raised."""
         queue, pending, runs = deque(claims), list[Ran](), 0
+        fresh = {id(c) for c in claims} if claimed else set()
         since = 0.0
         claim: Claim | None = None
         try:
@@ -222,6 +231,7 @@ class Worker(Loop[WorkerStore]):
                     continue
                 started, run_id = self._mono(), uuid.uuid4().hex[:12]
                 started_ms = self._wall_ms()
+                span = self._run_span(claim, run_id, claimed if id(claim) in fresh else None)
                 try:
                     with logs.context(
                         inbox=claim.inbox,
@@ -230,18 +240,24 @@ class Worker(Loop[WorkerStore]):
                         run_id=run_id,
                         holder=self.holder,
                     ):
-                        effects: Effects | None = self._run_agent(claim)
+                        effects: Effects | None = self._run_agent(claim, span)
                 except LeaseLost as exc:
                     log.warning("%s: %s; its finish is dropped", self.holder, exc)
                     _count_run("fenced", self._mono() - started, 0)
                     self._log_fenced(claim, RunTiming(run_id, started_ms, self._wall_ms()), exc)
+                    tracing.end(span, {"wakeful.outcome": "fenced"})
                     effects = None
+                except BaseException:
+                    tracing.end(span, {"wakeful.outcome": "given_back"})  # the store refused
+                    raise
                 took = self._mono() - started
                 self._run_time = turns.smoothed(self._run_time, took)
                 if effects is not None:
                     effects.timing = RunTiming(run_id, started_ms, self._wall_ms())
                     since = since if pending else started
                     pending.append(Ran(claim, effects, started, run_id))
+                    if span is not None:
+                        self._spans[run_id] = span  # ended with its finish
                 claim = None
                 if pending and (not queue or self._mono() - since >= self.flush_after):
                     ready, pending = pending, []
@@ -270,12 +286,15 @@ class Worker(Loop[WorkerStore]):
         done = 0
         for ran, finished, following in results:
             if finished is None:
+                self._end_run(ran, "unwritten")
                 continue  # neither the run nor its failure could be written: logged
             claim, effects = ran.claim, ran.effects
             if not finished and resumed:
+                self._end_run(ran, "given_back")
                 self._outage.give_back.append(claim)  # the lease lapsed while the store refused
                 continue
             outcome = _outcome(effects) if finished else "fenced"
+            self._end_run(ran, outcome)
             _count_run(outcome, self._mono() - ran.started, len(effects.dead))
             with logs.context(
                 inbox=claim.inbox,
@@ -302,6 +321,62 @@ class Worker(Loop[WorkerStore]):
         return done
 
     def _commit(
+        self, pending: list[Ran]
+    ) -> tuple[list[tuple[Ran, bool | None, Claim | None]], StoreUnavailable | None]:
+        """`_commit_now`, each run's finish a span of its run's (core/tracing.py), and each row
+        it queues stores its run's trace, though the runs share one transaction."""
+        if not tracing.ON:
+            return self._commit_now(pending)
+        runs = [(r, self._spans.get(r.run_id)) for r in pending]
+        attrs = {"wakeful.finish.runs": len(pending)}
+        finishing = [
+            tracing.start("wakeful.finish", {**attrs, "wakeful.inbox": r.claim.inbox}, span)
+            for r, span in runs
+        ]
+        rows = {r.claim.inbox: tp for r, span in runs if (tp := tracing.traceparent_of(span))}
+        results: list[tuple[Ran, bool | None, Claim | None]] = []
+        try:
+            with tracing.rows_for(rows):
+                results, refused = self._commit_now(pending)
+        finally:
+            done = {id(ran): finished for ran, finished, _ in results}
+            for ran, span in zip(pending, finishing, strict=True):
+                finished = done.get(id(ran))
+                error = None if finished else "fenced" if finished is False else "not_written"
+                tracing.end(span, {"wakeful.finished": finished}, error)
+        return results, refused
+
+    def _end_run(self, ran: Ran, outcome: str) -> None:
+        """End a run's span (core/tracing.py) with its outcome; anything but done failed."""
+        made = self._spans.pop(ran.run_id, None) if self._spans else None
+        if made is not None:
+            tracing.end(made, {"wakeful.outcome": outcome}, None if outcome == "done" else outcome)
+
+    def _run_span(self, claim: Claim, run_id: str, claimed: tuple[int, int] | None) -> Span | None:
+        """A run's span: a child of its first event's stored trace (the request that stored
+        it), linked to its other events' (a retried event, claimed alone, runs under the same
+        parent as its failed attempt: both in its trace, told apart by `wakeful.attempt`). When
+        this round claimed it, it starts at the claim, a child span of its own."""
+        if not tracing.ON:
+            return None
+        traces = tracing.stored(claim.events)
+        attrs = {
+            "wakeful.inbox": claim.inbox,
+            "wakeful.lease.generation": claim.gen,
+            "wakeful.attempt": max(e.attempts for e in claim.events),
+            "wakeful.event_ids": claim.ids,
+            "wakeful.run_id": run_id,
+        }
+        begun = None if claimed is None else claimed[0]
+        made = tracing.start("wakeful.run", attrs, traces[0], traces[1:], start_ns=begun)
+        if claimed is not None:
+            took = tracing.start(
+                "wakeful.claim", {"wakeful.inbox": claim.inbox}, made, start_ns=begun
+            )
+            tracing.end(took, end_ns=claimed[1])
+        return made
+
+    def _commit_now(
         self, pending: list[Ran]
     ) -> tuple[list[tuple[Ran, bool | None, Claim | None]], StoreUnavailable | None]:
         """Several runs share one transaction (each fenced on its own); a group the store
@@ -385,14 +460,23 @@ class Worker(Loop[WorkerStore]):
         else:
             self._followers.append(following)
 
-    def _run_agent(self, claim: Claim) -> Effects:
+    def _run_agent(self, claim: Claim, span: Span | None = None) -> Effects:
         def heartbeat() -> None:
             if not self.store.renew(claim.inbox, self.holder, claim.gen, self.clock()):
                 raise LeaseLost(f"{self.holder} lost {claim.inbox} gen {claim.gen}")
 
         assert self.runner is not None
         session = partial(self.store.session, claim.inbox)
-        return self.runner.run(claim, session, self.clock(), heartbeat)
+        if span is None:
+            return self.runner.run(claim, session, self.clock(), heartbeat)
+        name = type(self.runner.agent).__name__  # inside its run's span, so are its log lines
+        attrs = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name}
+        with tracing.inside(span), tracing.span("wakeful.agent", attrs):
+            effects = self.runner.run(claim, session, self.clock(), heartbeat)
+            errors = [*effects.failed.values(), *effects.dead.values()]
+            if errors:  # the agent's failure, its class before the first colon
+                tracing.note({}, str(errors[0]).split(":", 1)[0] or "failed")
+        return effects
 
 
 def _outcome(effects: Effects) -> str:

@@ -33,7 +33,7 @@ from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.signature import RequestSignature
 from wakeful.bot.front.webhooks import WEBHOOKS_PATH, Webhooks
 from wakeful.bot.process.config import WebhookSource
-from wakeful.core import metrics
+from wakeful.core import metrics, tracing
 from wakeful.core.errors import StoreError
 
 log = logging.getLogger("wakeful")
@@ -82,15 +82,35 @@ class SlackFront:
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter()
-        status, headers, body = self.handle(environ)
+        path = environ.get("PATH_INFO") or "/"
+        if tracing.ON and (path == EVENTS_PATH or path.startswith(WEBHOOKS_PATH)):
+            status, headers, body = self._traced(environ, path)
+        else:
+            status, headers, body = self.handle(environ)
         start_response(status, headers)
-        if environ.get("PATH_INFO") == EVENTS_PATH:
+        if path == EVENTS_PATH:
             code = status[:3]
             child = _ACK_CHILDREN.get(code)
             if child is None:  # looked up once per status: this runs on every request
                 child = _ACK_CHILDREN[code] = metrics.ACK_SECONDS.labels(code)
             child.observe(time.perf_counter() - started)
         return [body]
+
+    def _traced(self, environ: Environ, path: str) -> Reply:
+        """`handle` inside the request's span (core/tracing.py), named as the HTTP server
+        conventions name its route and status: the event it stores carries the span's trace,
+        so the run and the post it causes join it."""
+        slack = path == EVENTS_PATH
+        attrs = {
+            "http.request.method": environ.get("REQUEST_METHOD", "GET"),
+            "http.route": path if slack else WEBHOOKS_PATH + "{name}",
+            "wakeful.webhook": None if slack else path[len(WEBHOOKS_PATH) :],
+        }
+        with tracing.span("slack.request" if slack else "webhook.request", attrs, kind="server"):
+            answer = self.handle(environ)
+            code = int(answer[0][:3])
+            tracing.note({"http.response.status_code": code}, str(code) if code >= 500 else None)
+        return answer
 
     def handle(self, environ: Environ) -> Reply:
         path = environ.get("PATH_INFO") or "/"
@@ -120,6 +140,8 @@ class SlackFront:
             parsed = payloads.parse(text, environ.get("CONTENT_TYPE", ""))
         except (ValueError, RecursionError) as exc:
             return rejected(reply(400, f"malformed body: {str(exc)[:200]}"))
+        if tracing.ON:
+            tracing.note(traced(parsed))
         if parsed["type"] == "app_rate_limited":
             return self._rate_limited(parsed)
         if not payloads.handled(parsed):
@@ -195,6 +217,28 @@ class SlackFront:
         body = json.dumps({"ok": ok, "store": type(store.db).__name__}).encode()
         status = "200 OK" if ok else "503 Service Unavailable"
         return status, [("Content-Type", "application/json")], body
+
+
+def traced(body: dict[str, Any]) -> dict[str, Any]:
+    """What a Slack request's span says of it: its type, and the event's id and type, the
+    command or the action pressed, and the workspace; its text only with
+    WAKEFUL_OTEL_CONTENT=on (core/tracing.py `content`)."""
+    event = body.get("event")
+    event = event if isinstance(event, dict) else {}
+    actions = body.get("actions")
+    action = actions[0] if isinstance(actions, list) and actions else {}
+    team = body.get("team")
+    text = event.get("text") if event else body.get("text")
+    return {
+        "wakeful.slack.type": body.get("type"),
+        "wakeful.slack.event_id": body.get("event_id"),
+        "wakeful.slack.event_type": event.get("type"),
+        "wakeful.slack.command": body.get("command"),
+        "wakeful.slack.action": action.get("action_id") if isinstance(action, dict) else None,
+        "wakeful.slack.team": body.get("team_id")
+        or (team.get("id") if isinstance(team, dict) else None),
+        **tracing.content("wakeful.slack.text", text if isinstance(text, str) else None),
+    }
 
 
 def _bolt_reply(response: BoltResponse) -> Reply:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import signal
 import socket
 import threading
@@ -21,6 +22,7 @@ from wakeful.bot.slack.kinds import SLACK_KINDS
 from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.bot.slack.streams import SlackStreams
 from wakeful.bot.slack.web_client import KeepAliveWebClient
+from wakeful.core import tracing
 from wakeful.core.clock import LoopClock, ServerClock, wall_clock
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.errors import StoreUnavailable
@@ -82,15 +84,22 @@ class Runtime:
             self.clock = ServerClock(self.store)
 
     def start(self) -> None:
-        """Build the loops, record this process alive (ending the leases of dead ones, before
-        any loop takes work or the caller answers /healthz), then start every loop."""
+        """Set tracing up when OTEL_* asks for it, build the loops, record this process alive
+        (ending the leases of dead ones, before any loop takes work or the caller answers
+        /healthz), then start every loop."""
+        role = ",".join(self.roles) or "front"
+        try:
+            if tracing.configure(os.environ, role):
+                log.info("tracing on: spans exported as OTEL_* configures them")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
         loops = self.build_loops()
         self.heartbeat = Heartbeat(
             store=self.store,
             clock=self.clock,
             poll=self.store.settings.heartbeat,
             wakeup=self.bell.subscribe(),
-            role=",".join(self.roles) or "front",
+            role=role,
             wake_worker=self.wake_worker,
         )
         self.heartbeat.start(self.clock())

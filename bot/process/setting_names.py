@@ -50,6 +50,8 @@ KNOWN = frozenset(
         "WAKEFUL_MEMORY_DOC_BYTES",
         "WAKEFUL_MEMORY_DOCS",
         "WAKEFUL_RETENTION",
+        # tracing (core/tracing.py)
+        "WAKEFUL_OTEL_CONTENT",
         # webhooks (WAKEFUL_WEBHOOK_CHANNEL_<NAME> is checked by config itself)
         "WAKEFUL_WEBHOOKS",
         "WAKEFUL_WEBHOOK_CHANNEL",

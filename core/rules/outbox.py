@@ -5,8 +5,8 @@ out."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wakeful.core.inbox_id import InboxId
@@ -58,6 +58,9 @@ class Batch:
     retry: bool
     until: int = 0
     """The claim's deadline as the claim wrote it: its sender's fence (see `renew_batch`)."""
+    traces: Mapping[int, str] = field(default_factory=dict)
+    """Row id -> the W3C traceparent it was queued in (core/tracing.py; untraced rows absent):
+    the post joins its first row's trace and links to every row's."""
 
 
 def ready(

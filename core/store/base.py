@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from wakeful.core import tracing
 from wakeful.core.effects import Post
 from wakeful.core.kinds import ENGINE_KINDS, Kinds
 from wakeful.core.records import StoredEvent
@@ -22,9 +23,15 @@ from wakeful.core.store.sql import Tx
 
 log = logging.getLogger("wakeful.store")
 
-NewEvent = tuple[str, str, str, str, int] | tuple[str, str, str, str, int, int | None]
-"""(inbox, source, source_id, payload JSON, now[, waiting since]): one delivery on its way
-into the inbox; the sixth, when a person waits on it (`StoredEvent.awaited`), is when they began."""
+NewEvent = (
+    tuple[str, str, str, str, int]
+    | tuple[str, str, str, str, int, int | None]
+    | tuple[str, str, str, str, int, int | None, str | None]
+)
+"""(inbox, source, source_id, payload JSON, now[, waiting since[, trace]]): one delivery on its
+way into the inbox; the sixth, when a person waits on it (`StoredEvent.awaited`), is when they
+began; the seventh the traceparent of the span that stores it (core/tracing.py), taken in the
+caller's thread (a group commit's batch is written by another caller's)."""
 
 
 def insert_events(tx: Tx, events: Sequence[NewEvent]) -> list[int | None]:
@@ -47,6 +54,7 @@ def insert_events(tx: Tx, events: Sequence[NewEvent]) -> list[int | None]:
                 "payload": e[3],
                 "now": e[4],
                 "waiting": e[5] if len(e) > 5 else None,
+                "trace": e[6] if len(e) > 6 else None,
             }
             for e in events
         ],
@@ -64,8 +72,10 @@ def insert_event(
     now: int,
     waiting: int | None = None,
 ) -> int | None:
-    """`insert_events` for one event inside the caller's transaction: the new id, or None."""
-    return insert_events(tx, [(inbox, source, source_id, body, now, waiting)])[0]
+    """`insert_events` for one event inside the caller's transaction: the new id, or None. It
+    stores the current span's trace (an approval's answer: the click's request)."""
+    trace = tracing.current_context()
+    return insert_events(tx, [(inbox, source, source_id, body, now, waiting, trace)])[0]
 
 
 class Connector(ABC):

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from wakeful.core import usage
+from wakeful.core import tracing, usage
 from wakeful.core.effects import ApprovalRequest, Effects, Post, Timer, check_json
 from wakeful.core.errors import InvalidInput
 from wakeful.core.kinds import Kinds
@@ -59,6 +59,8 @@ def event_body(inbox: str, source: str, source_id: str, payload: Any) -> str:
 
 
 def message_params(inbox: str, m: Post, ref: str | None = None) -> Params:
+    """An outbox row's parameters, with the trace that queued it (a run's, core/tracing.py
+    `row_trace`), so its post joins that trace: taken here, in the queuing thread."""
     return {
         "inbox": inbox,
         "kind": m.kind,
@@ -72,6 +74,7 @@ def message_params(inbox: str, m: Post, ref: str | None = None) -> Params:
         "facts": None if m.facts is None else check_json(m.facts, "facts"),
         "answers": None,
         "look_first": 0,
+        "trace": tracing.row_trace(inbox),
     }
 
 
@@ -214,18 +217,21 @@ def _shown(req: ApprovalRequest) -> Post:
 
 
 def event_record(row: Row, status: str | None = None, attempts: int | None = None) -> StoredEvent:
-    return StoredEvent(
-        id=int(row["id"]),
-        inbox=str(row["inbox"]),
-        source=str(row["source"]),
-        source_id=str(row["source_id"]),
-        payload=json.loads(row["payload"]),
-        status=status or row["status"],  # type: ignore[arg-type]
-        attempts=int(row["attempts"]) if attempts is None else attempts,
-        created_at=int(row["created_at"]),
-        error=row["error"],
-        traceback=row["traceback"] if "traceback" in row.keys() else None,  # noqa: SIM118
-    )
+    """A row as an event, with the trace it was stored in (None: untraced)."""
+    keys = row.keys()
+    fields: dict[str, Any] = {
+        "id": int(row["id"]),
+        "inbox": str(row["inbox"]),
+        "source": str(row["source"]),
+        "source_id": str(row["source_id"]),
+        "payload": json.loads(row["payload"]),
+        "status": status or row["status"],
+        "attempts": int(row["attempts"]) if attempts is None else attempts,
+        "created_at": int(row["created_at"]),
+        "error": row["error"],
+        "traceback": row["traceback"] if "traceback" in keys else None,
+    }
+    return StoredEvent(**fields, trace=row["trace"] if "trace" in keys else None)
 
 
 def lease_record(row: Row | None) -> Lease | None:

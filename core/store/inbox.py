@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from wakeful.core import metrics
+from wakeful.core import metrics, tracing
 from wakeful.core.errors import InvalidInput, SessionUnusable
 from wakeful.core.events import awaited
 from wakeful.core.records import Ingested, ReadyList, StoredEvent
@@ -27,8 +27,12 @@ class Inbox(StoreBase):
             metrics.count_ingest(metrics.source_label(source), "rejected")
             raise
         waiting = now if awaited(source, payload) else None
-        event_id = self.db.store_event((inbox, source, source_id, body, now, waiting))
+        trace = tracing.current_context()  # the request's span: the run joins its trace
+        event_id = self.db.store_event((inbox, source, source_id, body, now, waiting, trace))
         metrics.count_ingest(source, "duplicate" if event_id is None else "stored")
+        if tracing.ON:
+            said = "duplicate" if event_id is None else "new"
+            tracing.note({"wakeful.inbox": inbox, "wakeful.source": source, "wakeful.stored": said})
         return Ingested(stored=event_id is not None, event_id=event_id)
 
     def event(self, event_id: int) -> StoredEvent | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Iterable, Sequence
 
-from wakeful.core import metrics
+from wakeful.core import metrics, tracing
 from wakeful.core.effects import Post
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import OutboxRow
@@ -14,7 +14,7 @@ from wakeful.core.rules.outbox import Batch, Part, plan_parts, ready
 from wakeful.core.store import ops, threads
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.codec import Params, message_params, outbox_record
-from wakeful.core.store.sql import Tx
+from wakeful.core.store.sql import Row, Tx
 
 BATCH_ROW_CAP = 200
 """Rows one destination's batch takes at most; the rest go in the next batch."""
@@ -24,6 +24,13 @@ def queue(tx: Tx, rows: Iterable[Params], now: int) -> None:
     """Insert prepared messages (from `message_params`) as pending outbox rows."""
     for params in rows:
         tx.run("insert_outbox", {**params, "now": now})
+
+
+def _traces(rows: Sequence[Row]) -> dict[int, str]:
+    """The stored traces of `rows`, by id; none while this process is not tracing."""
+    if not tracing.ON:
+        return {}
+    return {int(r["id"]): str(r["trace"]) for r in rows if r["trace"]}
 
 
 def answered(tx: Tx, keys: Sequence[str], now: int) -> None:
@@ -76,7 +83,7 @@ class Outbox(StoreBase):
                 pick = self._claimable(tx, channel, thread, now)
                 if pick is None:
                     continue
-                rows, retry = pick
+                rows, retry, traces = pick
                 until = now + self.settings.send_timeout
                 if retry:
                     dispatch_id = rows[0].dispatch_id
@@ -91,7 +98,11 @@ class Outbox(StoreBase):
                             "claim_row", {"id": r.id, "dispatch_id": dispatch_id, "until": until}
                         )
                 parts = plan_parts(dispatch_id, rows, retry, kinds=self.kinds)
-                batches.append(Batch(dispatch_id, channel, thread, parts, retry, until))
+                if traces:
+                    made = Batch(dispatch_id, channel, thread, parts, retry, until, traces)
+                    batches.append(made)
+                else:
+                    batches.append(Batch(dispatch_id, channel, thread, parts, retry, until))
         return batches
 
     @staticmethod
@@ -114,8 +125,9 @@ class Outbox(StoreBase):
 
     def _claimable(
         self, tx: Tx, channel: str, thread: str, now: int
-    ) -> tuple[list[OutboxRow], bool] | None:
-        """What one destination would send now, and whether it is a retry; None if nothing.
+    ) -> tuple[list[OutboxRow], bool, dict[int, str]] | None:
+        """What one destination would send now, whether it is a retry, and the stored trace of
+        each of its rows that has one; None if nothing.
 
         A batch still `sending` goes first, whole, once its deadline has passed (in flight or
         waiting out a retry-after until then); otherwise the pending rows, if the gap allows."""
@@ -125,14 +137,14 @@ class Outbox(StoreBase):
             first = sending[0]
             if int(first["in_flight_until"]) > now:
                 return None
-            same = [outbox_record(r) for r in sending if r["dispatch_id"] == first["dispatch_id"]]
-            return same, True
+            same = [r for r in sending if r["dispatch_id"] == first["dispatch_id"]]
+            return [outbox_record(r) for r in same], True, _traces(same)
         rows = [outbox_record(r) for r in raw]
         last = tx.one("get_destination", {"channel": channel, "thread_ts": thread})
         last_sent = None if last is None else int(last["last_sent_at"])
         if not ready(rows, last_sent, now, self.settings.outbox_gap, kinds=self.kinds):
             return None
-        return rows, False
+        return rows, False, _traces(raw)
 
     def mark_sent(self, part: Part, ts: str | None, now: int) -> None:
         """Record a delivered part (only its final piece marks its rows sent); posts containing

@@ -22,11 +22,14 @@ INSERT INTO schema_migrations (version, name) VALUES (%(version)s, %(name)s);
 -- name: insert_events
 -- The one way an event enters the inbox (base.insert_events): store each delivery unless its
 -- (source, source_id) key exists, the first copy in a batch winning; the new rows' ids with
--- their keys. The VALUES row is repeated once per event of a batch (Tx.many). Each new row
--- also wakes idle workers on every host (LISTEN wakeful_work), at commit.
+-- their keys. The VALUES row is repeated once per event of a batch (Tx.many). `trace`: the
+-- traceparent of the span that stored it (NULL: not traced). Each new row also wakes idle
+-- workers on every host (LISTEN wakeful_work), at commit.
 WITH stored AS (
-    INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at, waiting_since)
-    VALUES (%(inbox)s, %(source)s, %(source_id)s, %(payload)s, %(now)s, %(now)s, %(waiting)s)
+    INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at, waiting_since,
+                        trace)
+    VALUES (%(inbox)s, %(source)s, %(source_id)s, %(payload)s, %(now)s, %(now)s, %(waiting)s,
+            %(trace)s)
     ON CONFLICT (source, source_id) DO NOTHING
     RETURNING id, inbox, source, source_id
 )

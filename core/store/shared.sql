@@ -182,11 +182,11 @@ SELECT * FROM approvals WHERE inbox = :inbox ORDER BY created_at, id;
 UPDATE approvals SET prompt_channel = :channel, prompt_ts = :ts WHERE id = :id;
 
 -- name: insert_outbox
--- Queue one outbound message as a pending row.
+-- Queue one outbound message as a pending row; `trace`: the run (or request) that queued it.
 INSERT INTO outbox (inbox, kind, channel, thread_ts, text, blocks, priority, ref, user_id,
-                    facts, answers, look_first, created_at)
+                    facts, answers, look_first, created_at, trace)
 VALUES (:inbox, :kind, :channel, :thread_ts, :text, :blocks, :priority, :ref, :user_id,
-        :facts, :answers, :look_first, :now);
+        :facts, :answers, :look_first, :now, :trace);
 
 -- name: open_rows
 -- A destination's pending and sending rows, in order.

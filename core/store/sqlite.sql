@@ -20,9 +20,11 @@ INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :nam
 -- name: insert_events
 -- The one way an event enters the inbox (base.insert_events): store each delivery unless its
 -- (source, source_id) key exists, the first copy in a batch winning; the new rows' ids with
--- their keys. The VALUES row is repeated once per event of a batch (Tx.many).
-INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at, waiting_since)
-VALUES (:inbox, :source, :source_id, :payload, :now, :now, :waiting)
+-- their keys. The VALUES row is repeated once per event of a batch (Tx.many). `trace`: the
+-- traceparent of the span that stored it (NULL: not traced).
+INSERT INTO events (inbox, source, source_id, payload, created_at, updated_at, waiting_since,
+                    trace)
+VALUES (:inbox, :source, :source_id, :payload, :now, :now, :waiting, :trace)
 ON CONFLICT (source, source_id) DO NOTHING
 RETURNING id, source, source_id;
 
