@@ -101,8 +101,6 @@ LONG_FIRST = (
     "tests/acceptance/test_slack_app.py",
     "tests/acceptance/test_operator_reads.py",
     "tests/acceptance/test_refund_no_silence.py::TestStripe503For30sSqlite",
-    "tests/acceptance/test_refund_no_silence.py::TestStripe503For30sPostgres",
-    "tests/acceptance/test_refund_no_silence.py::TestStripe429For30sSqlite",
     "tests/acceptance/test_refund_no_silence.py::TestStripe429For30sPostgres",
     "tests/acceptance/test_refund_gateway.py",
     "tests/acceptance/test_claude_streams.py",
@@ -134,6 +132,9 @@ LONG_FIRST = (
     "tests/integration/test_migrations.py",
     "tests/integration/test_outbox.py",
     "tests/integration/test_process_liveness.py",
+    "tests/integration/test_approvals.py",
+    "tests/acceptance/test_backup_restore.py",
+    "tests/integration/test_concurrency.py",
 )
 """The scopes (modules, or a module's class) that take 15 s or more, handed out first: each goes
 to one test process whole (`--dist loadscope`), so a long one handed out last would end the

@@ -300,7 +300,17 @@ def killed_then_restarted(
     return launch(tmp, emu, db, {**claude_settings(fake), **kill}, backend=backend)
 
 
-@pytest.mark.parametrize("k", [1, len(CALLS) - 1], ids=["k=1", "k=n-1"])
+# Where the kill comes (after 1 call or after n-1) is the agent's count, not the store's: what
+# the store does, the dead run's records read back and replayed under a new lease, runs on each
+# store here and in the kill after the run below. So one point per store, as
+# test_claude_streams.py splits its kill points: k=1 on SQLite, k=n-1 (more records) on
+# PostgreSQL.
+@pytest.mark.parametrize(
+    ("db", "k"),
+    [("sqlite", 1), pytest.param("postgres", len(CALLS) - 1, marks=pytest.mark.pg)],
+    ids=["sqlite-k=1", "postgres-k=n-1"],
+    indirect=["db"],
+)
 def test_a_worker_killed_after_k_of_n_calls_makes_only_the_rest(
     k: int, db: str, emu: SlackEmulator, fake: FakeAnthropic, tmp_path: Path
 ) -> None:

@@ -74,11 +74,14 @@ def part_id(call: Call) -> str:
 
 
 class Stalls:
-    """The emulator's hook: every STALL_EVERY-th post is applied, then answered STALL late."""
+    """The emulator's hook: every STALL_EVERY-th post is applied, then answered STALL late, or
+    at `release()`: once every part is sent, the batch was taken over from each stalled
+    sender, and the rest of a stall would only keep its dispatcher's thread from stopping."""
 
     def __init__(self) -> None:
         self.posts = 0
         self.lock = threading.Lock()
+        self.released = threading.Event()
 
     def __call__(self, call: Call) -> None:
         if call.method != "chat.postMessage":
@@ -87,18 +90,26 @@ class Stalls:
             self.posts += 1
             stall = self.posts % STALL_EVERY == 0
         if stall:
-            time.sleep(STALL)
+            self.released.wait(STALL)
+
+    def release(self) -> None:
+        self.released.set()
 
 
 @pytest.fixture
-def emu() -> Iterator[SlackEmulator]:
-    with SlackEmulator(bot_token=TOKEN, on_call=Stalls()) as e:
+def stalls() -> Stalls:
+    return Stalls()
+
+
+@pytest.fixture
+def emu(stalls: Stalls) -> Iterator[SlackEmulator]:
+    with SlackEmulator(bot_token=TOKEN, on_call=stalls) as e:
         yield e
 
 
 @pytest.mark.parametrize("dispatchers", [2, 3])
 def test_racing_dispatchers_post_every_part_of_a_200_part_batch_once(
-    make_store: MakeStore, emu: SlackEmulator, dispatchers: int
+    make_store: MakeStore, emu: SlackEmulator, stalls: Stalls, dispatchers: int
 ) -> None:
     store = make_store(send_timeout=SEND_TIMEOUT)
     store.post(INBOX, rows(PARTS), int(time.time()))
@@ -123,6 +134,7 @@ def test_racing_dispatchers_post_every_part_of_a_200_part_batch_once(
             time.sleep(0.1)
     finally:
         stop.set()
+        stalls.release()
         for d in loops:
             d.wakeup.kick()
         for t in threads:
