@@ -34,14 +34,24 @@ def main(argv: list[str]) -> int:
     p.add_argument("--skip-http", action="store_true")
     p.add_argument(
         "--only",
-        default="engine,ops,http,e2e,claude,claude-memory,claude-stream,pg",
+        default="engine,ops,http,e2e,claude,claude-memory,claude-stream,tracing,pg",
         help="comma-separated parts to run (engine, ops, http, front, e2e, claude, "
-        "claude-memory, claude-stream, pg); default all but front (the front alone against the "
-        "bare Bolt app, in rounds)",
+        "claude-memory, claude-stream, tracing, pg); default all but front (the front alone "
+        "against the bare Bolt app, in rounds)",
     )
     args = p.parse_args(argv)
     parts = set(args.only.split(","))
-    known = {"engine", "ops", "http", "front", "e2e", "claude", "claude-memory", "claude-stream"}
+    known = {
+        "engine",
+        "ops",
+        "http",
+        "front",
+        "e2e",
+        "claude",
+        "claude-memory",
+        "claude-stream",
+        "tracing",
+    }
     unknown = parts - known - {"pg"}
     if unknown:
         p.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
@@ -79,6 +89,10 @@ def main(argv: list[str]) -> int:
         from .claude_stream_chaos import run_stream_chaos
 
         figures += run_claude_stream(args.quick) + run_stream_chaos(args.quick)
+    if not args.skip_http and "tracing" in parts:
+        from .tracing import run_tracing
+
+        figures += run_tracing(args.quick)
     dsn = os.environ.get("WAKEFUL_TEST_PG_DSN", "")
     if "pg" not in parts:
         pass
@@ -95,7 +109,7 @@ def main(argv: list[str]) -> int:
         text = [
             "# Benchmark results",
             "",
-            f"`python -m bench{'' if len(parts) == 8 else ' --only ' + args.only}`"
+            f"`python -m bench{'' if len(parts) == 9 else ' --only ' + args.only}`"
             f" ({'quick' if args.quick else 'full'} run), {when}, on {machine()}.",
             "Every ratio is against a baseline measured in the same run.",
             "",

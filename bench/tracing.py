@@ -1,0 +1,284 @@
+"""Tracing's cost (issue 39): what a process pays with tracing off, and with it on.
+
+- off: the helpers every traced place calls (`tracing.span` around a request, the stored
+  context an ingest reads) return after one flag check; their cost in ns per event, against
+  an ingest's own time;
+- ingest: `Store.ingest` inside a `slack.request` span as the front makes it, tracing on
+  (OpenTelemetry's BatchSpanProcessor and OTLP/HTTP exporter, as `configure` builds them,
+  exporting to a real OTLP receiver on loopback; each round ends with the exporter flushed, so
+  the export's cost is inside it) against tracing off, in alternating rounds;
+- end to end: `wakeful serve` at 200 messages/s over 200 users (bench/e2e.py's load), traced
+  (OTEL_EXPORTER_OTLP_ENDPOINT at the receiver) against untraced, p50 / p99 and the serve
+  process's CPU per message.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.support.otlp_receiver import COUNT_PATH
+from wakeful.core import tracing
+from wakeful.core.store import Store, open_store
+from wakeful.devtools.emulator import RemoteEmulator
+
+from .common import NOW, Figure, cpu_seconds, percentile
+from .e2e import ROOT, TOKEN, _app, answered, send_load
+from .http import _start, _stop
+
+GOAL = 1.1
+"""Traced against untraced, at most (issue 39)."""
+ATTRS = {"http.request.method": "POST", "http.route": "/slack/events"}
+
+
+class Collector:
+    """The OTLP receiver of tests/support/otlp_receiver.py in a process of its own, as a real
+    collector is: its decoding and HTTP serving are not charged to the measured process."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        cmd = [sys.executable, "-m", "tests.support.otlp_receiver"]
+        self.proc, self.endpoint = _start(cmd, env)
+
+    @property
+    def count(self) -> int:
+        """Spans received so far."""
+        with urllib.request.urlopen(self.endpoint + COUNT_PATH, timeout=10) as answer:
+            return int(answer.read())
+
+    def close(self) -> None:
+        _stop(self.proc)
+
+
+def run_tracing(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:
+    figures: list[Figure] = []
+    tmp = Path(tempfile.mkdtemp(prefix="wakeful-bench-tracing-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["PYTHONPATH"] = str(ROOT)
+    receiver = Collector(env)
+    try:
+        store = open_store(str(tmp / "ingest.db"))
+        try:
+            figures += ingest(store, receiver, quick, say)
+        finally:
+            store.close()
+        figures += end_to_end(tmp, env, receiver, quick, say)
+    finally:
+        receiver.close()
+    return figures
+
+
+def busy() -> str:
+    """The machine's 1-minute load average against its cores: figures taken on a busy machine
+    say so."""
+    return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+
+
+# -- off, and ingest ------------------------------------------------------------------------
+
+
+def helpers_off(n: int) -> float:
+    """ns per event of what tracing off adds to one: the request's span and the context the
+    ingest stores, less an empty loop's cost."""
+    assert not tracing.ON
+
+    def loop(traced: bool) -> float:
+        started = time.perf_counter_ns()
+        for _ in range(n):
+            if traced:
+                with tracing.span("slack.request", ATTRS, kind="server"):
+                    tracing.current_context()
+        return (time.perf_counter_ns() - started) / n
+
+    return max(0.0, min(loop(True) for _ in range(5)) - min(loop(False) for _ in range(5)))
+
+
+def span_on(provider: Any, n: int) -> float:
+    """us per event of a request span and its stored context with tracing on: made, batched,
+    encoded and sent (the round ends flushed)."""
+    tracing.use_provider(provider)
+    try:
+        started = time.perf_counter()
+        for _ in range(n):
+            with tracing.span("slack.request", ATTRS, kind="server"):
+                tracing.current_context()
+        provider.force_flush()
+        return (time.perf_counter() - started) / n * 1e6
+    finally:
+        tracing.use_provider(None)
+
+
+def ingest_round(store: Store, n: int, provider: Any) -> float:
+    """events/s of n ingests, each inside the front's request span; with a provider, the round
+    ends once its spans are exported."""
+    tag = f"t{time.perf_counter_ns()}"
+    started = time.perf_counter()
+    for i in range(n):
+        with tracing.span("slack.request", ATTRS, kind="server"):
+            store.ingest(f"T1:U{i % 50}", "slack", f"{tag}-{i}", {"text": "hello"}, NOW)
+    if provider is not None:
+        provider.force_flush()
+    return n / (time.perf_counter() - started)
+
+
+def traced_provider(receiver: Collector) -> Any:
+    """A provider as core/tracing.py `configure` builds it: a BatchSpanProcessor (batching
+    from OTEL_BSP_*) and the OTLP/HTTP exporter, pointed at the receiver."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "wakeful-bench"}))
+    exporter = OTLPSpanExporter(endpoint=f"{receiver.endpoint}/v1/traces")
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def ingest(
+    store: Store, receiver: Collector, quick: bool, say: Callable[[str], None]
+) -> list[Figure]:
+    n, rounds = (300, 3) if quick else (3000, 5)
+    ingest_round(store, n, None)  # the file warmed up
+    off_ns = helpers_off(20_000 if quick else 200_000)
+    provider = traced_provider(receiver)
+    offs, ons, ratios = [], [], []
+    before = receiver.count
+    try:
+        for _ in range(rounds):
+            off = ingest_round(store, n, None)
+            tracing.use_provider(provider)
+            try:
+                on = ingest_round(store, n, provider)
+            finally:
+                tracing.use_provider(None)
+            offs.append(off)
+            ons.append(on)
+            ratios.append(off / on)
+        span_us = span_on(provider, n)
+    finally:
+        provider.shutdown()
+    exported = receiver.count - before
+    off, on, ratio = statistics.median(offs), statistics.median(ons), statistics.median(ratios)
+    per_event_ns = 1e9 / off
+    share = off_ns / per_event_ns
+    figures = [
+        Figure(
+            "tracing off: what an event pays (request span + stored context)",
+            off_ns,
+            "ns/event",
+            goal="<= 1% of an ingest",
+            met=share <= 0.01,
+            note=f"{share * 100:.3f}% of one ingest ({per_event_ns / 1000:.0f} us); one flag "
+            "check each, nothing imported",
+        ),
+        Figure(
+            "ingest, one caller, tracing on (OTLP/HTTP to a loopback receiver)",
+            on,
+            "events/s",
+            ratio,
+            "time per event vs tracing off",
+            f"<= {GOAL}x",
+            ratio <= GOAL,
+            f"off: {off:,.0f} events/s; one request span {span_us:.0f} us with tracing on "
+            f"(made, exported, flushed); {exported:,} spans received of {n * rounds + n:,}; "
+            f"median of {rounds} alternating rounds, each flushed; {busy()}",
+        ),
+    ]
+    for f in figures:
+        say("  " + f.row())
+    return figures
+
+
+# -- end to end -----------------------------------------------------------------------------
+
+
+def serve_at_200(
+    tmp: Path, api: str, emu: RemoteEmulator, env: dict[str, str], seconds: float
+) -> dict[str, float]:
+    """`wakeful serve` (bench/e2e.py's) at 200 messages/s over 200 users: p50, p99 (ms),
+    ack p99, unanswered, and the serve process's CPU ms per message."""
+    emu.clear()
+    proc, url = _app("wakeful", api, tmp, env)
+    try:
+        log = tmp / f"load-{time.monotonic_ns()}.jsonl"
+        cpu = cpu_seconds(proc.pid)
+        load = send_load(url, 200, seconds, 200, log)
+        pairs = answered(log, emu, settle=10)
+        cpu = cpu_seconds(proc.pid) - cpu
+    finally:
+        _stop(proc)
+    times = sorted(done - at for at, done in pairs if done is not None)
+    return {
+        "p50": percentile(times, 50) * 1000,
+        "p99": percentile(times, 99) * 1000,
+        "ack_p99": float(load["p99_ms"]),
+        "missing": float(sum(1 for _, done in pairs if done is None)),
+        "cpu_ms": cpu * 1000 / max(1, len(pairs)),
+    }
+
+
+def end_to_end(
+    tmp: Path, env: dict[str, str], receiver: Collector, quick: bool, say: Callable[[str], None]
+) -> list[Figure]:
+    """Untraced then traced, `pairs` times; each figure the median over its runs."""
+    seconds, pairs = (3.0, 1) if quick else (30.0, 2)
+    traced = {
+        **env,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "OTEL_SERVICE_NAME": "wakeful-bench",
+    }
+    emu_proc, api = _start(
+        [sys.executable, "-m", "wakeful.devtools.emulator", "--port", "0", "--token", TOKEN],
+        env,
+    )
+    emu = RemoteEmulator(api.rsplit("/api/", 1)[0])
+    offs: list[dict[str, float]] = []
+    ons: list[dict[str, float]] = []
+    try:
+        before = receiver.count
+        for _ in range(pairs):
+            offs.append(serve_at_200(tmp, api, emu, env, seconds))
+            ons.append(serve_at_200(tmp, api, emu, traced, seconds))
+        exported = receiver.count - before
+    finally:
+        _stop(emu_proc)
+    off = {k: statistics.median(r[k] for r in offs) for k in offs[0]}
+    on = {k: statistics.median(r[k] for r in ons) for k in ons[0]}
+    ratio, p50_ratio = on["p99"] / off["p99"], on["p50"] / off["p50"]
+    cpu_ratio = on["cpu_ms"] / off["cpu_ms"]
+    runs = f"median of {pairs} untraced/traced pair(s) of {seconds:.0f} s; {busy()}"
+    figures = [
+        Figure(
+            "end to end at 200 msg/s, tracing on: p99",
+            on["p99"],
+            "ms p99",
+            ratio,
+            "untraced p99",
+            f"p50 and p99 <= {GOAL}x",
+            ratio <= GOAL and p50_ratio <= GOAL and on["missing"] == 0,
+            f"p50 {on['p50']:.0f} ms ({p50_ratio:.2f}x untraced {off['p50']:.0f}); untraced "
+            f"p99 {off['p99']:.0f} ms; ack p99 {on['ack_p99']:.1f} vs {off['ack_p99']:.1f} ms; "
+            f"unanswered {on['missing']:.0f} / {off['missing']:.0f}; {runs}",
+        ),
+        Figure(
+            "serve's CPU per message at 200 msg/s, tracing on",
+            on["cpu_ms"],
+            "ms/msg",
+            cpu_ratio,
+            "untraced",
+            f"<= {GOAL}x",
+            cpu_ratio <= GOAL,
+            f"untraced {off['cpu_ms']:.2f} ms/msg; {exported:,} spans received, exported from "
+            f"a background thread (BatchSpanProcessor); {runs}",
+        ),
+    ]
+    for f in figures:
+        say("  " + f.row())
+    return figures
