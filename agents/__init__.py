@@ -16,6 +16,7 @@ from wakeful.bot.slack.blocks import when as slack_date
 from wakeful.bot.slack.events import AssistantThreadStarted, Feedback, HomeOpened
 from wakeful.bot.slack.home import HomeView, NextTimer, Pending, default_home, header, section
 from wakeful.bot.slack.text import inert
+from wakeful.core import tracing
 from wakeful.core.effects import Timer
 from wakeful.core.errors import (
     Interrupted,
@@ -102,5 +103,6 @@ __all__ = [
     "section",
     "slack_date",
     "step_key",
+    "tracing",
     "utc",
 ]

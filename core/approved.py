@@ -24,9 +24,11 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
 from wakeful.core import effects as fx
+from wakeful.core import tracing
 from wakeful.core.errors import LeaseLost, StoreUnavailable
 from wakeful.core.events import ApprovalAnswer, Event
 from wakeful.core.records import ApprovalState
@@ -68,7 +70,23 @@ def run_approved(
     if not isinstance(event, ApprovalAnswer) or event.answer != "yes":
         into.events.append(event)
         return
-    _Call(services, settings, inbox, event, now, into).run(heartbeat)
+    with _span(inbox, event):
+        _Call(services, settings, inbox, event, now, into).run(heartbeat)
+
+
+def _span(inbox: str, event: ApprovalAnswer) -> AbstractContextManager[None]:
+    """The approved call's `execute_tool <tool>` span (OpenTelemetry's GenAI conventions),
+    keyed by the request id; what it came to is noted as `wakeful.outcome`."""
+    if not tracing.ON:
+        return tracing.NOOP
+    attrs = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": event.tool,
+        "gen_ai.conversation.id": inbox,
+        "wakeful.idempotency_key": event.request_id,
+        "wakeful.approval.id": event.request_id,
+    }
+    return tracing.span(f"execute_tool {event.tool}", attrs)
 
 
 @dataclass
@@ -81,16 +99,20 @@ class _Call:
     event: ApprovalAnswer
     now: int
     into: Approved
+    replayed: bool = False
+    """The call's outcome was recorded before: read back (tracing's `replayed`)."""
 
     def run(self, heartbeat: Callable[[], None]) -> None:
         event, ledger = self.event, self.services.ledger
         tool = self.services.tools.get(event.tool)
         if tool is None:
+            tracing.note({"wakeful.outcome": "failed"})
             self._answer(error=f"the agent has no tool {event.tool!r}; nothing ran")
             return
         recorded = ledger.recorded_step(event.request_id)
         state = self.services.approval(event.request_id)
         if recorded is not None:
+            self.replayed = True  # a retry reads the outcome back: nothing is called
             if recorded.error is None:
                 self._answer("done", result=recorded.result)
             else:
@@ -161,6 +183,8 @@ class _Call:
         """The answer the agent gets (`result` or `error` set), the call's `outcome` recorded
         with the finish."""
         if outcome is not None:
+            said = "replayed" if self.replayed else "done" if outcome == "done" else "failed"
+            tracing.note({"wakeful.outcome": said, "wakeful.tool.outcome": outcome})
             error = changes.get("error")
             self.into.effects.tool_outcomes[self.event.request_id] = (
                 outcome,
@@ -193,6 +217,7 @@ class _Call:
                 f"{_named(event)} has waited {span(now - first)}: {verdict.reason}; retried "
                 f"until {until(ends, now)}"
             )
+        tracing.note({"wakeful.outcome": "waiting", "wakeful.tool.retry_at": retry_at})
         effects.tool_waits.append(
             fx.ToolWait(event.id, event.request_id, verdict.reason, first, tries, retry_at, told)
         )

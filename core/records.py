@@ -127,6 +127,8 @@ class ApprovalState:
     tool_retry_at: int | None = None
     tool_told: int = 0
     """Who was told of the wait: 1 the requester ("not done yet"), 2 the operators."""
+    trace: str | None = None
+    """The W3C traceparent of the run that asked (core/tracing.py); None: untraced."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -177,13 +177,15 @@ def span(
     parent: str | Span | None = None,
     links: Iterable[str | None] = (),
     kind: str = "internal",
+    root: bool = False,
 ) -> AbstractContextManager[None]:
     """A span around the block, current inside it (log lines and inner spans join it); an
     exception leaving the block marks it failed (`error.type`). `parent`: a stored
-    traceparent or a span (None: the current span, if any); `links`: traceparents."""
+    traceparent or a span (None: the current span, if any; `root`: none, a trace of its
+    own); `links`: traceparents."""
     if not ON:
         return NOOP
-    made = start(name, attrs, parent, links, kind)
+    made = start(name, attrs, parent, links, kind, root=root)
     assert made is not None
     return inside(made, close=True)
 
@@ -195,16 +197,21 @@ def start(
     links: Iterable[str | None] = (),
     kind: str = "internal",
     start_ns: int | None = None,
+    root: bool = False,
 ) -> Span | None:
     """A span begun but not made current, for work whose end is elsewhere (a run, finished in
-    a later commit): `end` ends it, `inside` makes it current. None while tracing is off."""
+    a later commit): `end` ends it, `inside` makes it current. None while tracing is off.
+    `root`: a new trace, whatever span is current (a timer's tick)."""
     if not ON:
         return None
     from opentelemetry import trace
+    from opentelemetry.context import Context
 
     assert _tracer is not None
     context = None
-    if isinstance(parent, str):
+    if root:
+        context = Context()
+    elif isinstance(parent, str):
         context = context_of(parent)
     elif parent is not None:
         context = trace.set_span_in_context(parent)
@@ -280,6 +287,19 @@ def note(attrs: Attrs, error: BaseException | str | None = None) -> None:
         current.set_attributes(_clean(attrs))
         if error is not None:
             failed(current, error)
+
+
+def link(traceparent: str | None) -> None:
+    """Link the current span to the span a stored traceparent names (an approval's click to
+    the run that asked), learnt after the span began; nothing when off or either is absent."""
+    found = link_to(traceparent)
+    if found is None:
+        return
+    from opentelemetry import trace
+
+    current = trace.get_current_span()
+    if current.is_recording():
+        current.add_link(found.context)
 
 
 # -- contexts ----------------------------------------------------------------------------------

@@ -57,6 +57,8 @@ class WorkerStore(OutageStore, Protocol):
 
     def log_fenced(self, claim: Claim, timing: RunTiming, error: str) -> None: ...
 
+    def attempt_trace(self, event_ids: Sequence[int]) -> str | None: ...
+
 
 if TYPE_CHECKING:
     from wakeful.core.store import Store
@@ -355,11 +357,14 @@ class Worker(Loop[WorkerStore]):
     def _run_span(self, claim: Claim, run_id: str, claimed: tuple[int, int] | None) -> Span | None:
         """A run's span: a child of its first event's stored trace (the request that stored
         it), linked to its other events' (a retried event, claimed alone, runs under the same
-        parent as its failed attempt: both in its trace, told apart by `wakeful.attempt`). When
-        this round claimed it, it starts at the claim, a child span of its own."""
+        parent as its failed attempt: both in its trace, told apart by `wakeful.attempt`) and,
+        a retry, to the latest failed attempt's run. When this round claimed it, it starts at
+        the claim, a child span of its own."""
         if not tracing.ON:
             return None
         traces = tracing.stored(claim.events)
+        if any(e.attempts > 1 for e in claim.events):  # one indexed read, retries only
+            traces.append(self.store.attempt_trace(claim.ids))
         attrs = {
             "wakeful.inbox": claim.inbox,
             "wakeful.lease.generation": claim.gen,

@@ -27,15 +27,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 import anthropic
 
-from wakeful.agents import Event, InvalidInput, ModelUsage, OverBudget, Run, SpendBudget
+from wakeful.agents import Event, InvalidInput, ModelUsage, OverBudget, Run, SpendBudget, tracing
 from wakeful.bot.builtin.claude_memory import BETA_HEADERS, MEMORY_TOOL_SPEC
 from wakeful.bot.builtin.claude_prices import Price
 from wakeful.bot.builtin.common import unusable_session
@@ -173,7 +175,7 @@ class ModelCaller:
         `live`: the call's text is streamed to it as it comes (a replay's, at once).
         `listing`: the memory listing, the system prompt's second block."""
         name = f"claude:{batch_key(run.events)}:call:{index}"
-        made: list[bool] = []
+        made: list[ModelUsage] = []
 
         def make(key: str) -> dict[str, Any]:
             if (over := run.over_budget(self.budget)) is not None:
@@ -183,8 +185,8 @@ class ModelCaller:
                 message = self._create(request)
             else:
                 message = self._stream(run, request, ttl, live)
-            made.append(True)
-            run.record_usage(self._usage(message, ttl))
+            made.append(self._usage(message, ttl))
+            run.record_usage(made[0])
             return {
                 "sent": turns[-1],
                 "now": now,
@@ -192,8 +194,10 @@ class ModelCaller:
                 "message": message.model_dump(mode="json", exclude_none=True),
             }
 
-        recorded = run.step(name, make, cause=run.events[0], replay=True)
-        message = anthropic.types.Message.model_validate(recorded["message"])
+        with self._span(run, index, turns):
+            recorded = run.step(name, make, cause=run.events[0], replay=True)
+            message = anthropic.types.Message.model_validate(recorded["message"])
+            tracing.note(chat_attrs(message, made[0] if made else None))
         if not made:
             run.record_usage(ModelUsage.replay(str(recorded.get("model") or self.model)))
             if live is not None:
@@ -204,6 +208,23 @@ class ModelCaller:
             now=int(recorded["now"]),
             replayed=not made,
         )
+
+    def _span(self, run: Run, index: int, turns: list[Turn]) -> AbstractContextManager[None]:
+        """The call's `chat <model>` span (OpenTelemetry's GenAI conventions), a child of the
+        run's agent span; the newest turn in it only with WAKEFUL_OTEL_CONTENT=on."""
+        if not tracing.ON:
+            return tracing.NOOP
+        attrs = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "anthropic",
+            "gen_ai.system": "anthropic",  # the conventions' older name, still widely read
+            "gen_ai.request.model": self.model,
+            "gen_ai.request.max_tokens": self.max_tokens,
+            "gen_ai.conversation.id": run.inbox,
+            "wakeful.call.index": index,
+            **tracing.content("gen_ai.input.messages", json.dumps(turns[-1:], default=str)),
+        }
+        return tracing.span(f"chat {self.model}", attrs, kind="client")
 
     def _request(
         self, turns: list[Turn], history_end: int, ttl: str, listing: str | None = None
@@ -297,6 +318,30 @@ class ModelCaller:
             cache_read=read,
             cost=cost,
         )
+
+
+def chat_attrs(message: anthropic.types.Message, used: ModelUsage | None) -> dict[str, Any]:
+    """A call's answer as its span's attributes: the response, and, for a call made (`used`),
+    its tokens (input counting the cache's reads and writes, as the GenAI conventions ask) and
+    estimated cost; a replayed answer was not paid for again (`wakeful.replayed`)."""
+    if not tracing.ON:
+        return {}
+    attrs: dict[str, Any] = {
+        "gen_ai.response.model": message.model,
+        "gen_ai.response.id": message.id,
+        "gen_ai.response.finish_reasons": [message.stop_reason or "none"],
+        "wakeful.replayed": used is None,
+        "wakeful.cost_usd": 0.0 if used is None else used.cost,
+    }
+    if used is not None:
+        attrs |= {
+            "gen_ai.usage.input_tokens": used.input + used.cache_read + used.cache_write,
+            "gen_ai.usage.output_tokens": used.output,
+            "gen_ai.usage.cache_read.input_tokens": used.cache_read,
+            "gen_ai.usage.cache_creation.input_tokens": used.cache_write,
+        }
+    said = [b.model_dump(mode="json") for b in message.content if b.type == "text"]
+    return attrs | tracing.content("gen_ai.output.messages", json.dumps(said))
 
 
 def log_usage(run: Run) -> None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from wakeful.agents import (
@@ -22,6 +24,8 @@ from wakeful.agents import (
     Setup,
     Timer,
     inert,
+    step_key,
+    tracing,
     utc,
 )
 from wakeful.bot.builtin.claude_memory import (
@@ -136,6 +140,8 @@ class RunContext:
     """The streamed reply (claude_live.LiveReply) when a person watches it being written."""
     interrupted: bool = False
     """The person wrote again at a tool's step: the rest of the turn's tools did not run."""
+    replayed: set[str] = field(default_factory=set)
+    """The tool_use ids whose step a retry read back, calling nothing (tracing only)."""
 
     @property
     def where(self) -> Conversation | None:
@@ -166,48 +172,63 @@ class ClaudeTools:
         results: list[Block] = []
         asked: dict[str, str] | None = None
         for n, use in enumerate(uses):
-            uid, name = str(use["id"]), str(use["name"])
-            if ctx.interrupted:
-                results.append(tool_result(uid, NOT_RUN, error=True))
-                continue
-            args: Mapping[str, Any] = use["input"] if isinstance(use["input"], dict) else {}
-            if n >= self.max_tool_calls:
-                results.append(tool_result(uid, too_many_calls(self.max_tool_calls), True))
-                continue
-            if name == MEMORY_TOOL:  # no policy, no step: the run's finish writes it, once
-                results.append(memory_result(ctx.run.memory, uid, args))
-                continue
-            if name not in TOOL_SPECS or (name == GATEWAY_TOOL and self.setup.gateway is None):
-                results.append(
-                    tool_result(uid, f"There is no tool {name!r}; nothing was done.", True)
-                )
-                continue
-            policy = self.policies[name]
-            if policy == "deny":
-                refused = f"Refused: tool {name!r} is not permitted; nothing was done."
-                results.append(tool_result(uid, refused, error=True))
-                continue
-            try:
-                if policy == "ask":
-                    if asked is not None:
-                        raise ToolInputError(
-                            "Not asked: one approval at a time. Ask again once the other one "
-                            "is answered."
-                        )
-                    asked = {uid: self._ask(ctx, name, args, uid)}
-                    continue
-                results.append(tool_result(uid, self._run_tool(ctx, name, args, uid)))
-            except ToolInputError as exc:
-                results.append(tool_result(uid, str(exc), error=True))
-            except Interrupted:  # before the tool's step: it did not run
-                ctx.interrupted = True
-                results.append(tool_result(uid, NOT_RUN, error=True))
+            with tool_span(ctx, use):
+                before = asked
+                asked = self._use_one(ctx, n, use, results, asked)
+                if tracing.ON:
+                    waits = asked is not before
+                    tracing.note({"wakeful.outcome": tool_outcome(ctx, use, results, waits)})
         if ctx.interrupted and asked is not None:  # its prompt is never posted: not asked
             for uid, request_id in asked.items():
                 ctx.state["pending"].pop(request_id, None)
                 results.append(tool_result(uid, NOT_ASKED, error=True))
             asked = None
         return results, asked
+
+    def _use_one(
+        self,
+        ctx: RunContext,
+        n: int,
+        use: Block,
+        results: list[Block],
+        asked: dict[str, str] | None,
+    ) -> dict[str, str] | None:
+        """One tool_use of `_use_tools`: its result added to `results`, or the approval it
+        asks for returned as `asked`."""
+        uid, name = str(use["id"]), str(use["name"])
+        if ctx.interrupted:
+            results.append(tool_result(uid, NOT_RUN, error=True))
+            return asked
+        args: Mapping[str, Any] = use["input"] if isinstance(use["input"], dict) else {}
+        if n >= self.max_tool_calls:
+            results.append(tool_result(uid, too_many_calls(self.max_tool_calls), True))
+            return asked
+        if name == MEMORY_TOOL:  # no policy, no step: the run's finish writes it, once
+            results.append(memory_result(ctx.run.memory, uid, args))
+            return asked
+        if name not in TOOL_SPECS or (name == GATEWAY_TOOL and self.setup.gateway is None):
+            results.append(tool_result(uid, f"There is no tool {name!r}; nothing was done.", True))
+            return asked
+        policy = self.policies[name]
+        if policy == "deny":
+            refused = f"Refused: tool {name!r} is not permitted; nothing was done."
+            results.append(tool_result(uid, refused, error=True))
+            return asked
+        try:
+            if policy == "ask":
+                if asked is not None:
+                    raise ToolInputError(
+                        "Not asked: one approval at a time. Ask again once the other one "
+                        "is answered."
+                    )
+                return {uid: self._ask(ctx, name, args, uid)}
+            results.append(tool_result(uid, self._run_tool(ctx, name, args, uid)))
+        except ToolInputError as exc:
+            results.append(tool_result(uid, str(exc), error=True))
+        except Interrupted:  # before the tool's step: it did not run
+            ctx.interrupted = True
+            results.append(tool_result(uid, NOT_RUN, error=True))
+        return asked
 
     def _redo(self, ctx: RunContext, turns: list[dict[str, Any]]) -> None:
         """An interrupted run's tools, carried with their results (claude_live.py), done again
@@ -240,13 +261,20 @@ class ClaudeTools:
         key = f"{ctx.run.events[0].id}-{safe_id(uid)}"
         if name == REFUND_TOOL:
             order, _ = refund_args(args)
-            result = ctx.run.step(
-                f"{REFUND_TOOL}:{safe_id(uid)}",
-                lambda step: self._refund_tool(dict(args), step),
-                cause=ctx.run.events[0],
-            )
+            step, called = f"{REFUND_TOOL}:{safe_id(uid)}", list[str]()
+
+            def refund(idempotency_key: str) -> Any:
+                called.append(idempotency_key)
+                return self._refund_tool(dict(args), idempotency_key)
+
+            result = ctx.run.step(step, refund, cause=ctx.run.events[0])
+            if tracing.ON:
+                ctx.replayed.update([] if called else [uid])
+                made = step_key(ctx.run.inbox, ctx.run.events[0], step)
+                tracing.note({"wakeful.idempotency_key": made})
             return refund_text(order, result)
         if name == "remind_me":
+            tracing.note({"wakeful.idempotency_key": f"remind-{key}"})  # the timer's name
             return self._remind(ctx, args, key)
         if name == "set_digest":
             return self._set_digest(ctx, args)
@@ -266,6 +294,7 @@ class ClaudeTools:
         if where is None:
             raise ToolInputError("There is no conversation to ask for approval in.")
         request_id = f"claude-{ctx.run.events[0].id}-{safe_id(tool_use_id)}"
+        tracing.note({"wakeful.idempotency_key": request_id})  # the approval's, and its step's
         summary = f"refund order {inert(order)}" + (f" ({inert(reason)})" if reason else "")
         call_args = {"order_id": order, "reason": reason}
         asked = ctx.run.ask(
@@ -376,6 +405,35 @@ class ClaudeTools:
             ctx.state["digest"] = {"daily": at, "tz": zone.name}
             return f"Digest set: daily at {at} ({shown})."
         raise ToolInputError("mode must be 'every', 'daily' or 'off'.")
+
+
+def tool_span(ctx: RunContext, use: Block) -> AbstractContextManager[None]:
+    """A tool call's `execute_tool <tool>` span (OpenTelemetry's GenAI conventions); its
+    arguments, which may quote the person, only with WAKEFUL_OTEL_CONTENT=on."""
+    if not tracing.ON:
+        return tracing.NOOP
+    name = str(use.get("name"))
+    known = name if name in TOOL_SPECS or name == MEMORY_TOOL else None
+    attrs = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.call.id": str(use.get("id")),
+        "gen_ai.conversation.id": ctx.run.inbox,
+        **tracing.content("gen_ai.tool.call.arguments", json.dumps(use.get("input"), default=str)),
+    }
+    return tracing.span("execute_tool" + (f" {known}" if known else ""), attrs)
+
+
+def tool_outcome(ctx: RunContext, use: Block, results: list[Block], waits: bool) -> str:
+    """What a tool_use came to: `waiting` (an approval asked), `failed` (its result an
+    error), `replayed` (a retry read its step back) or `done`."""
+    if waits:
+        return "waiting"
+    uid = str(use.get("id"))
+    mine = [r for r in results if r.get("tool_use_id") == uid]
+    if not mine or mine[-1].get("is_error"):
+        return "failed"
+    return "replayed" if uid in ctx.replayed else "done"
 
 
 def max_tool_calls(setting: str) -> int:

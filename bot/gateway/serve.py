@@ -24,9 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from wakeful.core import logs
+from wakeful.core import logs, tracing
 from wakeful.core.gateway.audit import AuditLog, Metrics
-from wakeful.core.gateway.config import MAX_BODY, GatewayConfig, load
+from wakeful.core.gateway.config import MAX_BODY, GatewayConfig, GatewayConfigError, load
 from wakeful.core.gateway.process import Watch, die_with_parent, not_dumpable, orphan_watch
 from wakeful.core.gateway.server import GatewayApp, Revocations
 from wakeful.core.store import Store
@@ -43,6 +43,10 @@ def serve(
     os.umask(0o077)
     config = load(config_path, env)
     logs.add_secrets(config.secrets())
+    try:  # its own spans (gateway.forward), when OTEL_* asks for them, joined to its callers'
+        tracing.configure(env, "gateway")
+    except ValueError as exc:
+        raise GatewayConfigError(str(exc)) from exc
     not_dumpable()
     if parent is not None:
         die_with_parent()

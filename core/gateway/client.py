@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from wakeful.core import logs
+from wakeful.core import logs, tracing
 from wakeful.core.errors import InvalidInput
 from wakeful.core.gateway.config import GatewayConfigError, check_token, is_loopback
 
@@ -145,6 +145,8 @@ class Gateway:
         }
         if self._token is not None:
             sent["Authorization"] = f"Bearer {self._token}"
+        if (trace := tracing.current_context()) is not None:
+            sent["traceparent"] = trace  # the gateway's forward joins the caller's trace
         context = logs.current()
         for header, key in (("Wakeful-Inbox", "inbox"), ("Wakeful-Run", "run_id")):
             if context.get(key) is not None:

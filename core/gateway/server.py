@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import unquote
 
+from wakeful.core import tracing
 from wakeful.core.gateway.audit import AuditLog, Metrics
 from wakeful.core.gateway.config import (
     MAX_BODY,
@@ -153,10 +154,24 @@ class GatewayApp:
         method = str(environ.get("REQUEST_METHOD", "GET")).upper()
         if raw in ("/healthz", "/metrics") and method == "GET":
             return self._own(raw, start_response)
-        started = self.clock()
         path, _, query = raw.partition("?")
         name, _, rest = path.lstrip("/").partition("/")
         rest = "/" + rest
+        with _span(environ, method, name if name in self.destinations else "", rest):
+            return self._handle(environ, start_response, method, raw, path, name, rest, query)
+
+    def _handle(
+        self,
+        environ: Environ,
+        start_response: StartResponse,
+        method: str,
+        raw: str,
+        path: str,
+        name: str,
+        rest: str,
+        query: str,
+    ) -> list[bytes]:
+        started = self.clock()
         caller = {h: _header(environ, h) for h in (*CALLER_HEADERS, "Idempotency-Key")}
         record = {
             "claimed_inbox": caller["Wakeful-Inbox"],
@@ -323,6 +338,14 @@ class GatewayApp:
         record["reason"] = reason
         seconds = self.clock() - started
         record["duration_ms"] = round(seconds * 1000, 1)
+        tracing.note(
+            {
+                "http.response.status_code": status,
+                "wakeful.gateway.outcome": outcome,
+                "wakeful.gateway.reason": reason or None,
+            },
+            error=None if status < 500 else reason or outcome,
+        )
         self.audit.write(record)
         self.metrics.count(record["destination"] or "unknown", status, outcome, seconds)
 
@@ -350,6 +373,21 @@ def _plain(path: str) -> bool:
     # A trailing slash is a path of its own; an empty segment inside is not.
     inner = segments[:-1] if segments[-1] == "" else segments
     return all(s not in ("", ".", "..") for s in inner)
+
+
+def _span(environ: Environ, method: str, destination: str, path: str) -> Any:
+    """The forward's span, `gateway.forward`: a child of the caller's span (the `traceparent`
+    its client sent), saying the destination (a configured one's name, else nothing), the
+    method, the path without its query, and the status; never a header's value."""
+    if not tracing.ON:
+        return tracing.NOOP
+    attrs = {
+        "wakeful.gateway.destination": destination or None,
+        "http.request.method": method,
+        "url.path": _cut(path, 300),
+    }
+    parent = _header(environ, "traceparent") or None
+    return tracing.span("gateway.forward", attrs, parent=parent, kind="server")
 
 
 def _header(environ: Environ, name: str) -> str:

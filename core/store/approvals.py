@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from wakeful.core import metrics
+from wakeful.core import metrics, tracing
 from wakeful.core.effects import Post, check_json
 from wakeful.core.errors import InvalidInput
 from wakeful.core.events import ApprovalAnswer
@@ -89,6 +89,7 @@ def store_answer(tx: Tx, state: ApprovalState, outcome: str, user: str | None, n
     waiting = now if answer.awaited else None
     if insert_event(tx, state.inbox, "approval", state.id, body, now, waiting) is None:
         return False
+    tracing.link(state.trace)  # the click's span (the answer's trace) links to the asking run
     tx.run("set_answer", {"id": state.id, "answer": outcome, "user": user, "now": now})
     tx.after_commit(metrics.APPROVALS.labels(outcome).inc)
     return True

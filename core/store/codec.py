@@ -91,6 +91,7 @@ def timer_params(inbox: str, t: Timer, now: int) -> Params:
         "tz": t.tz,
         "policy": t.policy,
         "payload": check_json(t.payload, "timer payload"),
+        "trace": tracing.row_trace(inbox),  # the run that set it: each tick's trace links to it
     }
 
 
@@ -108,6 +109,7 @@ def expiry_timer_params(inbox: str, req: ApprovalRequest) -> Params:
         "tz": "UTC",
         "policy": "coalesce",
         "payload": check_json({"approval": req.id}, "payload"),
+        "trace": tracing.row_trace(inbox),
     }
 
 
@@ -163,6 +165,7 @@ def prepare_effects(inbox: str, effects: Effects, now: int, kinds: Kinds) -> Pre
                 "summary": storable(req.summary) or None,
                 "channel": req.channel,
                 "thread_ts": req.thread_ts,
+                "trace": tracing.row_trace(inbox),  # the asking run: its answer links to it
             },
             prompt=message_params(inbox, _shown(req), ref=req.id),
             expiry=expiry_timer_params(inbox, req),
@@ -266,6 +269,7 @@ def approval_record(row: Row | None) -> ApprovalState | None:
         tool_tries=int(row["tool_tries"] or 0),
         tool_retry_at=row["tool_retry_at"],
         tool_told=int(row["tool_told"] or 0),
+        trace=row["trace"] if "trace" in list(row.keys()) else None,
     )
 
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from wakeful.core import tracing
 from wakeful.core.storable import storable
 from wakeful.core.store.base import StoreBase
 from wakeful.core.store.sql import Row, Tx
@@ -124,7 +126,8 @@ def record_attempt(
     error: str | None,
     traceback: str | None,
 ) -> None:
-    """Write one attempt's row inside the caller's transaction (a finish, or a fence's)."""
+    """Write one attempt's row inside the caller's transaction (a finish, or a fence's), with
+    its run's trace (core/tracing.py `row_trace`): a retry's span links to it."""
     error_type, message = split_error(error) if error else (None, None)
     tx.run(
         "insert_attempt",
@@ -139,6 +142,7 @@ def record_attempt(
             "error_type": error_type,
             "message": None if message is None else storable(message[:2000]),
             "traceback": bounded_traceback(traceback),
+            "trace": tracing.row_trace(inbox),
         },
     )
 
@@ -212,6 +216,13 @@ class DeadLetterOps(StoreBase):
         """The recorded attempts of one event, in order."""
         with self._tx(write=False) as tx:
             return [_attempt(r) for r in tx.all("event_attempts", {"id": event_id})]
+
+    def attempt_trace(self, event_ids: Sequence[int]) -> str | None:
+        """The trace of the latest traced attempt of any of `event_ids` (None: none traced):
+        the failed run a retried run's span links to. One indexed read."""
+        with self._tx(write=False) as tx:
+            row = tx.one("latest_attempt_trace", {"ids": json.dumps(list(event_ids))})
+        return None if row is None else row["trace"]
 
     def operations(self, limit: int = 20) -> list[dict[str, Any]]:
         """The latest operator actions on dead events, newest first (the audit)."""

@@ -190,3 +190,11 @@ DELETE FROM attempts WHERE id IN (
                       AND events.status <> 'done')
     ORDER BY finished_ms LIMIT %(batch)s FOR UPDATE SKIP LOCKED
 );
+
+-- name: latest_attempt_trace
+-- The trace of the latest traced attempt of one of the listed events (a JSON array of ids):
+-- the failed run a retry's span links to (attempts_event index).
+SELECT trace FROM attempts
+WHERE event_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint)
+  AND trace IS NOT NULL
+ORDER BY finished_ms DESC, id DESC LIMIT 1;

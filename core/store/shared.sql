@@ -115,16 +115,16 @@ ON CONFLICT (inbox) DO UPDATE SET state = excluded.state, updated_at = excluded.
 SELECT state FROM sessions WHERE inbox = :inbox;
 
 -- name: upsert_timer
--- Register or replace a timer by id.
+-- Register or replace a timer by id, with the trace of the run that set it (last).
 INSERT INTO timers (id, inbox, kind, action, next_at, anchor, every_seconds, daily_at, tz,
-                    policy, payload, created_at)
+                    policy, payload, created_at, trace)
 VALUES (:id, :inbox, :kind, :action, :next_at, :anchor, :every_seconds, :daily_at, :tz,
-        :policy, :payload, :now)
+        :policy, :payload, :now, :trace)
 ON CONFLICT (id) DO UPDATE SET
     inbox = excluded.inbox, kind = excluded.kind, action = excluded.action,
     next_at = excluded.next_at, anchor = excluded.anchor,
     every_seconds = excluded.every_seconds, daily_at = excluded.daily_at, tz = excluded.tz,
-    policy = excluded.policy, payload = excluded.payload;
+    policy = excluded.policy, payload = excluded.payload, trace = excluded.trace;
 
 -- name: withdraw_held_digests
 -- The digests a cancelled timer produced that the outbox still holds back: never sent.
@@ -153,11 +153,11 @@ SELECT MIN(next_at) AS next_at FROM timers;
 UPDATE timers SET next_at = :next_at WHERE id = :id;
 
 -- name: insert_approval
--- Open an approval unless its request id exists.
+-- Open an approval unless its request id exists, with the trace of the run that asked.
 INSERT INTO approvals (id, inbox, tool, args, requester, approvers, deadline, created_at,
-                       summary, channel, thread_ts)
+                       summary, channel, thread_ts, trace)
 VALUES (:id, :inbox, :tool, :args, :requester, :approvers, :deadline, :now,
-        :summary, :channel, :thread_ts)
+        :summary, :channel, :thread_ts, :trace)
 ON CONFLICT (id) DO NOTHING;
 
 -- name: get_approval
@@ -874,11 +874,11 @@ SELECT MAX(restored_at) AS restored_at FROM restores;
 -- bulk discard and requeue, audited.
 
 -- name: insert_attempt
--- One attempt that did not end well, with its error and bounded traceback.
+-- One attempt that did not end well, with its error, bounded traceback and run's trace.
 INSERT INTO attempts (event_id, inbox, attempt, run_id, started_ms, finished_ms, outcome,
-                      error_type, message, traceback)
+                      error_type, message, traceback, trace)
 VALUES (:event_id, :inbox, :attempt, :run_id, :started_ms, :finished_ms, :outcome,
-        :error_type, :message, :traceback);
+        :error_type, :message, :traceback, :trace);
 
 -- name: event_attempts
 -- One event's recorded attempts, in order.

@@ -176,3 +176,10 @@ DELETE FROM attempts WHERE id IN (
                       AND events.status <> 'done')
     ORDER BY finished_ms LIMIT :batch
 );
+
+-- name: latest_attempt_trace
+-- The trace of the latest traced attempt of one of the listed events (a JSON array of ids):
+-- the failed run a retry's span links to (attempts_event index).
+SELECT trace FROM attempts
+WHERE event_id IN (SELECT value FROM json_each(:ids)) AND trace IS NOT NULL
+ORDER BY finished_ms DESC, id DESC LIMIT 1;

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any
 
-from wakeful.core import metrics
+from wakeful.core import metrics, tracing
 from wakeful.core.effects import Post, Timer, check_json
 from wakeful.core.events import TimerTick
 from wakeful.core.records import TimerFired, TimerState
@@ -72,6 +73,21 @@ def _conversation(payload: Any) -> tuple[str, str | None] | None:
     return to["channel"], thread if isinstance(thread, str) and thread else None
 
 
+def _tick_span(t: Mapping[str, Any], at: int, now: int) -> AbstractContextManager[None]:
+    """A tick's span, `wakeful.timer` (core/tracing.py): the root of a trace of its own, which
+    the run of the event it stores joins, linked to the run that set the timer."""
+    if not tracing.ON:
+        return tracing.NOOP
+    attrs = {
+        "wakeful.inbox": t["inbox"],
+        "wakeful.timer.name": str(t["id"]).split("/", 1)[-1],
+        "wakeful.timer.action": t["action"],
+        "wakeful.timer.scheduled_for": int(at),
+        "wakeful.timer.late_by": int(now - at),
+    }
+    return tracing.span("wakeful.timer", attrs, links=[t.get("trace")], root=True)
+
+
 class Timers(StoreBase):
     def timer_budget(self, inbox: str) -> TimerBudget:
         """What a run of `inbox` may still set under WAKEFUL_MAX_TIMERS_PER_INBOX (see
@@ -124,7 +140,8 @@ class Timers(StoreBase):
                     request_id = json.loads(t["payload"])["approval"]
                     state = approval_record(tx.one("get_approval_for_update", {"id": request_id}))
                     if state is not None and state.answer is None:
-                        expired += store_answer(tx, state, "expired", None, now)
+                        with _tick_span(t, t["next_at"], now):
+                            expired += store_answer(tx, state, "expired", None, now)
                     tx.run("delete_timer", {"id": t["id"]})
                     continue
                 shown, count, following = missed(
@@ -148,7 +165,10 @@ class Timers(StoreBase):
                     )
                     key = f"{t['id']}@{at}"
                     body_json = check_json(tick.to_wire(), "timer event")
-                    if insert_event(tx, t["inbox"], "timer", key, body_json, now) is not None:
+                    with _tick_span(t, at, now):  # the tick's event is stored in its trace
+                        stored = insert_event(tx, t["inbox"], "timer", key, body_json, now)
+                        tracing.note({"wakeful.stored": "duplicate" if stored is None else "new"})
+                    if stored is not None:
                         fired += 1
                         tx.after_commit(partial(metrics.TIMER_LATENESS.observe, now - at))
                 if following is None:
