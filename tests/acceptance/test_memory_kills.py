@@ -1,12 +1,15 @@
 """Issue 38: memory is written by a run's fenced finish, once. `wakeful serve` SIGKILLed after
 a run wrote its memory and before the run ended writes nothing; the restarted process's retry
-writes the note once, at version 1, and replies once (SQLite; the engine-level fenced-finish and
-retry cases run on both stores in tests/integration/test_memory.py)."""
+writes the note once, at version 1, and replies once, on both stores (the engine-level
+fenced-finish and retry cases are in tests/integration/test_memory.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from pathlib import Path
+
+import pytest
 
 from tests.acceptance.test_slack_app import (
     BOT_USER,
@@ -15,6 +18,7 @@ from tests.acceptance.test_slack_app import (
     dm,
     eventually,
     launch,
+    pg_schema_url,
     shut_down,
 )
 from wakeful.devtools.emulator import SlackEmulator
@@ -34,15 +38,24 @@ def settings(hold: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
 def test_a_kill_after_the_memory_write_and_before_the_finish_writes_it_once(
-    tmp_path: Path,
+    tmp_path: Path, backend: str
 ) -> None:
+    with contextlib.ExitStack() as stack:
+        if backend == "sqlite":
+            db = str(tmp_path / "wakeful.db")
+        else:
+            db = stack.enter_context(pg_schema_url())
+        killed_then_retried(tmp_path, db, backend)
+
+
+def killed_then_retried(tmp_path: Path, db: str, backend: str) -> None:
     hold = tmp_path / "hold"
     hold.touch()
-    db = str(tmp_path / "wakeful.db")
     inbox = f"{TEAM}:{ALICE}"
     with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
-        app = launch(tmp_path, emu, db, settings(hold))
+        app = launch(tmp_path, emu, db, settings(hold), backend=backend)
         try:
             assert app.sender.message(ALICE, "the blue door code").status == 200
             # The run wrote its memory and waits at the hold: running, nothing finished.
@@ -54,7 +67,7 @@ def test_a_kill_after_the_memory_write_and_before_the_finish_writes_it_once(
             app.store.close()
         assert launch_store_docs(db, inbox) == []  # the killed run wrote no memory
         hold.unlink()
-        again = launch(tmp_path, emu, db, settings(hold))
+        again = launch(tmp_path, emu, db, settings(hold), backend=backend)
         try:
             again.wait_post(dm(ALICE), "Noted: the blue door code", timeout=30)
             versions = again.store.memory_versions(inbox, NOTE)
