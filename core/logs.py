@@ -79,6 +79,26 @@ def add_secrets(values: Iterable[str]) -> None:
             if value and len(value) >= 6 and value not in _secrets:
                 _secrets.append(value)
         _secrets.sort(key=len, reverse=True)  # a longer secret containing a shorter one first
+        _redacted.clear()  # what was safe may hold a secret now
+
+
+_redacted: dict[str, str] = {}
+_REDACTED_MAX = 4096
+SHORT = 256
+"""Longest text `redact_short` remembers."""
+
+
+def redact_short(text: str) -> str:
+    """`redact` of a short text (at most SHORT characters), remembered: a span's attributes
+    repeat the same few values (an inbox, a route, a model) on every request."""
+    if len(text) > SHORT:
+        return redact(text)
+    done = _redacted.get(text)
+    if done is None:
+        if len(_redacted) >= _REDACTED_MAX:
+            _redacted.clear()
+        done = _redacted[text] = redact(text)
+    return done
 
 
 def redact(text: str) -> str:

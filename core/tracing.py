@@ -17,6 +17,7 @@ Attributes never carry a secret: every string goes through the logs' redaction a
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
@@ -43,7 +44,10 @@ MAX_TEXT = 256
 _tracer: Tracer | None = None
 _content = False
 _configured = False
-_propagator: Any = None
+_otel: Any = None
+"""`opentelemetry.trace`, once tracing is on: the helpers' one lookup instead of an import."""
+_KINDS: dict[str, Any] = {}
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 _ROWS: ContextVar[Mapping[str, str] | None] = ContextVar("wakeful_trace_rows", default=None)
 Attrs = Mapping[str, Any]
 
@@ -154,14 +158,15 @@ def use_provider(provider: TracerProvider | None, *, content: bool = False) -> N
     """Make spans with `provider` from now on; None turns tracing off. `configure` calls it
     with the process's provider; tests with one of their own (an in-memory exporter).
     `content`: message text may go in attributes (WAKEFUL_OTEL_CONTENT=on)."""
-    global ON, _tracer, _content, _propagator
+    global ON, _tracer, _content, _otel
     if provider is None:
         ON, _tracer, _content = False, None, False
         logs.TRACE_IDS = None
         return
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    from opentelemetry import trace
 
-    _propagator = TraceContextTextMapPropagator()
+    _otel = trace
+    _KINDS.update({kind.name.lower(): kind for kind in trace.SpanKind})
     _tracer = provider.get_tracer("wakeful")
     _content = content
     ON = True
@@ -204,7 +209,6 @@ def start(
     `root`: a new trace, whatever span is current (a timer's tick)."""
     if not ON:
         return None
-    from opentelemetry import trace
     from opentelemetry.context import Context
 
     assert _tracer is not None
@@ -214,12 +218,12 @@ def start(
     elif isinstance(parent, str):
         context = context_of(parent)
     elif parent is not None:
-        context = trace.set_span_in_context(parent)
+        context = _otel.set_span_in_context(parent)
     found = [link for tp in links if (link := link_to(tp)) is not None]
     return _tracer.start_span(
         name,
         context=context,
-        kind=getattr(trace.SpanKind, kind.upper()),
+        kind=_KINDS[kind],
         attributes=_clean(attrs or {}),
         links=_unique(found),
         start_time=start_ns,
@@ -251,9 +255,7 @@ def inside(made: Span | None, close: bool = False) -> Iterator[None]:
     if made is None:
         yield
         return
-    from opentelemetry import trace
-
-    with trace.use_span(made, record_exception=False, set_status_on_exception=False):
+    with _otel.use_span(made, record_exception=False, set_status_on_exception=False):
         try:
             yield
         except BaseException as exc:
@@ -280,9 +282,7 @@ def note(attrs: Attrs, error: BaseException | str | None = None) -> None:
     `error`: the span failed, though nothing was raised (an answer of 500)."""
     if not ON:
         return
-    from opentelemetry import trace
-
-    current = trace.get_current_span()
+    current = _otel.get_current_span()
     if current.is_recording():
         current.set_attributes(_clean(attrs))
         if error is not None:
@@ -295,9 +295,7 @@ def link(traceparent: str | None) -> None:
     found = link_to(traceparent)
     if found is None:
         return
-    from opentelemetry import trace
-
-    current = trace.get_current_span()
+    current = _otel.get_current_span()
     if current.is_recording():
         current.add_link(found.context)
 
@@ -310,42 +308,59 @@ def current_context() -> str | None:
     outside any span."""
     if not ON:
         return None
-    carrier: dict[str, str] = {}
-    _propagator.inject(carrier)
-    return carrier.get("traceparent")
+    return _traceparent(_otel.get_current_span())
 
 
 def traceparent_of(made: Span | None) -> str | None:
     """A span's traceparent (None for None, or while off)."""
     if not ON or made is None:
         return None
-    from opentelemetry import trace
+    return _traceparent(made)
 
-    carrier: dict[str, str] = {}
-    _propagator.inject(carrier, context=trace.set_span_in_context(made))
-    return carrier.get("traceparent")
+
+def _traceparent(made: Span) -> str | None:
+    """W3C trace context's `traceparent` of a span (version 00), as its propagator writes it,
+    without a carrier's round trip: this runs on every stored event and row."""
+    context = made.get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
 
 
 def context_of(traceparent: str | None) -> Context | None:
     """The context a stored traceparent names, to parent a span on; None when off, absent or
-    malformed."""
+    malformed (read as W3C trace context's propagator reads a header)."""
     if not ON or not traceparent:
         return None
-    from opentelemetry import trace
+    found = _remote(traceparent)
+    return None if found is None else _otel.set_span_in_context(_otel.NonRecordingSpan(found))
 
-    context = _propagator.extract({"traceparent": traceparent})
-    valid = trace.get_current_span(context).get_span_context().is_valid
-    return context if valid else None
+
+def _remote(traceparent: str) -> Any:
+    """The remote SpanContext a traceparent names; None when malformed: a version other than
+    hex, `ff`, ids of all zeros, or (version 00) anything after the flags."""
+    match = _TRACEPARENT.match(traceparent.strip())
+    if match is None:
+        return None
+    version, trace_id, span_id, flags = match.groups()
+    rest = traceparent.strip()[match.end() :]
+    if version == "ff" or (version == "00" and rest) or (rest and not rest.startswith("-")):
+        return None
+    made = _otel.SpanContext(
+        int(trace_id, 16),
+        int(span_id, 16),
+        is_remote=True,
+        trace_flags=_otel.TraceFlags(int(flags, 16)),
+    )
+    return made if made.is_valid else None
 
 
 def link_to(traceparent: str | None) -> Link | None:
     """A link to the span a stored traceparent names; None when off, absent or malformed."""
-    context = context_of(traceparent)
-    if context is None:
+    if not ON or not traceparent:
         return None
-    from opentelemetry import trace
-
-    return trace.Link(trace.get_current_span(context).get_span_context())
+    found = _remote(traceparent)
+    return None if found is None else _otel.Link(found)
 
 
 def stored(events: Iterable[StoredEvent]) -> list[str | None]:
@@ -378,9 +393,7 @@ def log_ids() -> tuple[str, str] | None:
     """The current span's trace and span ids in hex, for a log line; None outside a span."""
     if not ON:
         return None
-    from opentelemetry import trace
-
-    context = trace.get_current_span().get_span_context()
+    context = _otel.get_current_span().get_span_context()
     if not context.is_valid:
         return None
     return f"{context.trace_id:032x}", f"{context.span_id:016x}"
@@ -418,8 +431,7 @@ def _clean(attrs: Attrs) -> dict[str, Any]:
 
 
 def _text(value: str) -> str:
-
-    return logs.redact(value)[:MAX_TEXT]
+    return logs.redact_short(value)[:MAX_TEXT]
 
 
 def _unique(links: list[Link]) -> list[Link]:

@@ -200,6 +200,7 @@ def test_an_approved_call_is_an_execute_tool_span_and_the_answer_links_to_the_as
     found = spans.get_finished_spans()
     click = one(found, "slack.request")
     assert ids(asker) in linked(click)  # the answer links to the run that asked
+    assert attrs(click)["wakeful.inbox"] == INBOX and attrs(click)["wakeful.stored"] == "new"
     _, first, second = runs(found)
     assert parent_of(first) == parent_of(second) == ids(click)[1]  # the click's trace
     called, read_back = named(found, "execute_tool refund_order")[-2:]

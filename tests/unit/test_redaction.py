@@ -71,3 +71,14 @@ def test_a_malformed_webhooks_setting_is_on_the_list_and_its_error_shows_no_secr
 def test_a_url_that_does_not_parse_is_a_secret_as_a_whole() -> None:
     odd = "postgresql://wakeful:pw-secret@[::1/w"  # urlparse refuses it
     assert odd in secret_values({"WAKEFUL_DB": odd})
+
+
+def test_a_remembered_redaction_forgets_what_a_new_secret_makes_unsafe() -> None:
+    """`redact_short` remembers its answers (tracing's attributes repeat); a secret learnt
+    later is masked in a text it had already let through."""
+    text = "team-R3M3MB3R-9 said hi"
+    assert logs.redact_short(text) == text
+    logs.add_secrets(["R3M3MB3R-9"])
+    assert logs.redact_short(text) == "team-[redacted] said hi"
+    long = "x" * logs.SHORT + " R3M3MB3R-9"
+    assert logs.redact_short(long) == "x" * logs.SHORT + " [redacted]"
