@@ -112,6 +112,7 @@ class OtlpReceiver:
     def __init__(self, keep: bool = True) -> None:
         self.keep = keep
         self._spans: list[ReceivedSpan] = []
+        self._bodies: list[bytes] = []
         self._count = 0
         self._requests = 0
         self._cond = threading.Condition()
@@ -147,6 +148,12 @@ class OtlpReceiver:
     def spans(self) -> list[ReceivedSpan]:
         with self._cond:
             return list(self._spans)
+
+    def bodies(self) -> list[bytes]:
+        """Every export request's protobuf body as received (decompressed), kept: all a process
+        sent, resources, attributes, events and statuses alike, for a search of its bytes."""
+        with self._cond:
+            return list(self._bodies)
 
     @property
     def count(self) -> int:
@@ -193,6 +200,7 @@ class OtlpReceiver:
             self._count += len(found)
             if self.keep:
                 self._spans.extend(found)
+                self._bodies.append(body)
             self._cond.notify_all()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
