@@ -325,27 +325,28 @@ class Worker(Loop[WorkerStore]):
     def _commit(
         self, pending: list[Ran]
     ) -> tuple[list[tuple[Ran, bool | None, Claim | None]], StoreUnavailable | None]:
-        """`_commit_now`, each run's finish a span of its run's (core/tracing.py), and each row
-        it queues stores its run's trace, though the runs share one transaction."""
+        """`_commit_now`, each run's finish an event of its run's span (core/tracing.py), and
+        each row it queues stores its run's trace, though the runs share one transaction."""
         if not tracing.ON:
             return self._commit_now(pending)
         runs = [(r, self._spans.get(r.run_id)) for r in pending]
-        attrs = {"wakeful.finish.runs": len(pending)}
-        finishing = [
-            tracing.start("wakeful.finish", {**attrs, "wakeful.inbox": r.claim.inbox}, span)
-            for r, span in runs
-        ]
         rows = {r.claim.inbox: tp for r, span in runs if (tp := tracing.traceparent_of(span))}
         results: list[tuple[Ran, bool | None, Claim | None]] = []
+        began = time.time_ns()
         try:
             with tracing.rows_for(rows):
                 results, refused = self._commit_now(pending)
         finally:
+            ended = time.time_ns()
             done = {id(ran): finished for ran, finished, _ in results}
-            for ran, span in zip(pending, finishing, strict=True):
-                finished = done.get(id(ran))
-                error = None if finished else "fenced" if finished is False else "not_written"
-                tracing.end(span, {"wakeful.finished": finished}, error)
+            attrs = {
+                "wakeful.finish.runs": len(pending),
+                "wakeful.finish.ms": (ended - began) / 1e6,
+            }
+            for ran, span in runs:
+                finished = done.get(id(ran))  # False: fenced; None: not written (the store)
+                said = {**attrs, "wakeful.finished": finished is True}
+                tracing.event(span, "wakeful.finish", said, ended)
         return results, refused
 
     def _end_run(self, ran: Ran, outcome: str) -> None:
@@ -375,10 +376,8 @@ class Worker(Loop[WorkerStore]):
         begun = None if claimed is None else claimed[0]
         made = tracing.start("wakeful.run", attrs, traces[0], traces[1:], start_ns=begun)
         if claimed is not None:
-            took = tracing.start(
-                "wakeful.claim", {"wakeful.inbox": claim.inbox}, made, start_ns=begun
-            )
-            tracing.end(took, end_ns=claimed[1])
+            took = {"wakeful.claim.ms": (claimed[1] - claimed[0]) / 1e6}
+            tracing.event(made, "wakeful.claim", took, claimed[1])
         return made
 
     def _commit_now(

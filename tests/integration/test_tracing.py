@@ -186,8 +186,15 @@ def test_one_dm_is_one_trace_from_the_request_to_the_post(
     assert request.parent is None
     assert parent_of(run) == ids(request)[1]
     assert parent_of(post) == ids(run)[1]
-    for inner in ("wakeful.claim", "wakeful.agent", "wakeful.finish"):
-        assert parent_of(one(found, inner)) == ids(run)[1], inner
+    assert parent_of(one(found, "wakeful.agent")) == ids(run)[1]
+    # The claim and the finish's commit: moments of the run, its span's events.
+    claimed, finished = run.events
+    assert (claimed.name, finished.name) == ("wakeful.claim", "wakeful.finish")
+    assert claimed.attributes is not None and finished.attributes is not None
+    assert claimed.attributes["wakeful.claim.ms"] >= 0 and finished.attributes["wakeful.finished"]
+    assert finished.attributes["wakeful.finish.runs"] == 1
+    assert run.start_time is not None and run.end_time is not None
+    assert run.start_time <= claimed.timestamp <= finished.timestamp <= run.end_time
     # What each one says.
     assert request.attributes is not None and run.attributes is not None
     assert {k: request.attributes.get(k) for k in ("wakeful.slack.event_id", "wakeful.inbox")} == {
