@@ -1,4 +1,5 @@
-"""The scheduler loop: turns due timers into inbox events and prunes aged rows."""
+"""The scheduler loop: turns due timers into inbox events, prunes aged rows and retries the
+scrubs of erasures that could not finish (core/store/forget.py)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ log = logging.getLogger("wakeful")
 
 
 class SchedulerStore(Protocol):
-    """The store as the scheduler uses it: fire what is due, prune what aged out."""
+    """The store as the scheduler uses it: fire what is due, prune what aged out, scrub what
+    an erasure left in the files."""
 
     def fire_due_timers(self, now: int) -> TimerFired: ...
 
     def prune(self, now: int) -> Pruned: ...
+
+    def scrub(self, now: int, retry: bool = False) -> bool: ...
 
 
 if TYPE_CHECKING:
@@ -42,10 +46,15 @@ class Scheduler(Loop[SchedulerStore]):
     """While a backlog of aged rows drains, the share of the time pruning may take: after a
     pass that left more, the next waits nine times as long as it took, so the HTTP front's
     inserts find SQLite's write lock free at least nine tenths of the time."""
+    scrub_every: float = 5.0
+    """Seconds between looks for an erasure whose files are not scrubbed yet (a lock, an older
+    transaction or a reader held its scrub back), each retrying only the tables left: a
+    person's erased text does not wait for the next erasure to leave the disk."""
     monotonic: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         self._prune_at = 0.0
+        self._scrub_at = 0.0
 
     def tick(self, now: int) -> int:
         total = 0
@@ -56,11 +65,15 @@ class Scheduler(Loop[SchedulerStore]):
                 break
         if total:
             self.wake_worker.kick()
-        return total + self._prune(now)
+        started = self.monotonic()  # one reading paces both passes
+        total += self._prune(now, started)
+        if started >= self._scrub_at:
+            self._scrub_at = started + self.scrub_every
+            self.store.scrub(now, retry=True)
+        return total
 
-    def _prune(self, now: int) -> int:
+    def _prune(self, now: int, started: float) -> int:
         """One retention pass when one is due; the rows it deleted."""
-        started = self.monotonic()
         if started < self._prune_at:
             return 0
         pruned = self.store.prune(now)

@@ -4,9 +4,10 @@ them as JSON (the data-subject request) and `wakeful forget INBOX` erases it.
 
 `forget` is the same erasure as the person's own Forget (core/store/forget.py): one
 transaction that also fences a worker running the inbox, so it is safe while `serve` runs;
-then the store's files are scrubbed. It asks first on a terminal; without one it needs `--yes`
-(a script must say so, never erase by default). Whatever these commands print or write is
-redacted like every log line: a click's response_url is a live credential, not the person's.
+then the store's files are scrubbed (held back, the scrub is retried by the scheduler). It
+asks first on a terminal; without one it needs `--yes` (a script must say so, never erase by
+default). Whatever these commands print or write is redacted like every log line: a click's
+response_url is a live credential, not the person's.
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ NO_TERMINAL = (
     "pass --yes to forget {inbox} (nothing was erased)"
 )
 NOT_SCRUBBED = (
-    "the erased text is unreachable, but may remain in the store's free space until the next "
-    "scrub (another process held the store): run `wakeful forget {inbox} --yes` again to scrub"
+    "the erased text is unreachable, but may remain in the store's files for now (another "
+    "process or an older transaction held the store): the scrub is retried until it is done, "
+    "every few seconds by the scheduler of `wakeful serve` (or by the next `wakeful forget`); "
+    "`wakeful export {inbox}` shows when (`scrubbed_at` in `forgotten`)"
 )
 INBOX_HELP = "an inbox id like T123:U456 (a person) or channel:C123 (a conversation)"
 _INBOX = re.compile(r"[A-Za-z0-9_-]+:[A-Za-z0-9_-]+")

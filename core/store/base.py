@@ -103,10 +103,14 @@ class Connector(ABC):
         file-backed backend's own (SQLite); a server's store has neither."""
         return (), 0
 
-    def scrub(self, tables: Sequence[str]) -> bool:
-        """Leave no erased text readable in the store's files, after an erasure committed
-        (core/store/forget.py); True when done. The base form has no files to scrub."""
-        return True
+    def scrub(
+        self, tables: Sequence[str], erased_in: int | None = None, patience: float | None = None
+    ) -> list[str]:
+        """Leave no erased text readable in the files of `tables`, after an erasure committed
+        (core/store/forget.py, `erased_in`: PostgreSQL's erasing transaction); the tables left
+        undone (empty: done). `patience`: seconds to wait for what holds the scrub back (None:
+        the backend's own). The base form has no files to scrub."""
+        return []
 
     def store_event(self, event: NewEvent) -> int | None:
         """Commit one new event (None when its key exists), returning after its commit. Both
@@ -146,6 +150,9 @@ ERASED_TABLES = (
 )
 """The tables an erasure rewrites rows of (core/store/forget.py): PostgreSQL's scrub copies
 each anew."""
+SCRUB_RETRY_PATIENCE = 1.0
+"""Seconds the scheduler's retry of a scrub waits for what holds it back (an older transaction,
+a reader of SQLite's WAL) before leaving it to the next: its loop also fires timers."""
 
 
 class StoreBase:
@@ -173,14 +180,45 @@ class StoreBase:
         """Release the backend's connections. The store is unusable afterwards."""
         self.db.close()
 
-    def scrub(self) -> bool:
-        """Make what an erasure removed (core/store/forget.py) unreadable in the store's files:
-        False when it could not be done now (the text is unreachable already)."""
+    def scrub(self, now: int, retry: bool = False) -> bool:
+        """Make what erasures removed (core/store/forget.py) unreadable in the store's files:
+        every erasure whose `forgets` row still names tables, only those tables. False when
+        some are left (the text is unreachable already): the scheduler retries them
+        (`retry`: its pass, which waits SCRUB_RETRY_PATIENCE for what holds them back). Never
+        raises: the erasure stands whatever happens to its scrub."""
         try:
-            return self.db.scrub(ERASED_TABLES)
-        except Exception as exc:  # the erasure stands
+            undone = self._scrub(now, SCRUB_RETRY_PATIENCE if retry else None)
+        except Exception as exc:  # the tables stay named for the next try
             log.warning("forget: the store's files could not be scrubbed: %s", exc)
             return False
+        if undone and not retry:
+            log.warning(
+                "forget: the store's files are not scrubbed yet (%s held back): the scheduler "
+                "retries until they are",
+                ", ".join(undone),
+            )
+        return not undone
+
+    def _scrub(self, now: int, patience: float | None) -> list[str]:
+        """One scrub of the tables the unscrubbed erasures name; the tables left undone."""
+        with self._tx(write=False) as tx:
+            rows = tx.all("unscrubbed_forgets")
+        if not rows:
+            return []
+        left = {int(r["id"]): set(str(r["unscrubbed"]).split(",")) - {""} for r in rows}
+        tables = [t for t in ERASED_TABLES if any(t in names for names in left.values())]
+        xids = [int(r["erase_xid"]) for r in rows if r["erase_xid"] is not None]
+        undone = set(self.db.scrub(tables, max(xids, default=None), patience))
+        with self._tx() as tx:
+            for row_id, names in left.items():
+                still = [t for t in ERASED_TABLES if t in names and t in undone]
+                if not still or set(still) != names:  # a name not scrubbed now counts done
+                    done = None if still else now
+                    params = {"id": row_id, "unscrubbed": ",".join(still), "scrubbed_at": done}
+                    tx.run("set_unscrubbed", params)
+        if not undone and patience is not None:
+            log.info("forget: the store's files are scrubbed now (%s)", ", ".join(tables))
+        return [t for t in tables if t in undone]
 
     def listen(self, on_work: Callable[[], None]) -> Callable[[], None] | None:
         """See `Connector.listen`: PostgreSQL wakes workers on every host; SQLite returns None."""

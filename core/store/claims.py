@@ -250,7 +250,7 @@ class Claims(Restores):
         except _Fenced:
             return False  # rolled back: nothing changed
         if finished and effects.forget is not None:
-            self.scrub()  # a person's text erased: the files forget it too
+            self.scrub(now)  # a person's text erased: the files forget it too
         return finished
 
     def finish_and_claim(
@@ -268,7 +268,7 @@ class Claims(Restores):
         except _Fenced:
             return False, None
         if outcome[0] and effects.forget is not None:
-            self.scrub()
+            self.scrub(now)
         return outcome
 
     def finish_and_claim_many(
@@ -292,7 +292,7 @@ class Claims(Restores):
                     outcomes.append((False, None))
                 tx.run("release_savepoint")
         if any(done and e.forget for (done, _), (_, e) in zip(outcomes, runs, strict=True)):
-            self.scrub()  # a person's text erased: the files forget it too
+            self.scrub(now)  # a person's text erased: the files forget it too
         return outcomes
 
     def _finish_then_claim(

@@ -11,7 +11,10 @@ who asked, when and how much, never what.
 Erased text must not linger in the store's files either: SQLite overwrites what it frees
 (`secure_delete`, set on every connection) and the erasure ends with a WAL checkpoint that
 truncates the -wal file; PostgreSQL rewrites the tables the erasure touched (`VACUUM FULL`,
-which holds each table's lock while it copies it) so no dead tuple keeps the old text.
+which holds each table's lock while it copies it) so no dead tuple keeps the old text, once no
+transaction older than the erasure is left (the copy keeps what one could still read). The
+audit line names the tables not scrubbed yet; what a lock, a reader or an older transaction
+held back is retried by the scheduler until done (`StoreBase.scrub`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from wakeful.core.store.base import StoreBase
+from wakeful.core.store.base import ERASED_TABLES, StoreBase
 from wakeful.core.store.sql import Tx
 
 log = logging.getLogger("wakeful.forget")
@@ -38,8 +41,8 @@ WHY = "forgotten: erased at the person's request"
 class Forgotten:
     """What one erasure reached: documents (current ones), their versions, events and outbox
     rows whose text went. `scrubbed`: the store's files hold none of it any more (False: a
-    lock kept the scrub from finishing; the text is unreachable but may sit in free space
-    until the next one)."""
+    lock or an older transaction kept the scrub from finishing; the text is unreachable but
+    may sit in free space until the scheduler's retry does it, `forgets.scrubbed_at`)."""
 
     documents: int
     versions: int
@@ -63,7 +66,18 @@ def erase_inbox(tx: Tx, inbox: str, asked_by: str, now: int) -> Forgotten:
     tx.run("forget_timers", key)
     tx.run("forget_approvals", {**key, "now": now})
     done = Forgotten(documents, versions, events, outbox)
-    tx.run("insert_forget", {**key, "asked_by": asked_by, "now": now, **_counts(done)})
+    xid = tx.one("erase_xid")
+    tx.run(
+        "insert_forget",
+        {
+            **key,
+            "asked_by": asked_by,
+            "now": now,
+            **_counts(done),
+            "unscrubbed": ",".join(ERASED_TABLES),  # until the scrub (`StoreBase.scrub`)
+            "xid": None if xid is None else xid["xid"],
+        },
+    )
     log.info(
         "forgot %s at the request of %s: %d documents (%d versions), %d events, %d outbox rows",
         inbox,
@@ -83,7 +97,7 @@ class ForgetRows(StoreBase):
         with self._tx() as tx:
             tx.run("expire_lease", {"inbox": inbox})
             done = erase_inbox(tx, inbox, asked_by, now)
-        return dataclasses.replace(done, scrubbed=self.scrub())
+        return dataclasses.replace(done, scrubbed=self.scrub(now))
 
     def forgets(self, inbox: str) -> list[dict[str, Any]]:
         """The audit lines of `inbox`'s erasures, oldest first."""

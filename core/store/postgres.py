@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -36,6 +37,22 @@ _QUERIES = load_queries("postgres")
 
 SCRUB_LOCK_TIMEOUT = 10
 """Seconds a scrub waits for each table's lock (core/store/forget.py)."""
+SCRUB_HORIZON_WAIT = 10
+"""Seconds a scrub right after its erasure waits for the transactions older than it to end
+(the scheduler's retry: SCRUB_RETRY_PATIENCE)."""
+
+
+def _horizon_passed(conn: psycopg.Connection[Any], erased_in: int, wait: float) -> bool:
+    """True once no transaction that may read rows as they were before transaction `erased_in`
+    is left (scrub_horizon_held), looked again every 50 ms for up to `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        row = conn.execute(_QUERIES["scrub_horizon_held"], {"xid": erased_in}).fetchone()
+        if row is not None and int(row["n"]) == 0:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 class _PgTx(AfterCommit):
@@ -197,23 +214,39 @@ class PostgresConnector(Connector):
                 yield conn
                 return
 
-    def scrub(self, tables: Sequence[str]) -> bool:
+    def scrub(
+        self, tables: Sequence[str], erased_in: int | None = None, patience: float | None = None
+    ) -> list[str]:
         """Rewrite the tables an erasure touched (VACUUM FULL): an UPDATE or DELETE leaves the
         old row in its page until then, and plain VACUUM frees that space without clearing it.
-        Each table's lock is held while it is copied; one that cannot be locked within
-        SCRUB_LOCK_TIMEOUT is left (False), its old rows unreachable but still on disk."""
-        done = True
+
+        The copy keeps every old row a transaction may still read, so it waits first, up to
+        `patience` (None: SCRUB_HORIZON_WAIT), until no transaction as old as the erasing one
+        (`erased_in`) is left anywhere in the database: until then nothing is done. Each
+        table's lock is held while it is copied; one that cannot be locked within
+        SCRUB_LOCK_TIMEOUT is left. Returns the tables left, their old rows unreachable but
+        still on disk."""
+        for table in tables:
+            if not re.fullmatch(r"[a-z_]+", table):
+                raise ValueError(f"not a table name: {table!r}")
+        if not tables:
+            return []
+        wait = SCRUB_HORIZON_WAIT if patience is None else patience
+        left: list[str] = []
         with self._pool.connection() as conn:
+            if erased_in is not None and not _horizon_passed(conn, erased_in, wait):
+                return list(tables)
             conn.execute(f"SET lock_timeout = '{SCRUB_LOCK_TIMEOUT}s'")
-            for table in tables:
-                if not re.fullmatch(r"[a-z_]+", table):
-                    raise ValueError(f"not a table name: {table!r}")
-                try:
-                    conn.execute(f"VACUUM (FULL) {table}")
-                except psycopg.errors.LockNotAvailable:
-                    done = False
-            conn.execute("RESET lock_timeout")
-        return done
+            try:
+                for table in tables:
+                    try:
+                        conn.execute(f"VACUUM (FULL) {table}")
+                    except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+                        left.append(table)
+            finally:
+                if not conn.closed:  # a pooled connection goes back without the timeout
+                    conn.execute("RESET lock_timeout")
+        return left
 
     def store_event(self, event: NewEvent) -> int | None:
         """Concurrent ingests share one `store_events` transaction, its one multi-row INSERT

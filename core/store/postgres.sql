@@ -198,3 +198,33 @@ SELECT trace FROM attempts
 WHERE event_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb)::bigint)
   AND trace IS NOT NULL
 ORDER BY finished_ms DESC, id DESC LIMIT 1;
+
+-- name: erase_xid
+-- The erasing transaction's id (an xid8, as bigint), recorded with its audit line: a scrub
+-- waits until no transaction as old as it is left (scrub_horizon_held).
+SELECT pg_current_xact_id()::text::bigint AS xid;
+
+-- name: scrub_horizon_held
+-- How many transactions (or their snapshots) may still read rows as they were before the
+-- erasing transaction %(xid)s (an xid8) ended: one as old or older running in this database,
+-- a snapshot taken before it committed, a prepared transaction, a replication slot or a
+-- standby's feedback. While any does, VACUUM FULL keeps the erased rows ("recently dead")
+-- in the copy it makes, and the erased text stays on disk (issue 38). Only ids are read:
+-- any role sees them (pg_stat_activity hides other roles' queries, not their xids).
+WITH erased AS (
+    SELECT (%(xid)s %% 4294967296)::text::xid AS x,
+           pg_snapshot_xmax(pg_current_snapshot())::text::bigint - %(xid)s AS behind
+), older AS (
+    SELECT backend_xid AS x FROM pg_stat_activity
+    WHERE pid <> pg_backend_pid() AND (datname = current_database() OR datid IS NULL)
+    UNION ALL
+    SELECT backend_xmin FROM pg_stat_activity
+    WHERE pid <> pg_backend_pid() AND (datname = current_database() OR datid IS NULL)
+    UNION ALL
+    SELECT transaction FROM pg_prepared_xacts WHERE database = current_database()
+    UNION ALL
+    SELECT xmin FROM pg_replication_slots
+    WHERE database IS NULL OR database = current_database()
+)
+SELECT count(*) AS n FROM older, erased
+WHERE erased.behind < 2147483648 AND age(older.x) >= age(erased.x);

@@ -1096,13 +1096,29 @@ WHERE inbox = :inbox;
 UPDATE leases SET expires_at = 0, holder = 'forgotten' WHERE inbox = :inbox;
 
 -- name: insert_forget
--- The audit line of one erasure, without what was erased.
-INSERT INTO forgets (inbox, asked_by, forgotten_at, documents, versions, events, outbox)
-VALUES (:inbox, :asked_by, :now, :documents, :versions, :events, :outbox);
+-- The audit line of one erasure, without what was erased: its files not yet scrubbed (every
+-- table it rewrote rows of is named in `unscrubbed`; `erase_xid`: PostgreSQL's erasing
+-- transaction, NULL on SQLite).
+INSERT INTO forgets (inbox, asked_by, forgotten_at, documents, versions, events, outbox,
+                     unscrubbed, erase_xid)
+VALUES (:inbox, :asked_by, :now, :documents, :versions, :events, :outbox, :unscrubbed, :xid);
 
 -- name: forgets_of
--- The audit lines of an inbox's erasures, oldest first.
-SELECT * FROM forgets WHERE inbox = :inbox ORDER BY id;
+-- The audit lines of an inbox's erasures, oldest first; `scrubbed_at` NULL while the store's
+-- files may still hold what went.
+SELECT id, inbox, asked_by, forgotten_at, documents, versions, events, outbox, scrubbed_at
+FROM forgets WHERE inbox = :inbox ORDER BY id;
+
+-- name: unscrubbed_forgets
+-- The erasures whose files are not scrubbed yet, with the tables left (the scheduler's retry
+-- looks every few seconds: through the partial index, a look at nothing when all are done).
+SELECT id, unscrubbed, erase_xid FROM forgets WHERE scrubbed_at IS NULL ORDER BY id;
+
+-- name: set_unscrubbed
+-- The tables an erasure's scrub still has to do, and when it was done (none left; else NULL).
+-- A row another scrubber finished meanwhile stays finished.
+UPDATE forgets SET unscrubbed = :unscrubbed, scrubbed_at = :scrubbed_at
+WHERE id = :id AND scrubbed_at IS NULL;
 
 -- name: export_memories
 -- Every kept version of every memory document of an inbox (`wakeful export`).

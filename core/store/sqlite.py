@@ -290,21 +290,26 @@ class SQLiteConnector(Connector):
             yield tx
         tx.committed()
 
-    def scrub(self, tables: Sequence[str]) -> bool:
+    def scrub(
+        self, tables: Sequence[str], erased_in: int | None = None, patience: float | None = None
+    ) -> list[str]:
         """Checkpoint the WAL into the file and truncate it: the frames of pages as they were
         before an erasure (`secure_delete` already zeroed the file's own free space) go.
-        Another process's open read can hold the checkpoint back: looked again for up to the
-        busy timeout."""
+        Another process's open read can hold the checkpoint back: looked again for up to
+        `patience` (None: the busy timeout). One checkpoint does every table, or none."""
+        if not tables:
+            return []
         conn = self._connect()
-        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        wait = self._busy_timeout_ms / 1000 if patience is None else patience
+        deadline = time.monotonic() + wait
         while True:
             row = self._while_busy(
                 lambda: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone(), 0.01
             )
             if row is not None and int(row[0]) == 0:
-                return True
+                return []
             if time.monotonic() >= deadline:
-                return False
+                return list(tables)
             time.sleep(0.05)
 
     def store_event(self, event: NewEvent) -> int | None:

@@ -183,3 +183,13 @@ DELETE FROM attempts WHERE id IN (
 SELECT trace FROM attempts
 WHERE event_id IN (SELECT value FROM json_each(:ids)) AND trace IS NOT NULL
 ORDER BY finished_ms DESC, id DESC LIMIT 1;
+
+-- name: erase_xid
+-- PostgreSQL's erasing transaction (postgres.sql); SQLite keeps no old row versions that an
+-- older transaction could still need: NULL.
+SELECT NULL AS xid;
+
+-- name: scrub_horizon_held
+-- PostgreSQL's question only (postgres.sql): on SQLite a reader holding the WAL holds back the
+-- checkpoint instead, and the scrub says so itself (SQLiteConnector.scrub).
+SELECT 0 AS n;
