@@ -3,13 +3,16 @@
 - off: the helpers every traced place calls (`tracing.span` around a request, the stored
   context an ingest reads) return after one flag check; their cost in ns per event, against
   an ingest's own time;
-- ingest: `Store.ingest` inside a `slack.request` span as the front makes it, tracing on
-  (OpenTelemetry's BatchSpanProcessor and OTLP/HTTP exporter, as `configure` builds them,
-  exporting to a real OTLP receiver on loopback; each round ends with the exporter flushed, so
-  the export's cost is inside it) against tracing off, in alternating rounds;
-- end to end: `wakeful serve` at 200 messages/s over 200 users (bench/e2e.py's load), traced
-  (OTEL_EXPORTER_OTLP_ENDPOINT at the receiver) against untraced, p50 / p99 and the serve
-  process's CPU per message.
+- one caller at full speed: `Store.ingest` inside a `slack.request` span as the front makes
+  it, tracing on (OpenTelemetry's BatchSpanProcessor and OTLP/HTTP exporter, as `configure`
+  builds them, exporting to a real OTLP receiver on loopback; each round ends with the exporter
+  flushed, so the export's cost is inside it) against tracing off, in alternating rounds: what
+  a span costs against a bare ingest, no goal;
+- at 200 messages/s over 200 users (bench/e2e.py's load), `wakeful serve` traced
+  (OTEL_EXPORTER_OTLP_ENDPOINT at the receiver) against untraced, in alternating pairs: the
+  ingest (the front's ack: verify, store, answer) and end to end (to Slack's receipt of the
+  reply), p50 and p99, each <= 1.1x untraced (issue 39); and the serve process's CPU per
+  message, what tracing costs.
 """
 
 from __future__ import annotations
@@ -179,14 +182,15 @@ def ingest(
             "check each, nothing imported",
         ),
         Figure(
-            "ingest, one caller, tracing on (OTLP/HTTP to a loopback receiver)",
+            "ingest, one caller at full speed, tracing on: what a request span adds",
             on,
             "events/s",
             ratio,
             "time per event vs tracing off",
-            f"<= {GOAL}x",
-            ratio <= GOAL,
-            f"off: {off:,.0f} events/s; one request span {span_us:.0f} us with tracing on "
+            "",
+            None,
+            f"no goal (the goal is at 200 msg/s, below); off: {off:,.0f} events/s; one request "
+            f"span {span_us:.0f} us with tracing on "
             f"(made, exported, flushed); {exported:,} spans received of {n * rounds + n:,}; "
             f"median of {rounds} alternating rounds, each flushed; {busy()}",
         ),
@@ -218,6 +222,7 @@ def serve_at_200(
     return {
         "p50": percentile(times, 50) * 1000,
         "p99": percentile(times, 99) * 1000,
+        "ack_p50": float(load["p50_ms"]),
         "ack_p99": float(load["p99_ms"]),
         "missing": float(sum(1 for _, done in pairs if done is None)),
         "cpu_ms": cpu * 1000 / max(1, len(pairs)),
@@ -228,7 +233,7 @@ def end_to_end(
     tmp: Path, env: dict[str, str], receiver: Collector, quick: bool, say: Callable[[str], None]
 ) -> list[Figure]:
     """Untraced then traced, `pairs` times; each figure the median over its runs."""
-    seconds, pairs = (3.0, 1) if quick else (30.0, 2)
+    seconds, pairs = (3.0, 1) if quick else (30.0, 3)
     traced = {
         **env,
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
@@ -252,9 +257,21 @@ def end_to_end(
     off = {k: statistics.median(r[k] for r in offs) for k in offs[0]}
     on = {k: statistics.median(r[k] for r in ons) for k in ons[0]}
     ratio, p50_ratio = on["p99"] / off["p99"], on["p50"] / off["p50"]
+    ack, ack_p50 = on["ack_p99"] / off["ack_p99"], on["ack_p50"] / off["ack_p50"]
     cpu_ratio = on["cpu_ms"] / off["cpu_ms"]
     runs = f"median of {pairs} untraced/traced pair(s) of {seconds:.0f} s; {busy()}"
     figures = [
+        Figure(
+            "ingest at 200 msg/s, tracing on: the front's ack (verify, store, answer) p99",
+            on["ack_p99"],
+            "ms p99",
+            ack,
+            "untraced p99",
+            f"p50 and p99 <= {GOAL}x",
+            ack <= GOAL and ack_p50 <= GOAL,
+            f"p50 {on['ack_p50']:.1f} ms ({ack_p50:.2f}x untraced {off['ack_p50']:.1f}); "
+            f"untraced p99 {off['ack_p99']:.1f} ms; the same runs as below; {runs}",
+        ),
         Figure(
             "end to end at 200 msg/s, tracing on: p99",
             on["p99"],
@@ -264,8 +281,8 @@ def end_to_end(
             f"p50 and p99 <= {GOAL}x",
             ratio <= GOAL and p50_ratio <= GOAL and on["missing"] == 0,
             f"p50 {on['p50']:.0f} ms ({p50_ratio:.2f}x untraced {off['p50']:.0f}); untraced "
-            f"p99 {off['p99']:.0f} ms; ack p99 {on['ack_p99']:.1f} vs {off['ack_p99']:.1f} ms; "
-            f"unanswered {on['missing']:.0f} / {off['missing']:.0f}; {runs}",
+            f"p99 {off['p99']:.0f} ms; unanswered {on['missing']:.0f} / {off['missing']:.0f}; "
+            f"{runs}",
         ),
         Figure(
             "serve's CPU per message at 200 msg/s, tracing on",
@@ -273,8 +290,9 @@ def end_to_end(
             "ms/msg",
             cpu_ratio,
             "untraced",
-            f"<= {GOAL}x",
-            cpu_ratio <= GOAL,
+            "",
+            None,
+            f"what tracing costs, no goal of its own (the goal is latency at 200 msg/s, above); "
             f"untraced {off['cpu_ms']:.2f} ms/msg; {exported:,} spans received, exported from "
             f"a background thread (BatchSpanProcessor); {runs}",
         ),

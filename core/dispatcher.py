@@ -403,9 +403,8 @@ def _post_span(flight: _Flight, part: Part) -> AbstractContextManager[None]:
         "wakeful.outbox.kind": part.kind,
         "wakeful.outbox.parts": len(batch.parts),
         "wakeful.outbox.rows": len(part.row_ids),
-        "wakeful.outbox.row_ids": list(part.row_ids),
         "wakeful.dispatch_id": part.dispatch_id,
-        "wakeful.retry": part.retry,
+        "wakeful.retry": part.retry or None,  # each attribute costs: only a retry says so
         **tracing.content("wakeful.post.text", part.text),
     }
     return _failures_said(tracing.span("wakeful.post", attrs, rows[0], rows, kind="client"))

@@ -28,6 +28,7 @@ from wakeful.core.records import StoredEvent
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
+    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Link, Span, Tracer, TracerProvider
 
@@ -116,13 +117,31 @@ def configure(env: Mapping[str, str], service: str) -> bool:
     named = "service.name=" in env.get("OTEL_RESOURCE_ATTRIBUTES", "")
     if not env.get("OTEL_SERVICE_NAME", "").strip() and not named:
         attrs["service.name"] = SERVICE
-    provider = TracerProvider(resource=Resource.create(attrs))  # sampler: OTEL_TRACES_SAMPLER
+    resource = _steady(Resource.create(attrs))
+    provider = TracerProvider(resource=resource)  # sampler: OTEL_TRACES_SAMPLER
     for exporter in _exporters(env):
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)  # other instrumentation joins the same traces
     use_provider(provider, content=env.get(CONTENT, "").strip().lower() == "on")
     _configured = True
     return True
+
+
+def _steady(resource: Resource) -> Resource:
+    """`resource`, its hash worked out once: OTLP's encoder hashes the resource of every span
+    it exports (a JSON dump of its attributes each time, a tenth of the export's cost), and a
+    process's resource is immutable."""
+    from opentelemetry.sdk.resources import Resource
+
+    class Steady(Resource):
+        def __init__(self, made: Resource) -> None:
+            super().__init__(made.attributes, made.schema_url)
+            self._hash = super().__hash__()
+
+        def __hash__(self) -> int:
+            return self._hash
+
+    return Steady(resource)
 
 
 def _exporters(env: Mapping[str, str]) -> list[SpanExporter]:

@@ -340,7 +340,7 @@ class Worker(Loop[WorkerStore]):
             ended = time.time_ns()
             done = {id(ran): finished for ran, finished, _ in results}
             attrs = {
-                "wakeful.finish.runs": len(pending),
+                "wakeful.finish.runs": len(pending) if len(pending) > 1 else None,
                 "wakeful.finish.ms": (ended - began) / 1e6,
             }
             for ran, span in runs:

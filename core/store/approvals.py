@@ -90,9 +90,7 @@ def store_answer(tx: Tx, state: ApprovalState, outcome: str, user: str | None, n
     stored = insert_event(tx, state.inbox, "approval", state.id, body, now, waiting) is not None
     if tracing.ON:  # the click's request span says what it stored, as a message's does
         said = "new" if stored else "duplicate"
-        tracing.note(
-            {"wakeful.inbox": state.inbox, "wakeful.source": "approval", "wakeful.stored": said}
-        )
+        tracing.note({"wakeful.inbox": state.inbox, "wakeful.stored": said})
     if not stored:
         return False
     tracing.link(state.trace)  # the click's span (the answer's trace) links to the asking run

@@ -32,7 +32,7 @@ class Inbox(StoreBase):
         metrics.count_ingest(source, "duplicate" if event_id is None else "stored")
         if tracing.ON:
             said = "duplicate" if event_id is None else "new"
-            tracing.note({"wakeful.inbox": inbox, "wakeful.source": source, "wakeful.stored": said})
+            tracing.note({"wakeful.inbox": inbox, "wakeful.stored": said})
         return Ingested(stored=event_id is not None, event_id=event_id)
 
     def event(self, event_id: int) -> StoredEvent | None:

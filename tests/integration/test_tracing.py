@@ -192,7 +192,7 @@ def test_one_dm_is_one_trace_from_the_request_to_the_post(
     assert (claimed.name, finished.name) == ("wakeful.claim", "wakeful.finish")
     assert claimed.attributes is not None and finished.attributes is not None
     assert claimed.attributes["wakeful.claim.ms"] >= 0 and finished.attributes["wakeful.finished"]
-    assert finished.attributes["wakeful.finish.runs"] == 1
+    assert "wakeful.finish.runs" not in finished.attributes  # said only of a shared commit
     assert run.start_time is not None and run.end_time is not None
     assert run.start_time <= claimed.timestamp <= finished.timestamp <= run.end_time
     # What each one says.
