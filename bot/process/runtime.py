@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import os
 import signal
@@ -103,6 +104,10 @@ class Runtime:
             wake_worker=self.wake_worker,
         )
         self.heartbeat.start(self.clock())
+        # What start-up built (modules, the agent, Slack's and OpenTelemetry's SDKs) lives as
+        # long as the process: frozen, the collector's full passes stop walking it again and
+        # again (a third of a traced message's extra CPU at 200 msg/s was collection).
+        gc.freeze()
         if loops:
             self.store.listen(self.wake_worker.kick)  # PostgreSQL: a store on any host wakes us
         for loop in [*loops, self.heartbeat]:
