@@ -17,13 +17,14 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.acceptance.test_slack_app import LISTENING, SECRET, Proc, child_env, pg_schema_url
 from tests.support import full_store
+from tests.support.forked_cli import Forks
 from tests.support.full_store import Filled
 from wakeful.core.store.sql import load_migrations
 from wakeful.devtools.emulator import SlackEmulator
@@ -32,10 +33,27 @@ WAKEFUL = str(Path(sys.executable).parent / "wakeful")
 """The console script pip installed, as an operator runs it."""
 
 
+class Full(NamedTuple):
+    db: str
+    filled: Filled
+    here: Path
+    """The store's folder: the commands' working directory."""
+    forks: Forks
+
+
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forks]:
+    """Most commands are forked from one process that imported wakeful once (a new
+    interpreter per command was most of this module's CPU); each command is still a process
+    of its own. A few run as the installed script (`real=True`) for its start."""
+    with Forks(tmp_path_factory.mktemp("forks"), child_env()) as made:
+        yield made
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def full(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, Filled, Path]]:
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, forks: Forks
+) -> Iterator[Full]:
     """A store filled with every kind of row (read only by the tests), its folder."""
     here = tmp_path_factory.mktemp(f"reads-{request.param}")
     with ExitStack() as stack:
@@ -43,22 +61,25 @@ def full(
             db = str(here / "wakeful.db")
         else:
             db = stack.enter_context(pg_schema_url())
-        yield db, full_store.fill(db, int(time.time())), here
+        yield Full(db, full_store.fill(db, int(time.time())), here, forks)
 
 
 def wakeful(
-    full: tuple[str, Filled, Path], *args: str, **env: str
+    full: Full, *args: str, real: bool = False, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    """One command as an operator types it: no traceback of its own, no secret anywhere."""
-    db, _, here = full
-    done = subprocess.run(
-        [WAKEFUL, *args],
-        cwd=here,
-        env=child_env(WAKEFUL_DB=db, **env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    """One command as an operator types it: no traceback of its own, no secret anywhere.
+    Forked (tests/support/forked_cli.py) unless `real`: the installed console script."""
+    if real:
+        done = subprocess.run(
+            [WAKEFUL, *args],
+            cwd=full.here,
+            env=child_env(WAKEFUL_DB=full.db, **env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    else:
+        done = full.forks.run(args, env=child_env(WAKEFUL_DB=full.db, **env), cwd=full.here)
     both = done.stdout + done.stderr
     # A crash is logged on stderr; the tracebacks on stdout are the stored ones, shown.
     assert "Traceback" not in done.stderr and "uncaught" not in both, f"{args}:\n{both}"
@@ -82,10 +103,10 @@ def cells(row: list[str]) -> list[str]:
 
 
 def test_the_overview_shows_where_work_waits_and_what_failed(
-    full: tuple[str, Filled, Path],
+    full: Full,
 ) -> None:
-    filled = full[1]
-    done = wakeful(full, "inspect")
+    filled = full.filled
+    done = wakeful(full, "inspect", real=True)
     assert done.returncode == 0 and done.stderr == ""
     out = done.stdout
     assert "events: 5 pending" in out and "1 running, 3 dead" in out
@@ -139,10 +160,10 @@ def test_the_overview_shows_where_work_waits_and_what_failed(
 
 
 def test_the_overview_as_json_lists_each_dead_event_and_each_approved_call(
-    full: tuple[str, Filled, Path],
+    full: Full,
 ) -> None:
     """The KeyError of issue 33: `inspect --json` on a store holding a dead event."""
-    db, filled, _ = full
+    db, filled = full.db, full.filled
     done = wakeful(full, "inspect", "--json")
     assert done.returncode == 0 and done.stderr == ""
     data = json.loads(done.stdout)
@@ -179,9 +200,9 @@ def test_the_overview_as_json_lists_each_dead_event_and_each_approved_call(
 
 
 def test_an_inbox_with_dead_events_shows_their_attempts_and_tracebacks(
-    full: tuple[str, Filled, Path],
+    full: Full,
 ) -> None:
-    filled = full[1]
+    filled = full.filled
     done = wakeful(full, "inspect", full_store.DEAD)
     assert done.returncode == 0 and done.stderr == ""
     out = done.stdout
@@ -212,9 +233,9 @@ def test_an_inbox_with_dead_events_shows_their_attempts_and_tracebacks(
 
 
 def test_an_inbox_with_approved_calls_shows_each_ones_state(
-    full: tuple[str, Filled, Path],
+    full: Full,
 ) -> None:
-    filled = full[1]
+    filled = full.filled
     ids = filled.approvals
     done = wakeful(full, "inspect", full_store.WAIT)
     assert done.returncode == 0 and done.stderr == ""
@@ -269,7 +290,7 @@ def test_an_inbox_with_approved_calls_shows_each_ones_state(
     ],
 )
 def test_every_other_inbox_reads_as_text_and_json(
-    full: tuple[str, Filled, Path], inbox: str, counts: tuple[int, int, int], says: tuple[str, ...]
+    full: Full, inbox: str, counts: tuple[int, int, int], says: tuple[str, ...]
 ) -> None:
     done = wakeful(full, "inspect", inbox)
     assert done.returncode == 0 and done.stderr == ""
@@ -280,8 +301,8 @@ def test_every_other_inbox_reads_as_text_and_json(
     assert data["counts"] == {"pending": pending, "running": running, "dead": dead}
 
 
-def test_the_post_inbox_shows_its_parked_and_held_rows(full: tuple[str, Filled, Path]) -> None:
-    filled = full[1]
+def test_the_post_inbox_shows_its_parked_and_held_rows(full: Full) -> None:
+    filled = full.filled
     out = wakeful(full, "inspect", full_store.POST).stdout
     rows = {cells(r)[0]: cells(r) for r in section(out, "outbox (latest 3)")[1:]}
     assert rows[str(filled.parked)][2] == "parked"
@@ -293,10 +314,10 @@ def test_the_post_inbox_shows_its_parked_and_held_rows(full: tuple[str, Filled, 
 
 
 def test_dead_letters_lists_filters_and_dry_runs_without_changing_anything(
-    full: tuple[str, Filled, Path],
+    full: Full,
 ) -> None:
-    filled = full[1]
-    done = wakeful(full, "dead-letters")
+    filled = full.filled
+    done = wakeful(full, "dead-letters", real=True)
     assert done.returncode == 0 and done.stderr == ""
     out = done.stdout
     assert out.startswith("dead events: 3\n")
@@ -349,13 +370,14 @@ def doctor_lines(done: subprocess.CompletedProcess[str]) -> dict[str, str]:
     return checks
 
 
-def test_doctor_checks_the_store_and_says_what_failed(full: tuple[str, Filled, Path]) -> None:
-    db = full[0]
+def test_doctor_checks_the_store_and_says_what_failed(full: Full) -> None:
+    db = full.db
     with SlackEmulator(bot_token="xoxb-doctor") as emu:
         single = wakeful(
             full,
             "doctor",
             "--integrity",
+            real=True,
             SLACK_BOT_TOKEN=emu.bot_token,
             SLACK_SIGNING_SECRET=SECRET,
             SLACK_API_URL=emu.api_url,
@@ -384,8 +406,8 @@ def test_doctor_checks_the_store_and_says_what_failed(full: tuple[str, Filled, P
 # -- /metrics --------------------------------------------------------------------------------
 
 
-def test_a_metrics_scrape_counts_every_kind_of_row(full: tuple[str, Filled, Path]) -> None:
-    db, _, here = full
+def test_a_metrics_scrape_counts_every_kind_of_row(full: Full) -> None:
+    db, here = full.db, full.here
     with SlackEmulator(bot_token="xoxb-metrics") as emu:
         env = child_env(
             SLACK_BOT_TOKEN=emu.bot_token,
@@ -426,11 +448,11 @@ def test_a_metrics_scrape_counts_every_kind_of_row(full: tuple[str, Filled, Path
     assert value("wakeful_oldest_pending_event_age_seconds") > 3600
 
 
-def test_a_reader_that_stops_early_gets_no_traceback(full: tuple[str, Filled, Path]) -> None:
+def test_a_reader_that_stops_early_gets_no_traceback(full: Full) -> None:
     """`wakeful inspect --json | head -c 0`: the reader is gone before the output is written;
     the command ends quietly (exit 1, nothing on stderr) instead of an uncaught
     BrokenPipeError with its traceback."""
-    db, _, here = full
+    db, here = full.db, full.here
     read, write = os.pipe()
     os.close(read)  # nobody will read: the first flush meets a closed pipe
     try:
@@ -451,20 +473,13 @@ def test_a_reader_that_stops_early_gets_no_traceback(full: tuple[str, Filled, Pa
 
 @pytest.mark.parametrize("command", [["inspect"], ["inspect", "--json"], ["dead-letters"]])
 def test_a_server_that_cannot_be_reached_is_one_line_not_a_crash(
-    command: list[str], tmp_path: Path
+    command: list[str], tmp_path: Path, forks: Forks
 ) -> None:
     """The operator's tools when PostgreSQL is down: one line naming the failure, exit 1."""
     from tests.support.chaos import free_port
 
     url = f"postgresql://nobody@127.0.0.1:{free_port()}/wakeful"
-    done = subprocess.run(
-        [WAKEFUL, *command, "--db", url],
-        cwd=tmp_path,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = forks.run([*command, "--db", url], cwd=tmp_path, env=child_env())
     assert done.returncode == 1, done
     assert "Traceback" not in done.stderr and "uncaught" not in done.stderr, done.stderr
     [line] = [x for x in done.stderr.splitlines() if x.strip()]

@@ -1,6 +1,7 @@
 """Issue 34, item 6 (c): a store setting that is neither a file path nor a postgresql:// URL is
-refused by every command that opens the store, before it starts anything. Real `wakeful`
-processes, each in an empty folder.
+refused by every command that opens the store, before it starts anything. `wakeful`
+processes (forked from one that imported wakeful, one a new interpreter), each in an empty
+folder.
 
 A libpq key=value string (`host=… password=…`) in WAKEFUL_DB used to become a SQLite file
 named after it, password included. Now: exit 2, one line naming WAKEFUL_DB (or `--db`) and
@@ -12,11 +13,13 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.acceptance.test_slack_app import child_env, pg_schema_url, wakeful_cmd
+from tests.support.forked_cli import Forks
 from wakeful.core.store import open_store
 
 PASSWORD = "kv-SECRET-hunter2"
@@ -46,7 +49,21 @@ SETTINGS = {
 }
 
 
-def run(cwd: Path, args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forks]:
+    """The commands are forked from one process that imported wakeful once
+    (tests/support/forked_cli.py: a new interpreter per command was most of this module's
+    CPU); each is still a process of its own. The JSON refusal runs the real entry point."""
+    with Forks(tmp_path_factory.mktemp("forks"), child_env()) as made:
+        yield made
+
+
+def run(
+    forks: Forks | None, cwd: Path, args: list[str], **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`wakeful *args`, forked, or a new interpreter where `forks` is None."""
+    if forks is not None:
+        return forks.run(args, env=child_env(**SETTINGS, **env), cwd=cwd)
     return subprocess.run(
         wakeful_cmd(*args),
         env=child_env(**SETTINGS, **env),
@@ -72,19 +89,19 @@ def assert_refused(done: subprocess.CompletedProcess[str], cwd: Path, name: str)
 
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_a_key_value_string_in_wakeful_db_is_refused_by_every_command(
-    tmp_path: Path, command: str
+    tmp_path: Path, command: str, forks: Forks
 ) -> None:
-    done = run(tmp_path, COMMANDS[command], WAKEFUL_DB=KEY_VALUE)
+    done = run(forks, tmp_path, COMMANDS[command], WAKEFUL_DB=KEY_VALUE)
     line = assert_refused(done, tmp_path, "WAKEFUL_DB")
     assert line.startswith("wakeful: WAKEFUL_DB must be") and "key=value" in line, line
 
 
 @pytest.mark.parametrize("command", [*COMMANDS, "scenarios"])
 def test_a_key_value_string_in_db_flag_is_refused_naming_the_flag(
-    tmp_path: Path, command: str
+    tmp_path: Path, command: str, forks: Forks
 ) -> None:
     args = COMMANDS.get(command, [command])
-    done = run(tmp_path, [*args, "--db", KEY_VALUE])
+    done = run(forks, tmp_path, [*args, "--db", KEY_VALUE])
     line = assert_refused(done, tmp_path, "--db")
     assert "WAKEFUL_DB" not in line, line
 
@@ -100,19 +117,21 @@ def test_a_key_value_string_in_db_flag_is_refused_naming_the_flag(
     ],
     ids=["other-url", "scheme-without-slashes", "spaced-keywords", "newline", "empty-path"],
 )
-def test_other_values_that_name_no_store_are_refused_alike(tmp_path: Path, value: str) -> None:
-    assert_refused(run(tmp_path, ["inspect"], WAKEFUL_DB=value), tmp_path, "WAKEFUL_DB")
+def test_other_values_that_name_no_store_are_refused_alike(
+    tmp_path: Path, value: str, forks: Forks
+) -> None:
+    assert_refused(run(forks, tmp_path, ["inspect"], WAKEFUL_DB=value), tmp_path, "WAKEFUL_DB")
 
 
 def test_the_refusal_is_one_json_line_in_the_json_log_format(tmp_path: Path) -> None:
-    done = run(tmp_path, ["worker"], WAKEFUL_DB=KEY_VALUE, WAKEFUL_LOG_FORMAT="json")
+    done = run(None, tmp_path, ["worker"], WAKEFUL_DB=KEY_VALUE, WAKEFUL_LOG_FORMAT="json")
     line = assert_refused(done, tmp_path, "WAKEFUL_DB")
     said = json.loads(line)
     assert said["level"] == "error" and said["message"].startswith("WAKEFUL_DB must be"), said
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_a_path_and_a_url_are_still_accepted(tmp_path: Path, backend: str) -> None:
+def test_a_path_and_a_url_are_still_accepted(tmp_path: Path, backend: str, forks: Forks) -> None:
     """The control, on both stores: a file path (even one holding `=` past its start) and a
     postgresql:// URL open as before."""
     with contextlib.ExitStack() as stack:
@@ -123,6 +142,6 @@ def test_a_path_and_a_url_are_still_accepted(tmp_path: Path, backend: str) -> No
         else:
             db = stack.enter_context(pg_schema_url())
             open_store(db).close()
-        done = run(tmp_path, ["inspect"], WAKEFUL_DB=db)
+        done = run(forks, tmp_path, ["inspect"], WAKEFUL_DB=db)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "must be" not in done.stderr and "store" in done.stdout, done.stdout

@@ -1,5 +1,5 @@
 """Issue 38, item 5: the operator's commands for what is kept about a person, run as a reader
-runs them (`wakeful` subprocesses) on both stores: `inspect INBOX --memory` lists documents
+runs them (`wakeful` processes) on both stores: `inspect INBOX --memory` lists documents
 and never their text unless `--contents`; `forget` asks on a terminal, refuses without one
 unless `--yes`, and leaves no byte of the person's words in the store's files (SQLite's file
 and WAL, PostgreSQL's pages) while another person's stay, also while `serve` runs the store;
@@ -31,6 +31,7 @@ from tests.acceptance.test_slack_app import (
     wakeful_cmd,
 )
 from tests.conftest import need_pg
+from tests.support.forked_cli import Forks
 from tests.support.raw_bytes import pg_tables_holding, sqlite_files_holding
 from wakeful.bot.commands.privacy import PROMPT
 from wakeful.core.clock import ManualClock
@@ -92,10 +93,13 @@ def pg_schema() -> Iterator[tuple[str, str]]:
 
 
 class Kept:
-    """A store where A and B each said something with a marker of their own, twice for A."""
+    """A store where A and B each said something with a marker of their own, twice for A.
+    Its commands are forked (tests/support/forked_cli.py: a new interpreter per command was
+    most of this module's CPU) unless `real`: the no-terminal refusal, the terminal's
+    questions and the forget beside serve run as new processes of the real entry point."""
 
-    def __init__(self, db: str, schema: str | None, folder: Path) -> None:
-        self.db, self.schema, self.folder = db, schema, folder
+    def __init__(self, db: str, schema: str | None, folder: Path, forks: Forks) -> None:
+        self.db, self.schema, self.folder, self.forks = db, schema, folder, forks
         self.mark_a, self.mark_b = f"alpha-{uuid.uuid4().hex}", f"bravo-{uuid.uuid4().hex}"
         keep(
             db,
@@ -114,14 +118,16 @@ class Kept:
             return sqlite_files_holding(self.db, marker)
         return pg_tables_holding(need_pg(), self.schema, marker)
 
-    def run(
-        self, *args: str, stdin: int | None = subprocess.DEVNULL
-    ) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, real: bool = False) -> subprocess.CompletedProcess[str]:
+        """`wakeful *args` with stdin /dev/null."""
+        env = child_env(WAKEFUL_DB=self.db)
+        if not real:
+            return self.forks.run(args, env=env, cwd=self.folder)
         return subprocess.run(
             wakeful_cmd(*args),
             cwd=self.folder,
-            env=child_env(WAKEFUL_DB=self.db),
-            stdin=stdin,
+            env=env,
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             timeout=60,
@@ -134,13 +140,19 @@ class Kept:
         return done.stdout
 
 
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forks]:
+    with Forks(tmp_path_factory.mktemp("forks"), child_env()) as made:
+        yield made
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])
-def kept(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Kept]:
+def kept(request: pytest.FixtureRequest, tmp_path: Path, forks: Forks) -> Iterator[Kept]:
     if request.param == "sqlite":
-        yield Kept(str(tmp_path / "wakeful.db"), None, tmp_path)
+        yield Kept(str(tmp_path / "wakeful.db"), None, tmp_path, forks)
     else:
         with pg_schema() as (url, schema):
-            yield Kept(url, schema, tmp_path)
+            yield Kept(url, schema, tmp_path, forks)
 
 
 def test_inspect_memory_lists_path_size_version_and_last_write_and_never_the_text(
@@ -189,7 +201,7 @@ def test_forget_without_yes_and_without_a_terminal_exits_2_and_erases_nothing(
     kept: Kept,
 ) -> None:
     before = kept.exported(A)
-    done = kept.run("forget", A)
+    done = kept.run("forget", A, real=True)
     assert done.returncode == 2
     assert done.stdout == ""
     [line] = done.stderr.splitlines()
@@ -220,9 +232,9 @@ def test_forget_yes_prints_the_counts_and_no_byte_of_the_person_is_left(kept: Ke
 
 
 def test_export_writes_a_file_whole_for_its_owner_only_and_overwrites_only_with_force(
-    tmp_path: Path,
+    tmp_path: Path, forks: Forks
 ) -> None:
-    kept = Kept(str(tmp_path / "wakeful.db"), None, tmp_path)
+    kept = Kept(str(tmp_path / "wakeful.db"), None, tmp_path, forks)
     done = kept.run("export", A, "--out", "a.json")
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"exported {A} to a.json: 4 memory versions, 2 events, 2 outbox rows\n"
@@ -255,12 +267,10 @@ def test_export_writes_a_file_whole_for_its_owner_only_and_overwrites_only_with_
     ],
 )
 def test_a_malformed_inbox_is_a_usage_error_before_any_store_is_touched(
-    tmp_path: Path, command: list[str]
+    tmp_path: Path, command: list[str], forks: Forks
 ) -> None:
     env = child_env(WAKEFUL_DB=str(tmp_path / "none.db"))
-    done = subprocess.run(
-        wakeful_cmd(*command), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
-    )
+    done = forks.run(command, cwd=tmp_path, env=env)
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.splitlines()
     assert line.startswith("wakeful: INBOX must be an inbox id like T123:U456"), line
@@ -305,8 +315,8 @@ def answer_on_a_terminal(kept: Kept, answer: str) -> tuple[int, str]:
     return code, shown.decode()
 
 
-def test_forget_on_a_terminal_asks_and_goes_on_only_on_yes(tmp_path: Path) -> None:
-    kept = Kept(str(tmp_path / "wakeful.db"), None, tmp_path)
+def test_forget_on_a_terminal_asks_and_goes_on_only_on_yes(tmp_path: Path, forks: Forks) -> None:
+    kept = Kept(str(tmp_path / "wakeful.db"), None, tmp_path, forks)
     for no in ("", "n", "sure"):
         code, shown = answer_on_a_terminal(kept, no)
         assert code == 1, shown
@@ -319,15 +329,15 @@ def test_forget_on_a_terminal_asks_and_goes_on_only_on_yes(tmp_path: Path) -> No
 
 
 def test_forget_while_serve_runs_the_store_erases_and_serve_keeps_serving(
-    tmp_path: Path,
+    tmp_path: Path, forks: Forks
 ) -> None:
-    kept = Kept(str(tmp_path / "wakeful.db"), None, tmp_path)
+    kept = Kept(str(tmp_path / "wakeful.db"), None, tmp_path, forks)
     with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
         app = launch(tmp_path, emu, kept.db, {"WAKEFUL_BATCH_WINDOW": "0"})
         try:
             app.sender.message("UA", "what do you know about me?")
             app.wait_post(dm("UA"), "Handled 1 message.")  # the worker has held A's lease
-            done = kept.run("forget", A, "--yes")
+            done = kept.run("forget", A, "--yes", real=True)
             assert done.returncode == 0, done.stderr + app.tail()
             assert done.stdout.startswith(f"forgot {A}: 2 documents (4 versions), 3 events")
             app.sender.message("UB", "still there?")

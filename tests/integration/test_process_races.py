@@ -7,15 +7,17 @@ import collections
 import json
 import multiprocessing as mp
 import os
-import subprocess
-import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+
+import pytest
 
 from tests.conftest import T0, MakeStore
+from tests.support import lease_racer
+from tests.support.forked_cli import Forked, Forks
 from wakeful.core.effects import Post, Timer
-from wakeful.core.store import Store, open_store
+from wakeful.core.store import Store
 from wakeful.core.store.sqlite import SQLiteConnector
 from wakeful.devtools.emulator import SlackEmulator
 
@@ -30,38 +32,32 @@ def _where(store: Store) -> tuple[str, str | None]:
     return store.db.dsn, store.db.schema  # type: ignore[attr-defined]
 
 
-def _open(db: str, schema: str | None) -> Store:
-    if db.startswith("postgresql://"):
-        return open_store(db, schema=schema, pool_size=1)
-    return open_store(db)
-
-
-def _racer(db: str, schema: str | None, me: int, barrier: Any, out: Any) -> None:
-    store = _open(db, schema)
-    results = []
-    for r in range(ROUNDS):
-        barrier.wait()
-        # Each round starts after the previous lease expired: everyone asks at the same instant.
-        results.append(store.acquire("T1:race", f"P{me}", T0 + r * 1000))
-    store.close()
-    out.put((me, results))
-
-
 def test_processes_racing_for_a_lease_get_one_holder_per_generation_every_round(
     make_store: MakeStore,
 ) -> None:
+    """The racers are forked from a server that imported their module once
+    (tests/support/lease_racer.py): processes of their own, each with its own connection,
+    without a new interpreter each."""
     store = make_store()
     db, schema = _where(store)
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["tests.support.lease_racer"])
     barrier = ctx.Barrier(RACERS)
     out = ctx.Queue()
-    procs = [ctx.Process(target=_racer, args=(db, schema, i, barrier, out)) for i in range(RACERS)]
-    for p in procs:
-        p.start()
-    results = dict(out.get(timeout=300) for _ in procs)
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
+    args = [(db, schema, i, T0, ROUNDS, barrier, out) for i in range(RACERS)]
+    procs = [ctx.Process(target=lease_racer.race, args=a) for a in args]
+    try:
+        for p in procs:
+            p.start()
+        results = dict(out.get(timeout=300) for _ in procs)
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
     winners_per_round = collections.Counter()
     for r in range(ROUNDS):
         gens = [results[i][r] for i in range(RACERS)]
@@ -79,43 +75,43 @@ def _cli_env(db: str, schema: str | None, **extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "WAKEFUL_DB": db, **extra}
 
 
-def _fleet(role: str, n: int, env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "wakeful.bot.commands.cli",
-        "--log-level",
-        "WARNING",
-        role,
-        "--poll",
-        "0.05",
-    ]
-    procs = [
-        subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        for _ in range(n)
-    ]
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forks]:
+    """The loops are forked from one process that imported wakeful once
+    (tests/support/forked_cli.py): each is a process of its own with its own connections,
+    signals and exit status, without a new interpreter each."""
+    with Forks(tmp_path_factory.mktemp("forks"), {**os.environ, "PYTHONPATH": str(ROOT)}) as made:
+        yield made
+
+
+def _fleet(forks: Forks, role: str, n: int, env: dict[str, str]) -> list[Forked]:
+    args = ["--log-level", "WARNING", role, "--poll", "0.05"]
+    procs = [forks.popen(args, env=env, cwd=ROOT) for _ in range(n)]
     for p in procs:  # each says it is running once its loop has started (a loaded machine: late)
         assert p.stdout is not None
         line = p.stdout.readline().decode()
-        assert "running" in line, line + (p.stderr.read().decode() if p.stderr else "")
+        assert "running" in line, line + p.stderr_text()
     return procs
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+def _stop(procs: list[Forked]) -> None:
     for p in procs:
         p.terminate()
     for p in procs:
-        _, err = p.communicate(timeout=30)
-        assert p.returncode == 0, err.decode()[-1000:]
+        code = p.wait(timeout=30)
+        assert code == 0, p.stderr_text()[-1000:]
+        p.close_files()
 
 
-def test_several_scheduler_processes_store_each_occurrence_once(make_store: MakeStore) -> None:
+def test_several_scheduler_processes_store_each_occurrence_once(
+    make_store: MakeStore, forks: Forks
+) -> None:
     store = make_store()
     now = int(time.time())
     inboxes = 100
     for u in range(inboxes):
         store.add_timer(f"T1:U{u}", Timer.every("tick", 1, now, {"u": u}, "catch_up"), now)
-    procs = _fleet("scheduler", 3, _cli_env(*_where(store)))
+    procs = _fleet(forks, "scheduler", 3, _cli_env(*_where(store)))
     deadline = time.monotonic() + 60
     while min(len(store.events(f"T1:U{u}")) for u in range(inboxes)) < 3:
         assert time.monotonic() < deadline, "the schedulers stored too few occurrences"
@@ -133,7 +129,9 @@ def test_several_scheduler_processes_store_each_occurrence_once(make_store: Make
     assert max(keys.values()) == 1
 
 
-def test_several_dispatcher_processes_never_post_a_row_twice(make_store: MakeStore) -> None:
+def test_several_dispatcher_processes_never_post_a_row_twice(
+    make_store: MakeStore, forks: Forks
+) -> None:
     store = make_store(outbox_gap=0)
     now = int(time.time())
     for c in range(40):
@@ -141,7 +139,7 @@ def test_several_dispatcher_processes_never_post_a_row_twice(make_store: MakeSto
             store.post(f"T1:U{c}", [Post(f"C{c}", f"row {c}-{i}", priority="urgent")], now)
     with SlackEmulator(bot_token="xoxb-race") as emu:
         env = _cli_env(*_where(store), SLACK_BOT_TOKEN="xoxb-race", SLACK_API_URL=emu.api_url)
-        procs = _fleet("dispatcher", 3, env)
+        procs = _fleet(forks, "dispatcher", 3, env)
         try:
             assert emu.wait_for(
                 lambda e: sum(len(e.messages(f"C{c}")) for c in range(40)) >= 40, timeout=60

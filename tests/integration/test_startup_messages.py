@@ -14,6 +14,7 @@ import pytest
 
 from tests.acceptance.test_slack_app import Proc, child_env, wakeful_cmd
 from tests.conftest import need_pg
+from tests.support.forked_cli import Forks
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import EventSender, SlackEmulator
 
@@ -33,7 +34,22 @@ def emu() -> Iterator[SlackEmulator]:
         yield emulator
 
 
-def run(tmp: Path, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forks]:
+    """Most commands are forked from one process that imported wakeful once
+    (tests/support/forked_cli.py: a new interpreter per command was most of this module's
+    CPU); each is still a process of its own. A fatal line, a serve and serve with its
+    gateway run the real entry point."""
+    with Forks(tmp_path_factory.mktemp("forks"), child_env()) as made:
+        yield made
+
+
+def run(
+    forks: Forks | None, tmp: Path, *args: str, timeout: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`wakeful *args`, forked, or a new interpreter where `forks` is None."""
+    if forks is not None:
+        return forks.run(args, env=child_env(**env), cwd=tmp, timeout=timeout)
     return subprocess.run(
         wakeful_cmd(*args),
         env=child_env(**env),
@@ -67,7 +83,7 @@ def json_lines(text: str) -> list[dict[str, object]]:
 
 
 def test_wrong_secret_is_warned_json_lines_and_a_second_serve_on_the_port(
-    emu: SlackEmulator, tmp_path: Path
+    emu: SlackEmulator, tmp_path: Path, forks: Forks
 ) -> None:
     db = str(tmp_path / "wakeful.db")
     env = serve_env(emu, db, WAKEFUL_PORT="0", WAKEFUL_LOG_FORMAT="json")
@@ -90,14 +106,7 @@ def test_wrong_secret_is_warned_json_lines_and_a_second_serve_on_the_port(
         said = [r for r in json_lines(proc.log.read_text()) if "refused" in str(r["message"])]
         assert [(r["level"], r["message"]) for r in said] == [("warning", MISMATCH)]
         # the same port again: one line, no traceback, exit 2 (JSON, like every line)
-        again = subprocess.run(
-            wakeful_cmd("serve"),
-            env={**env, "WAKEFUL_PORT": str(port)},
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        again = forks.run(["serve"], env={**env, "WAKEFUL_PORT": str(port)}, cwd=tmp_path)
         assert again.returncode == 2, again.stderr
         lines = json_lines(again.stderr)
         assert [(r["level"], r["message"]) for r in lines] == [
@@ -119,7 +128,7 @@ def test_wrong_secret_is_warned_json_lines_and_a_second_serve_on_the_port(
 
 
 def test_a_second_serve_on_a_port_in_use_says_so_in_one_text_line(
-    emu: SlackEmulator, tmp_path: Path
+    emu: SlackEmulator, tmp_path: Path, forks: Forks
 ) -> None:
     import socket
 
@@ -128,9 +137,7 @@ def test_a_second_serve_on_a_port_in_use_says_so_in_one_text_line(
         taken.listen()
         port = taken.getsockname()[1]
         env = serve_env(emu, str(tmp_path / "w.db"), WAKEFUL_PORT=str(port))
-        done = subprocess.run(
-            wakeful_cmd("serve"), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
-        )
+        done = forks.run(["serve"], env=env, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr == (
         f"wakeful: port {port} is already in use: another wakeful serve? set WAKEFUL_PORT or "
@@ -139,7 +146,7 @@ def test_a_second_serve_on_a_port_in_use_says_so_in_one_text_line(
 
 
 def test_a_fatal_start_up_line_is_json_with_json_logs(tmp_path: Path) -> None:
-    done = run(tmp_path, "worker", WAKEFUL_DB=str(tmp_path), WAKEFUL_LOG_FORMAT="json")
+    done = run(None, tmp_path, "worker", WAKEFUL_DB=str(tmp_path), WAKEFUL_LOG_FORMAT="json")
     assert done.returncode == 2
     (line,) = json_lines(done.stderr)
     assert line["level"] == "error" and line["logger"] == "wakeful"
@@ -150,7 +157,7 @@ def test_a_fatal_start_up_line_is_json_with_json_logs(tmp_path: Path) -> None:
 
 
 def test_sqlite_paths_that_cannot_be_a_store_are_one_line_and_create_nothing(
-    tmp_path: Path,
+    tmp_path: Path, forks: Forks
 ) -> None:
     not_db = tmp_path / "notes.txt"
     not_db.write_text("not a database\n")
@@ -170,24 +177,26 @@ def test_sqlite_paths_that_cannot_be_a_store_are_one_line_and_create_nothing(
         ),
     }
     for db, said in cases.items():
-        done = run(tmp_path, "worker", WAKEFUL_DB=db)
+        done = run(forks, tmp_path, "worker", WAKEFUL_DB=db)
         assert (done.returncode, done.stderr) == (2, said + "\n"), done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no -lock beside it
 
 
-def test_read_only_commands_on_a_mistyped_path_create_no_store(tmp_path: Path) -> None:
+def test_read_only_commands_on_a_mistyped_path_create_no_store(
+    tmp_path: Path, forks: Forks
+) -> None:
     missing = tmp_path / "wakeful.dbb"
     said = f"wakeful: no store at {missing} (`wakeful serve` creates a new one)\n"
     for args in (["dead-letters"], ["inspect"]):
-        done = run(tmp_path, *args, WAKEFUL_DB=str(missing))
+        done = run(forks, tmp_path, *args, WAKEFUL_DB=str(missing))
         assert (done.returncode, done.stderr) == (2, said), (args, done.stderr)
-    done = run(tmp_path, "doctor", WAKEFUL_DB=str(missing), **NO_SLACK)
+    done = run(forks, tmp_path, "doctor", WAKEFUL_DB=str(missing), **NO_SLACK)
     assert done.returncode == 1
     assert (
         f"FAIL store           no store at {missing} (`wakeful serve` creates a new one)"
         in done.stdout.splitlines()
     )
-    done = run(tmp_path, "backup", str(tmp_path / "copy.db"), WAKEFUL_DB=str(missing))
+    done = run(forks, tmp_path, "backup", str(tmp_path / "copy.db"), WAKEFUL_DB=str(missing))
     assert (done.returncode, done.stderr) == (
         2,
         f"wakeful: no store at {missing}: nothing to back up\n",
@@ -195,10 +204,11 @@ def test_read_only_commands_on_a_mistyped_path_create_no_store(tmp_path: Path) -
     assert list(tmp_path.iterdir()) == []
 
 
-def test_unknown_settings_are_warned_with_the_closest_name(tmp_path: Path) -> None:
+def test_unknown_settings_are_warned_with_the_closest_name(tmp_path: Path, forks: Forks) -> None:
     db = tmp_path / "w.db"
     open_store(db).close()
     done = run(
+        forks,
         tmp_path,
         "inspect",
         WAKEFUL_DB=str(db),
@@ -216,10 +226,13 @@ def test_unknown_settings_are_warned_with_the_closest_name(tmp_path: Path) -> No
     ]
 
 
-def test_doctor_fails_an_agent_that_cannot_be_loaded(emu: SlackEmulator, tmp_path: Path) -> None:
+def test_doctor_fails_an_agent_that_cannot_be_loaded(
+    emu: SlackEmulator, tmp_path: Path, forks: Forks
+) -> None:
     db = tmp_path / "w.db"
     open_store(db).close()
     done = run(
+        forks,
         tmp_path,
         "doctor",
         SLACK_BOT_TOKEN=emu.bot_token,
@@ -261,13 +274,13 @@ def _pg_parts() -> tuple[str, str, str]:
 
 @pytest.mark.parametrize(("what", "template", "server_says"), PERMANENT)
 def test_a_permanent_postgresql_error_fails_at_once_with_the_servers_message(
-    tmp_path: Path, what: str, template: str, server_says: str
+    tmp_path: Path, what: str, template: str, server_says: str, forks: Forks
 ) -> None:
     user, hostport, db = _pg_parts()
     dsn = template.format(user=user, hostport=hostport, db=db)
     host, _, port = hostport.partition(":")
     started = time.monotonic()
-    done = run(tmp_path, "scheduler", WAKEFUL_DB=dsn, WAKEFUL_STARTUP_WAIT="60")
+    done = run(forks, tmp_path, "scheduler", WAKEFUL_DB=dsn, WAKEFUL_STARTUP_WAIT="60")
     took = time.monotonic() - started
     assert done.returncode == 1
     assert done.stderr == (
@@ -277,9 +290,10 @@ def test_a_permanent_postgresql_error_fails_at_once_with_the_servers_message(
     assert took < 15, f"{what}: took {took:.1f} s with a 60 s start-up wait: it was retried"
 
 
-def test_an_unknown_host_is_not_retried(tmp_path: Path) -> None:
+def test_an_unknown_host_is_not_retried(tmp_path: Path, forks: Forks) -> None:
     started = time.monotonic()
     done = run(
+        forks,
         tmp_path,
         "scheduler",
         WAKEFUL_DB="postgresql://postgres@nonexistent.invalid/test",
@@ -294,8 +308,11 @@ def test_an_unknown_host_is_not_retried(tmp_path: Path) -> None:
     )
 
 
-def test_a_refused_connection_is_retried_then_given_up_with_its_cause(tmp_path: Path) -> None:
+def test_a_refused_connection_is_retried_then_given_up_with_its_cause(
+    tmp_path: Path, forks: Forks
+) -> None:
     done = run(
+        forks,
         tmp_path,
         "scheduler",
         WAKEFUL_DB="postgresql://postgres@127.0.0.1:1/test",
@@ -320,8 +337,9 @@ def test_a_refused_connection_is_retried_then_given_up_with_its_cause(tmp_path: 
     assert "pool initialization incomplete" not in done.stderr
 
 
-def test_doctor_prints_a_postgresql_error_on_one_line(tmp_path: Path) -> None:
+def test_doctor_prints_a_postgresql_error_on_one_line(tmp_path: Path, forks: Forks) -> None:
     done = run(
+        forks,
         tmp_path,
         "doctor",
         WAKEFUL_DB="postgresql://postgres@127.0.0.1:1/test",
@@ -337,11 +355,11 @@ def test_doctor_prints_a_postgresql_error_on_one_line(tmp_path: Path) -> None:
     assert all(line[:5] in ("ok   ", "skip ", "FAIL ") for line in done.stdout.splitlines()[:-1])
 
 
-def test_a_host_address_not_of_this_host_is_one_line(emu: SlackEmulator, tmp_path: Path) -> None:
+def test_a_host_address_not_of_this_host_is_one_line(
+    emu: SlackEmulator, tmp_path: Path, forks: Forks
+) -> None:
     env = serve_env(emu, str(tmp_path / "w.db"), WAKEFUL_PORT="0", WAKEFUL_HOST="192.0.2.1")
-    done = subprocess.run(
-        wakeful_cmd("serve"), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
+    done = forks.run(["serve"], env=env, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr == (
         "wakeful: WAKEFUL_HOST 192.0.2.1 is not an address of this host (Cannot assign requested "
