@@ -14,6 +14,7 @@ import pytest
 
 from tests.acceptance.test_slack_app import (
     BOT_USER,
+    QUICK_SETTINGS,
     TEAM,
     Wakeful,
     eventually,
@@ -29,8 +30,10 @@ from tests.acceptance.test_slack_app import (
 def surfaces(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Wakeful]:
-    """`wakeful serve` on each backend, with the emulator it posts to."""
-    with serving(request.param, tmp_path_factory.mktemp(f"surfaces-{request.param}")) as app:
+    """`wakeful serve` on each backend, with the emulator it posts to; no test here sends a
+    burst, so the batch window is the quick one."""
+    tmp = tmp_path_factory.mktemp(f"surfaces-{request.param}")
+    with serving(request.param, tmp, QUICK_SETTINGS) as app:
         yield app
 
 
