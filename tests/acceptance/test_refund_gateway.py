@@ -61,9 +61,13 @@ def settings(**more: str) -> dict[str, str]:
     }
 
 
-def start(tmp: Path, emu: SlackEmulator, db: str, stripe: FakeStripe, **more: str) -> Wakeful:
+def start(
+    tmp: Path, emu: SlackEmulator, db: str, stripe: FakeStripe, real_exec: bool = False, **more: str
+) -> Wakeful:
+    """`real_exec`: the real script, for a test that reads what serve was told in
+    /proc/<pid>/environ (a fork would show its zygote's, whatever serve did with the secret)."""
     backend = "postgres" if "://" in db else "sqlite"
-    app = launch(tmp, emu, db, settings(**more), backend=backend)
+    app = launch(tmp, emu, db, settings(**more), backend=backend, fork=not real_exec)
     stripe.webhook_url = f"http://127.0.0.1:{app.port}"
     return app
 
@@ -127,6 +131,7 @@ def test_a_refund_through_serves_gateway_child_and_the_worker_never_holds_the_se
         emu,
         db,
         stripe,
+        real_exec=True,
         WAKEFUL_GATEWAY_CONFIG=str(config),
         STRIPE_SECRET_KEY=stripe.api_key,
     )
@@ -167,7 +172,7 @@ def test_another_user_can_use_neither_serves_gateway_child_nor_learn_its_token(
     need_root()
     config = write_config(tmp_path, stripe.url)  # the child listens on TCP: it gets a token
     gateway = {"WAKEFUL_GATEWAY_CONFIG": str(config), "STRIPE_SECRET_KEY": stripe.api_key}
-    app = start(tmp_path, emu, db, stripe, **gateway)
+    app = start(tmp_path, emu, db, stripe, real_exec=True, **gateway)
     try:
         told = _told(app)
         url, token = told[b"WAKEFUL_GATEWAY_URL"].decode(), told[b"WAKEFUL_GATEWAY_TOKEN"]

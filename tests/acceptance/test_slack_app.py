@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import need_pg
+from tests.support.forked_cli import popen_lines
 from wakeful.bot.front.wsgi import BODY_CAP
 from wakeful.core.events import Message, decode
 from wakeful.core.records import StepRecord
@@ -96,21 +97,35 @@ def child_env(**settings: str) -> dict[str, str]:
 
 
 class Proc:
-    """A `wakeful` process: stdout lines gathered by a thread, stderr in a log file."""
+    """A `wakeful` process: stdout lines gathered by a thread, stderr in a log file.
 
-    def __init__(self, args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path) -> None:
+    A `wakeful_cmd` is forked from the test process's zygote (tests/support/forked_cli.py): a
+    process of its own as the script's is (its environment, folder, stdio, signals, exit),
+    without the interpreter's start and imports each time, which were a fifth of the suite's
+    CPU. `fork=False` runs the real script: for what only a fresh exec shows (the environment
+    the kernel keeps in /proc/<pid>/environ)."""
+
+    def __init__(
+        self, args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path, fork: bool = True
+    ) -> None:
         self.args = list(args)
         self.log = log
+        script = wakeful_cmd()
         with open(log, "wb") as err:
-            self.popen = subprocess.Popen(
-                self.args,
-                env=dict(env),
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-            )
+            self.popen: Any
+            if fork and self.args[: len(script)] == script:
+                rest = self.args[len(script) :]
+                self.popen = popen_lines(rest, env=env, cwd=cwd, stderr=err.fileno())
+            else:
+                self.popen = subprocess.Popen(
+                    self.args,
+                    env=dict(env),
+                    cwd=cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
+                )
         self.lines: queue.Queue[str] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -199,6 +214,7 @@ def launch(
     settings: Mapping[str, str] | None = None,
     args: Sequence[str] = ("serve",),
     backend: str = "sqlite",
+    fork: bool = True,
 ) -> Wakeful:
     env = child_env(
         SLACK_BOT_TOKEN=emu.bot_token,
@@ -209,7 +225,7 @@ def launch(
         WAKEFUL_PORT="0",
         **dict(settings or {}),
     )
-    proc = Proc(wakeful_cmd(*args), env, tmp, tmp / f"serve-{uuid.uuid4().hex[:6]}.log")
+    proc = Proc(wakeful_cmd(*args), env, tmp, tmp / f"serve-{uuid.uuid4().hex[:6]}.log", fork)
     try:
         line = proc.next_line()
         match = LISTENING.match(line)

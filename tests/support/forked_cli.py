@@ -16,6 +16,7 @@ test's children, as a subprocess's is.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
 import json
@@ -296,3 +297,40 @@ class Forks:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+_SHARED: list[Forks] = []
+STARTUP_VARIABLES = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "VIRTUAL_ENV")
+"""What a zygote shared by a test process keeps of its environment: what the interpreter reads
+at its start (and PYTHON*), never a command's settings (each command gets its own)."""
+
+
+def shared(env: Mapping[str, str]) -> Forks:
+    """This test process's zygote, started at first use from `env`'s interpreter variables,
+    ended at exit: every module's long-running commands (`serve`, the loops) fork from it."""
+    if not _SHARED:
+        keep = {k: v for k, v in env.items() if k.startswith("PYTHON") or k in STARTUP_VARIABLES}
+        _SHARED.append(Forks(Path(tempfile.mkdtemp(prefix="wakeful-zygote-")), keep))
+        atexit.register(_SHARED[0].close)
+    return _SHARED[0]
+
+
+def popen_lines(
+    args: Sequence[str], *, env: Mapping[str, str], cwd: Path | str, stderr: int
+) -> Forked:
+    """`wakeful *args` forked from the shared zygote, left running as `subprocess.Popen(...,
+    stdin=DEVNULL, stdout=PIPE, text=True)` would: `forked.stdout` its lines, stderr to the
+    file descriptor given."""
+    read, write = os.pipe()
+    try:
+        with open(os.devnull, "rb") as null:
+            forked = shared(env).start(
+                args, env=env, cwd=cwd, stdin=null.fileno(), stdout=write, stderr=stderr
+            )
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)
+    forked.stdout = os.fdopen(read, "r", encoding="utf-8", errors="replace")  # type: ignore[assignment]
+    return forked
