@@ -40,6 +40,15 @@ CONTENT = "WAKEFUL_OTEL_CONTENT"
 """`on`: message text may go in attributes (`content`); off by default."""
 SERVICE = "wakeful"
 """The service name when neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES names one."""
+EXPORT_BATCH = 64
+"""Spans an export carries at most, unless OTEL_BSP_MAX_EXPORT_BATCH_SIZE says (its default is
+512): encoding a batch holds the interpreter's lock, and 512 spans held it long enough to
+double the front's ack p99 at 200 msg/s; 64 at a time keep each hold short."""
+BATCH_SETTING = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
+EXPORT_QUEUE = 8192
+"""Spans waiting for export at most, unless OTEL_BSP_MAX_QUEUE_SIZE says (its default is
+2,048, beyond which spans are dropped): smaller batches leave more waiting in a burst."""
+QUEUE_SETTING = "OTEL_BSP_MAX_QUEUE_SIZE"
 MAX_TEXT = 256
 """Longest string attribute kept (content aside): an error's text, never a message's."""
 _tracer: Tracer | None = None
@@ -119,8 +128,13 @@ def configure(env: Mapping[str, str], service: str) -> bool:
         attrs["service.name"] = SERVICE
     resource = _steady(Resource.create(attrs))
     provider = TracerProvider(resource=resource)  # sampler: OTEL_TRACES_SAMPLER
+    batch: dict[str, int] = {}
+    if not env.get(BATCH_SETTING, "").strip():
+        batch["max_export_batch_size"] = EXPORT_BATCH
+    if not env.get(QUEUE_SETTING, "").strip():
+        batch["max_queue_size"] = EXPORT_QUEUE
     for exporter in _exporters(env):
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        provider.add_span_processor(BatchSpanProcessor(exporter, **batch))
     trace.set_tracer_provider(provider)  # other instrumentation joins the same traces
     use_provider(provider, content=env.get(CONTENT, "").strip().lower() == "on")
     _configured = True

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0, MakeStore, need_pg
+from tests.support.old_stores import sqlite_before
 from wakeful.core.errors import InvalidInput
 from wakeful.core.store import Store, open_store
 from wakeful.core.store.sql import load_migrations
-from wakeful.core.store.sqlite import _QUERIES, SQLiteConnector
+from wakeful.core.store.sqlite import SQLiteConnector
 
 
 def test_schema_version_is_the_latest_migration(make_store: MakeStore) -> None:
@@ -56,13 +57,7 @@ def test_upgrading_to_thread_activity_dates_a_thread_by_its_latest_post(tmp_path
     # it last did: the upgrade dates each thread by its latest sent post, so the first prune
     # after an upgrade does not forget a long-running thread still in use.
     path = tmp_path / "old.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute(_QUERIES["create_migrations_table"])
-    for version, name, script in load_migrations("sqlite"):
-        if version >= 8:
-            break
-        conn.executescript(script)
-        conn.execute(_QUERIES["record_migration"], {"version": version, "name": name})
+    conn = sqlite_before(path, 8)
     conn.execute(
         "INSERT INTO threads (channel, thread_ts, why, created_at) VALUES"
         " ('C1', '1.1', 'posted', ?), ('C1', '2.2', 'mentioned', ?)",

@@ -24,6 +24,7 @@ import pytest
 
 from tests.conftest import PG_SCHEMAS, T0, MakeStore, need_pg
 from tests.integration.test_forget import A, B, raw_holders, two_people
+from tests.support.old_stores import sqlite_before
 from wakeful.bot.commands import privacy
 from wakeful.bot.slack.kinds import SLACK_KINDS
 from wakeful.core.clock import ManualClock
@@ -32,7 +33,6 @@ from wakeful.core.settings import Settings
 from wakeful.core.store import Store, base, open_store
 from wakeful.core.store import postgres as pg_store
 from wakeful.core.store.base import ERASED_TABLES
-from wakeful.core.store.sql import load_migrations, load_queries
 
 LATER = T0 + 60
 """When the scheduler's retry runs: what its audit line says the scrub was done at."""
@@ -208,14 +208,7 @@ def test_an_erasure_from_before_the_scrub_was_recorded_is_scrubbed_once_more(
     # Migration 0020 cannot know whether an older erasure's scrub finished (a lock, or an
     # older transaction on PostgreSQL, could have kept the text): it names every table.
     path = tmp_path / "old.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    queries = load_queries("sqlite")
-    conn.execute(queries["create_migrations_table"])
-    for version, name, script in load_migrations("sqlite"):
-        if version >= 20:
-            break
-        conn.executescript(script)
-        conn.execute(queries["record_migration"], {"version": version, "name": name})
+    conn = sqlite_before(path, 20)
     conn.execute(
         "INSERT INTO forgets (inbox, asked_by, forgotten_at, documents, versions, events,"
         " outbox) VALUES (?, 'cli', ?, 1, 1, 1, 1)",

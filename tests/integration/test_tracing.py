@@ -25,6 +25,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.conftest import T0
+from tests.support.otlp_receiver import OtlpReceiver
+from tests.support.otlp_receiver import decode as decode_spans
 from wakeful.agents import Agent, Message, Run
 from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import SlackFront
@@ -414,3 +416,39 @@ def test_a_process_is_set_up_by_opentelemetry_s_own_variables(
     assert resource["service.name"] == service
     assert resource["wakeful.process"] == "worker"
     assert resource["deployment.environment"] == "test"
+
+
+@pytest.mark.parametrize(
+    ("setting", "largest"),
+    [(None, tracing.EXPORT_BATCH), ("512", 200)],
+    ids=["wakeful's batch", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"],
+)
+def test_spans_are_exported_64_at_a_time_unless_opentelemetry_s_variable_says(
+    setting: str | None, largest: int
+) -> None:
+    """Encoding a batch holds the interpreter's lock: wakeful exports 64 spans at a time (not
+    OpenTelemetry's 512), and the standard variable still decides when set."""
+    code = (
+        "import os\n"
+        "from opentelemetry import trace\n"
+        "from wakeful.core import tracing\n"
+        "assert tracing.configure(os.environ, 'worker')\n"
+        "for n in range(200):\n"
+        "    with tracing.span('wakeful.test', {'n': n}):\n"
+        "        pass\n"
+        "trace.get_tracer_provider().shutdown()\n"
+    )
+    with OtlpReceiver() as receiver:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_BSP_SCHEDULE_DELAY": "60000",  # batches leave full, or at the shutdown
+            **({"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": setting} if setting else {}),
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        assert receiver.wait_count(200, 10), receiver.count
+        sizes = [len(decode_spans(body)) for body in receiver.bodies()]
+    assert sum(sizes) == 200 and max(sizes) == largest, sizes
