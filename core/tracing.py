@@ -128,13 +128,13 @@ def configure(env: Mapping[str, str], service: str) -> bool:
         attrs["service.name"] = SERVICE
     resource = _steady(Resource.create(attrs))
     provider = TracerProvider(resource=resource)  # sampler: OTEL_TRACES_SAMPLER
-    batch: dict[str, int] = {}
-    if not env.get(BATCH_SETTING, "").strip():
-        batch["max_export_batch_size"] = EXPORT_BATCH
-    if not env.get(QUEUE_SETTING, "").strip():
-        batch["max_queue_size"] = EXPORT_QUEUE
+    # Either OTEL_BSP_* variable set: OpenTelemetry reads both itself (None), as they decide
+    # together (a batch larger than the queue is refused).
+    told = any(env.get(name, "").strip() for name in (BATCH_SETTING, QUEUE_SETTING))
+    size, queue = (None, None) if told else (EXPORT_BATCH, EXPORT_QUEUE)
     for exporter in _exporters(env):
-        provider.add_span_processor(BatchSpanProcessor(exporter, **batch))
+        processor = BatchSpanProcessor(exporter, max_queue_size=queue, max_export_batch_size=size)
+        provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)  # other instrumentation joins the same traces
     use_provider(provider, content=env.get(CONTENT, "").strip().lower() == "on")
     _configured = True
