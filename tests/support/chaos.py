@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.forked_cli import Forked, shared
 from wakeful.core.store import Store
 from wakeful.devtools.audit import count_events, overlapping_runs, runs
 from wakeful.devtools.emulator import EventSender, SlackEmulator
@@ -137,7 +138,7 @@ class Fleet:
             config, keys = gateway
             self.commands["gateway"] = [*wakeful, "gateway", "--config", str(config)]
             self.own_env["gateway"] = {**env, **keys}
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.procs: dict[str, Forked] = {}
         self.logs: dict[str, Any] = {}
 
     def start(self, name: str) -> None:
@@ -145,9 +146,18 @@ class Fleet:
         if log is None:
             log = self.logs[name] = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115
         env = self.own_env.get(name, self.env)
-        self.procs[name] = subprocess.Popen(
-            self.commands[name], env=env, cwd=ROOT, stdout=log, stderr=log
-        )
+        # Forked from this test process's zygote (tests/support/forked_cli.py): processes of
+        # their own, killed as any is, without an interpreter's start for each of the dozens of
+        # restarts a chaos run makes.
+        with open(os.devnull, "rb") as null:
+            self.procs[name] = shared(env).start(
+                self.commands[name][3:],
+                env=env,
+                cwd=ROOT,
+                stdin=null.fileno(),
+                stdout=log.fileno(),
+                stderr=log.fileno(),
+            )
 
     def start_all(self) -> None:
         for name in self.commands:
