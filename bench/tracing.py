@@ -276,8 +276,7 @@ def end_to_end(
         exported = receiver.count - before
     finally:
         _stop(emu_proc)
-    off = {k: statistics.median(r[k] for r in offs) for k in offs[0]}
-    on = {k: statistics.median(r[k] for r in ons) for k in ons[0]}
+    off, on = medians(offs), medians(ons)
     ratio, p50_ratio = on["p99"] / off["p99"], on["p50"] / off["p50"]
     ack, ack_p50 = on["ack_p99"] / off["ack_p99"], on["ack_p50"] / off["ack_p50"]
     cpu_ratio = on["cpu_ms"] / off["cpu_ms"]
@@ -320,44 +319,38 @@ def end_to_end(
         ),
     ]
     if tens:
-        ten = {k: statistics.median(r[k] for r in tens) for k in tens[0]}
-        r99, r50 = ten["p99"] / off["p99"], ten["p50"] / off["p50"]
-        a99, a50 = ten["ack_p99"] / off["ack_p99"], ten["ack_p50"] / off["ack_p50"]
-        figures.append(
-            Figure(
-                f"end to end at 200 msg/s, one trace in {round(1 / SAMPLED)} kept: p99",
-                ten["p99"],
-                "ms p99",
-                r99,
-                "untraced p99",
-                f"p50 and p99, end to end and ack, <= {GOAL}x",
-                max(r99, r50, a99, a50) <= GOAL and ten["missing"] == 0,
-                f"OTEL_TRACES_SAMPLER=parentbased_traceidratio, ARG {SAMPLED}; p50 {ten['p50']:.0f}"
-                f" ms ({r50:.2f}x); ack p50 {ten['ack_p50']:.1f} ms ({a50:.2f}x), p99 "
-                f"{ten['ack_p99']:.1f} ms ({a99:.2f}x); CPU {ten['cpu_ms']:.2f} ms/msg "
-                f"({ten['cpu_ms'] / off['cpu_ms']:.2f}x); unanswered {ten['missing']:.0f}; {runs}",
-            )
-        )
+        name = f"end to end at 200 msg/s, one trace in {round(1 / SAMPLED)} kept: p99"
+        lead = f"OTEL_TRACES_SAMPLER=parentbased_traceidratio, ARG {SAMPLED}; "
+        figures.append(against(name, medians(tens), off, lead, runs))
     if halves:
-        low = {k: statistics.median(r[k] for r, _ in halves) for k in halves[0][0]}
-        high = {k: statistics.median(r[k] for _, r in halves) for k in halves[0][1]}
-        h99, h50 = high["p99"] / low["p99"], high["p50"] / low["p50"]
-        k99, k50 = high["ack_p99"] / low["ack_p99"], high["ack_p50"] / low["ack_p50"]
-        figures.append(
-            Figure(
-                "end to end at 100 msg/s (half the load), tracing on: p99",
-                high["p99"],
-                "ms p99",
-                h99,
-                "untraced p99",
-                f"p50 and p99, end to end and ack, <= {GOAL}x",
-                max(h99, h50, k99, k50) <= GOAL and high["missing"] == 0,
-                f"p50 {high['p50']:.0f} ms ({h50:.2f}x); ack p50 {high['ack_p50']:.1f} ms "
-                f"({k50:.2f}x), p99 {high['ack_p99']:.1f} ms ({k99:.2f}x, untraced "
-                f"{low['ack_p99']:.1f}); CPU {high['cpu_ms']:.2f} ms/msg "
-                f"({high['cpu_ms'] / low['cpu_ms']:.2f}x); {runs}",
-            )
-        )
+        name = "end to end at 100 msg/s (half the load), tracing on: p99"
+        low, high = medians([r for r, _ in halves]), medians([r for _, r in halves])
+        figures.append(against(name, high, low, "", runs))
     for f in figures:
         say("  " + f.row())
     return figures
+
+
+def medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over runs of one kind."""
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def against(name: str, on: dict[str, float], off: dict[str, float], lead: str, runs: str) -> Figure:
+    """A traced setting against its untraced runs, end to end and ack, p50 and p99 (all four
+    within GOAL to meet it), with its CPU per message."""
+    r99, r50 = on["p99"] / off["p99"], on["p50"] / off["p50"]
+    a99, a50 = on["ack_p99"] / off["ack_p99"], on["ack_p50"] / off["ack_p50"]
+    return Figure(
+        name,
+        on["p99"],
+        "ms p99",
+        r99,
+        "untraced p99",
+        f"p50 and p99, end to end and ack, <= {GOAL}x",
+        max(r99, r50, a99, a50) <= GOAL and on["missing"] == 0,
+        f"{lead}p50 {on['p50']:.0f} ms ({r50:.2f}x); ack p50 {on['ack_p50']:.1f} ms "
+        f"({a50:.2f}x), p99 {on['ack_p99']:.1f} ms ({a99:.2f}x, untraced {off['ack_p99']:.1f}); "
+        f"CPU {on['cpu_ms']:.2f} ms/msg ({on['cpu_ms'] / off['cpu_ms']:.2f}x); unanswered "
+        f"{on['missing']:.0f}; {runs}",
+    )
