@@ -180,14 +180,19 @@ def test_each_tool_call_is_an_execute_tool_span_with_its_key_and_outcome(
     assert not [s for s in tools if "gen_ai.tool.call.arguments" in attrs(s)]
 
 
-def test_an_approved_call_is_an_execute_tool_span_and_the_answer_links_to_the_asker(
-    world: World, spans: InMemorySpanExporter
-) -> None:
+def ask_for_a_refund(world: World) -> None:
+    """A person asks; the model asks for a refund, which waits for a yes: one run."""
     world.say("please refund order 42, it arrived broken")
     world.fake.script(
         api.tool_use("refund_order", {"order_id": "42", "reason": "broken"}, "toolu_a1")
     )
     world.tick()
+
+
+def test_an_approved_call_is_an_execute_tool_span_and_the_answer_links_to_the_asker(
+    world: World, spans: InMemorySpanExporter
+) -> None:
+    ask_for_a_refund(world)
     [approval] = world.store.approvals(INBOX)
     [asker] = runs(spans.get_finished_spans())
     assert approval.trace == traceparent(asker)  # the approval row keeps the asking run's
@@ -264,11 +269,7 @@ def test_a_timer_tick_starts_its_own_trace_linked_to_the_run_that_set_it(
 def test_an_expiry_answers_in_a_timer_trace_linked_to_the_asking_run(
     world: World, spans: InMemorySpanExporter
 ) -> None:
-    world.say("please refund order 42, it arrived broken")
-    world.fake.script(
-        api.tool_use("refund_order", {"order_id": "42", "reason": "broken"}, "toolu_a1")
-    )
-    world.tick()
+    ask_for_a_refund(world)
     [asker] = runs(spans.get_finished_spans())
     world.fake.script(api.text("It expired."))
     world.tick(T0 + TTL)
