@@ -94,7 +94,14 @@ def _app(kind: str, api: str, tmp: Path, env: dict[str, str]) -> tuple[subproces
     if kind == "bare":
         cmd = [sys.executable, "-m", "bench.bare_reply_app", "--secret", SECRET]
         return _start([*cmd, "--token", TOKEN, "--api-url", api], env)
-    wenv = {
+    cmd = [sys.executable, "-m", "wakeful.bot.commands.cli", "serve"]
+    return _start(cmd, app_env(api, tmp, env))
+
+
+def app_env(api: str, tmp: Path, env: dict[str, str]) -> dict[str, str]:
+    """The environment of wakeful's processes in these runs: the emulator's workspace, a new
+    store under `tmp`, the bench's agent, warnings only."""
+    return {
         **env,
         "SLACK_BOT_TOKEN": TOKEN,
         "SLACK_SIGNING_SECRET": SECRET,
@@ -106,7 +113,6 @@ def _app(kind: str, api: str, tmp: Path, env: dict[str, str]) -> tuple[subproces
         "WAKEFUL_AGENT": "bench.e2e_agent:build",
         "WAKEFUL_E2E_RUNS": str(tmp / "runs.jsonl"),
     }
-    return _start([sys.executable, "-m", "wakeful.bot.commands.cli", "serve"], wenv)
 
 
 def run_e2e(quick: bool, say: Callable[[str], None] = print) -> list[Figure]:

@@ -13,8 +13,14 @@
   ingest (the front's ack: verify, store, answer) and end to end (to Slack's receipt of the
   reply), p50 and p99, each <= 1.1x untraced (issue 39); and the serve process's CPU per
   message, what tracing costs;
-- the same with one trace in ten kept (parentbased_traceidratio 0.1), and at 100 messages/s:
-  how the cost depends on sampling and on how busy the process already is.
+- the same with one trace in ten kept (parentbased_traceidratio 0.1), at 100 messages/s, and
+  split (`serve --no-loops` with `worker`, `scheduler` and `dispatcher` processes, each its own
+  interpreter): how the cost depends on sampling and on how busy a process already is;
+- two controls in the same rounds: a second untraced run against the first (what the ratios
+  are when nothing differs: the noise a goal of 1.1x has to clear), and tracing set up with
+  no trace kept (OTEL_TRACES_SAMPLER=always_off: OpenTelemetry's context on every request and
+  run, nothing recorded or exported): how much of the cost is the interpreter's headroom, not
+  what spans are made of.
 """
 
 from __future__ import annotations
@@ -35,13 +41,15 @@ from wakeful.core.store import Store, open_store
 from wakeful.devtools.emulator import RemoteEmulator
 
 from .common import NOW, Figure, cpu_seconds, percentile
-from .e2e import ROOT, TOKEN, _app, answered, send_load
-from .http import _start, _stop
+from .e2e import ROOT, TOKEN, _app, answered, app_env, send_load
+from .http import _start, _start_loops, _stop
 
 GOAL = 1.1
 """Traced against untraced, at most (issue 39)."""
 SAMPLED = 0.1
 """The share of traces kept in the sampled run: what an operator sets to trace less."""
+NONE = "always_off"
+"""The sampler of the control that sets tracing up and keeps nothing."""
 ATTRS = {"http.request.method": "POST", "http.route": "/slack/events"}
 
 
@@ -214,20 +222,36 @@ def ingest(
 
 
 def serve_at(
-    tmp: Path, api: str, emu: RemoteEmulator, env: dict[str, str], seconds: float, rate: int = 200
+    tmp: Path,
+    api: str,
+    emu: RemoteEmulator,
+    env: dict[str, str],
+    seconds: float,
+    rate: int = 200,
+    split: bool = False,
 ) -> dict[str, float]:
     """`wakeful serve` (bench/e2e.py's) at `rate` messages/s over 200 users: p50, p99 (ms),
-    ack p50 and p99, unanswered, and the serve process's CPU ms per message."""
+    ack p50 and p99, unanswered, and wakeful's CPU ms per message. `split`: `serve --no-loops`
+    with `worker`, `scheduler` and `dispatcher` processes on the same store, each its own
+    interpreter; their CPU summed."""
     emu.clear()
-    proc, url = _app("wakeful", api, tmp, env)
+    cli = [sys.executable, "-m", "wakeful.bot.commands.cli"]
+    if split:
+        wenv = app_env(api, tmp, env)
+        proc, url = _start([*cli, "serve", "--no-loops"], wenv)
+        procs = [proc, *_start_loops(wenv)]
+    else:
+        proc, url = _app("wakeful", api, tmp, env)
+        procs = [proc]
     try:
         log = tmp / f"load-{time.monotonic_ns()}.jsonl"
-        cpu = cpu_seconds(proc.pid)
+        cpu = sum(cpu_seconds(p.pid) for p in procs)
         load = send_load(url, rate, seconds, 200, log)
         pairs = answered(log, emu, settle=10)
-        cpu = cpu_seconds(proc.pid) - cpu
+        cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu
     finally:
-        _stop(proc)
+        for p in procs:
+            _stop(p)
     times = sorted(done - at for at, done in pairs if done is not None)
     return {
         "p50": percentile(times, 50) * 1000,
@@ -255,6 +279,7 @@ def end_to_end(
         "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
         "OTEL_TRACES_SAMPLER_ARG": str(SAMPLED),
     }
+    kept_none = {**traced, "OTEL_TRACES_SAMPLER": NONE}
     emu_proc, api = _start(
         [sys.executable, "-m", "wakeful.devtools.emulator", "--port", "0", "--token", TOKEN],
         env,
@@ -263,7 +288,10 @@ def end_to_end(
     offs: list[dict[str, float]] = []
     ons: list[dict[str, float]] = []
     tens: list[dict[str, float]] = []
+    twins: list[dict[str, float]] = []
+    nones: list[dict[str, float]] = []
     halves: list[tuple[dict[str, float], dict[str, float]]] = []
+    splits: list[tuple[dict[str, float], dict[str, float]]] = []
     try:
         before = receiver.count
         for _ in range(pairs):
@@ -271,8 +299,12 @@ def end_to_end(
             ons.append(serve_at(tmp, api, emu, traced, seconds))
             if not quick:
                 tens.append(serve_at(tmp, api, emu, sampled, seconds))
+                twins.append(serve_at(tmp, api, emu, env, seconds))
+                nones.append(serve_at(tmp, api, emu, kept_none, seconds))
                 off_100 = serve_at(tmp, api, emu, env, seconds, 100)
                 halves.append((off_100, serve_at(tmp, api, emu, traced, seconds, 100)))
+                off_split = serve_at(tmp, api, emu, env, seconds, split=True)
+                splits.append((off_split, serve_at(tmp, api, emu, traced, seconds, split=True)))
         exported = receiver.count - before
     finally:
         _stop(emu_proc)
@@ -314,18 +346,34 @@ def end_to_end(
             "",
             None,
             f"what tracing costs, no goal of its own (the goal is latency at 200 msg/s, above); "
-            f"untraced {off['cpu_ms']:.2f} ms/msg; {exported:,} spans received, exported from "
-            f"a background thread (BatchSpanProcessor); {runs}",
+            f"untraced {off['cpu_ms']:.2f} ms/msg: the process busy {off['cpu_ms'] / 5:.0%} of "
+            f"one core untraced, {on['cpu_ms'] / 5:.0%} traced; {exported:,} spans received, "
+            f"exported from a background thread (BatchSpanProcessor); {runs}",
         ),
     ]
     if tens:
         name = f"end to end at 200 msg/s, one trace in {round(1 / SAMPLED)} kept: p99"
         lead = f"OTEL_TRACES_SAMPLER=parentbased_traceidratio, ARG {SAMPLED}; "
         figures.append(against(name, medians(tens), off, lead, runs))
+    if twins:
+        name = "control: end to end at 200 msg/s, untraced against untraced: p99"
+        lead = "a second untraced run in each round against the first: the noise floor; "
+        figures.append(against(name, medians(twins), off, lead, runs, goal=False))
+        name = "control: end to end at 200 msg/s, tracing set up, no trace kept: p99"
+        lead = (
+            f"OTEL_TRACES_SAMPLER={NONE}: OpenTelemetry's context made on every request and run, "
+            "nothing recorded or exported; "
+        )
+        figures.append(against(name, medians(nones), off, lead, runs, goal=False))
     if halves:
         name = "end to end at 100 msg/s (half the load), tracing on: p99"
         low, high = medians([r for r, _ in halves]), medians([r for _, r in halves])
         figures.append(against(name, high, low, "", runs))
+    if splits:
+        name = "end to end at 200 msg/s, the loops in processes of their own, tracing on: p99"
+        lead = "serve --no-loops + worker + scheduler + dispatcher, CPU summed; "
+        untraced, high = medians([r for r, _ in splits]), medians([r for _, r in splits])
+        figures.append(against(name, high, untraced, lead, runs))
     for f in figures:
         say("  " + f.row())
     return figures
@@ -336,9 +384,16 @@ def medians(runs: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def against(name: str, on: dict[str, float], off: dict[str, float], lead: str, runs: str) -> Figure:
+def against(
+    name: str,
+    on: dict[str, float],
+    off: dict[str, float],
+    lead: str,
+    runs: str,
+    goal: bool = True,
+) -> Figure:
     """A traced setting against its untraced runs, end to end and ack, p50 and p99 (all four
-    within GOAL to meet it), with its CPU per message."""
+    within GOAL to meet it; a control has no goal), with its CPU per message."""
     r99, r50 = on["p99"] / off["p99"], on["p50"] / off["p50"]
     a99, a50 = on["ack_p99"] / off["ack_p99"], on["ack_p50"] / off["ack_p50"]
     return Figure(
@@ -347,8 +402,8 @@ def against(name: str, on: dict[str, float], off: dict[str, float], lead: str, r
         "ms p99",
         r99,
         "untraced p99",
-        f"p50 and p99, end to end and ack, <= {GOAL}x",
-        max(r99, r50, a99, a50) <= GOAL and on["missing"] == 0,
+        f"p50 and p99, end to end and ack, <= {GOAL}x" if goal else "",
+        (max(r99, r50, a99, a50) <= GOAL and on["missing"] == 0) if goal else None,
         f"{lead}p50 {on['p50']:.0f} ms ({r50:.2f}x); ack p50 {on['ack_p50']:.1f} ms "
         f"({a50:.2f}x), p99 {on['ack_p99']:.1f} ms ({a99:.2f}x, untraced {off['ack_p99']:.1f}); "
         f"CPU {on['cpu_ms']:.2f} ms/msg ({on['cpu_ms'] / off['cpu_ms']:.2f}x); unanswered "
