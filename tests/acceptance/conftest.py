@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import BOT_USER, TEAM, TOKEN, pg_schema_url
+from tests.support.slack_app import BOT_USER, TEAM, TOKEN, pg_schema_url
 from wakeful.devtools.emulator import SlackEmulator
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import REPO, Proc, child_env, pg_schema_url, wakeful_cmd
 from tests.conftest import T0
+from tests.support.slack_app import REPO, Proc, child_env, pg_schema_url, wakeful_cmd
 from wakeful.core.store import open_store
 from wakeful.devtools.audit import count_events
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.support import fake_anthropic as api
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.slack_app import (
     BOT_USER,
     TEAM,
     TOKEN,
@@ -32,8 +34,6 @@ from tests.acceptance.test_slack_app import (
     shut_down,
     wakeful_cmd,
 )
-from tests.support import fake_anthropic as api
-from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.bot.builtin.claude import ClaudeAgent
 from wakeful.devtools.audit import runs
 from wakeful.devtools.emulator import SlackEmulator

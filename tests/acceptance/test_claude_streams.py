@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 
 from tests.acceptance.test_claude_slack import claude_settings, feedback_element
-from tests.acceptance.test_slack_app import (
+from tests.support import fake_anthropic as api
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.slack_app import (
     BOT_USER,
     TEAM,
     TOKEN,
@@ -31,8 +33,6 @@ from tests.acceptance.test_slack_app import (
     settle,
     shut_down,
 )
-from tests.support import fake_anthropic as api
-from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.devtools.emulator import SlackEmulator
 from wakeful.devtools.emulator.common import Call
 

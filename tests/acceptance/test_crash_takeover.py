@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.test_examples import approve, settings
-from tests.acceptance.test_slack_app import (
+from tests.support.ops_service import OpsService
+from tests.support.slack_app import (
     TEAM,
     Wakeful,
     dm,
@@ -29,7 +30,6 @@ from tests.acceptance.test_slack_app import (
     pg_schema_url,
     shut_down,
 )
-from tests.support.ops_service import OpsService
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import SlackEmulator
 

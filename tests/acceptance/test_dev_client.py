@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import APP_SETTINGS, SECRET, serving
+from tests.support.slack_app import APP_SETTINGS, SECRET, serving
 from wakeful.devtools.client import AppRefused, Slack
 from wakeful.devtools.webhooks import github_payload, stripe_event
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.support.slack_app import (
     BATCH_WINDOW,
     BOT_USER,
     Wakeful,
@@ -101,7 +101,7 @@ def test_a_dm_is_not_held_behind_twelve_mentions_in_one_channel(app: Wakeful) ->
     assert latency <= DM_BOUND, f"answered after {latency:.2f} s"
 
     # Every mention is answered in its thread: its reply is queued for the channel, where
-    # Slack's pace lets out one a second (the pace itself: test_slack_app, test_outbox) ...
+    # Slack's pace lets out one a second (the pace itself: test_slack_app_work, test_outbox) ...
     def answered(mentioner: str) -> list[tuple[str, str]]:
         rows = app.store.outbox(inbox=inbox(mentioner))
         return [(r.channel, r.thread_ts) for r in rows if "Handled" in r.text]

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from cryptography.fernet import Fernet
 
-from tests.acceptance.test_slack_app import (
+from tests.support.slack_app import (
     LISTENING,
     Proc,
     child_env,

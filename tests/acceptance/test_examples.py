@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.support.ops_service import OpsService
+from tests.support.slack_app import (
     BOT_USER,
     TEAM,
     TOKEN,
@@ -25,7 +26,6 @@ from tests.acceptance.test_slack_app import (
     launch,
     shut_down,
 )
-from tests.support.ops_service import OpsService
 from wakeful.devtools.emulator import SlackEmulator
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ words is left in the store's files (SQLite's file and WAL, PostgreSQL's pages) w
 person's stay, their event rows still there.
 
 One `wakeful serve` per backend for the module (the signed requests and the emulator as in
-test_slack_app.py); the emulator shows what each response_url posts as Slack would, so the
+tests/support/slack_app.py); the emulator shows what each response_url posts as Slack would, so the
 tests read what the person sees.
 """
 
@@ -20,7 +20,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.support.raw_bytes import pg_tables_holding, sqlite_files_holding
+from tests.support.slack_app import (
     Wakeful,
     dm,
     eventually,
@@ -28,7 +29,6 @@ from tests.acceptance.test_slack_app import (
     serving,
     settle,
 )
-from tests.support.raw_bytes import pg_tables_holding, sqlite_files_holding
 from wakeful.bot.slack.home import MEMORY_LINE
 from wakeful.bot.slack.privacy import FORGET, FORGET_CANCEL
 from wakeful.core.memory import MemoryChange

@@ -35,13 +35,9 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from tests.acceptance.test_hostile_input import (
-    FUZZ_SETTINGS,
-    Answer,
-    header_text,
-    json_value,
-)
-from tests.acceptance.test_hostile_input import send as send_raw
+from tests.support.fuzz_values import FUZZ_SETTINGS, header_text, json_value
+from tests.support.hostile import Answer
+from tests.support.hostile import send as send_raw
 from tests.support.webhook_front import start_server
 from wakeful.bot.builtin.webhook_report import report_line
 from wakeful.bot.front.listeners import Listeners

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.support.slack_app import (
     APP_SETTINGS,
     BOT_USER,
     QUICK_SETTINGS,

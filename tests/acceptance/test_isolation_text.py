@@ -2,7 +2,8 @@
 cannot page a channel or phish through the bot (item 1), and cannot fail the writes that carry
 other people's work (item 4(a)).
 
-One `wakeful serve` per backend for the module (helpers from test_slack_app), with a GitHub
+One `wakeful serve` per backend for the module (helpers from
+tests/support/slack_app.py), with a GitHub
 webhook reporting to OPS; each test uses users of its own.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.support.slack_app import (
     APP_SETTINGS,
     Wakeful,
     dm,

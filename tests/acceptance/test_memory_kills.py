@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.support.slack_app import (
     BOT_USER,
     TEAM,
     TOKEN,

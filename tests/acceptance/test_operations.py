@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.acceptance.test_slack_app import (
+from tests.conftest import T0
+from tests.support.slack_app import (
     SECRET,
     Proc,
     Wakeful,
@@ -27,7 +28,6 @@ from tests.acceptance.test_slack_app import (
     shut_down,
     wakeful_cmd,
 )
-from tests.conftest import T0
 from wakeful.core.events import Message
 from wakeful.core.store import open_store
 from wakeful.devtools.audit import count_events

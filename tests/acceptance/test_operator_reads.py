@@ -22,10 +22,10 @@ from typing import Any, NamedTuple
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.acceptance.test_slack_app import LISTENING, SECRET, Proc, child_env, pg_schema_url
 from tests.support import full_store
 from tests.support.forked_cli import Forks
 from tests.support.full_store import Filled
+from tests.support.slack_app import LISTENING, SECRET, Proc, child_env, pg_schema_url
 from wakeful.core.store.sql import load_migrations
 from wakeful.devtools.emulator import SlackEmulator
 

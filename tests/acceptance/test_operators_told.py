@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.support.doc_samples import ROOT
+from tests.support.slack_app import (
     Wakeful,
     child_env,
     dm,
@@ -25,7 +26,6 @@ from tests.acceptance.test_slack_app import (
     shut_down,
     wakeful_cmd,
 )
-from tests.support.doc_samples import ROOT
 from wakeful.core.runner import FAILURE_TEXT
 from wakeful.devtools.emulator import SlackEmulator
 

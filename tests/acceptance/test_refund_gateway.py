@@ -21,16 +21,16 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.test_examples import approve
-from tests.acceptance.test_slack_app import (
+from tests.support.chaos import free_port
+from tests.support.gateway import GatewayProcess, audit_lines, write_config
+from tests.support.other_user import as_nobody, need_root
+from tests.support.slack_app import (
     Wakeful,
     dm,
     eventually,
     launch,
     shut_down,
 )
-from tests.support.chaos import free_port
-from tests.support.gateway import GatewayProcess, audit_lines, write_config
-from tests.support.other_user import as_nobody, need_root
 from wakeful.devtools.emulator import SlackEmulator
 from wakeful.devtools.fake_stripe import FakeStripe
 

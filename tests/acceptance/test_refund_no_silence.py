@@ -28,15 +28,15 @@ import pytest
 
 from tests.acceptance.test_examples import prompt
 from tests.acceptance.test_refund_gateway import ALICE, BOSS, start
-from tests.acceptance.test_slack_app import (
+from tests.support.chaos import free_port
+from tests.support.gateway import GatewayProcess, write_config
+from tests.support.slack_app import (
     SETTLE,
     Wakeful,
     dm,
     eventually,
     shut_down,
 )
-from tests.support.chaos import free_port
-from tests.support.gateway import GatewayProcess, write_config
 from wakeful.devtools.audit import count_events
 from wakeful.devtools.emulator import SlackEmulator
 from wakeful.devtools.fake_stripe import FakeStripe
@@ -106,7 +106,7 @@ def wait_said(app: Wakeful, pattern: str, timeout: float) -> None:
 def settle(app: Wakeful) -> None:
     """Before the checks that nothing else arrives: the store idle (no open event, no post
     waiting to go out; whatever the app would still do is in the store before it does it),
-    then the short settle for what is on its way (test_slack_app.settle)."""
+    then the short settle for what is on its way (tests/support/slack_app.py `settle`)."""
 
     def idle() -> bool:
         events = count_events(app.store, "pending") + count_events(app.store, "running")

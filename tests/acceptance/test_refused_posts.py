@@ -2,7 +2,8 @@
 refuses for good is told once to the person who caused it, and a reply under the bot's own
 top-level post reaches the agent without a mention.
 
-One app per backend for the module (helpers from test_slack_app); each test has its own users
+One app per backend for the module (helpers from
+tests/support/slack_app.py); each test has its own users
 and channels.
 """
 
@@ -12,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.acceptance.test_slack_app import Wakeful, eventually, inbox, serving, settle
 from tests.integration.test_refusal_notices import NOT_IN_CHANNEL
+from tests.support.slack_app import Wakeful, eventually, inbox, serving, settle
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.pg)])

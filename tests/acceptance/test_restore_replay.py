@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tests.acceptance.test_backup_restore import wakeful
-from tests.acceptance.test_slack_app import (
+from tests.support.slack_app import (
     APP_SETTINGS,
     BOT_USER,
     TEAM,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.support.slack_app import (
     SECRET,
     child_env,
     launch,

@@ -1,7 +1,8 @@
 """Issue 13 through the real HTTP front against the emulator, on both stores: thread
 follow-ups, ephemerals in the prompt's thread, and what the operator sees of Slack's refusals.
 
-One `wakeful serve` per backend for the module (helpers from test_slack_app); each test uses
+One `wakeful serve` per backend for the module (helpers from
+tests/support/slack_app.py); each test uses
 users and channels of its own.
 """
 
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.support.slack_app import (
     BOT_USER,
     QUICK_SETTINGS,
     TEAM,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import child_env, pg_schema_url, wakeful_cmd
 from tests.support.forked_cli import Forks
+from tests.support.slack_app import child_env, pg_schema_url, wakeful_cmd
 from wakeful.core.store import open_store
 
 PASSWORD = "kv-SECRET-hunter2"

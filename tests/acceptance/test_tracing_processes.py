@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
+from tests.support.slack_app import (
     APP_SETTINGS,
     BOT_USER,
     TEAM,
@@ -30,7 +31,6 @@ from tests.acceptance.test_slack_app import (
     shut_down,
     wakeful_cmd,
 )
-from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
 from wakeful.devtools.emulator import SlackEmulator
 
 SPANS_TIMEOUT = 15.0

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.support.slack_app import (
     APP_SETTINGS,
     BOT_USER,
     TEAM,

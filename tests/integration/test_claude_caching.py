@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0
-from tests.integration.test_claude_agent import INBOX, TEAM, USER, World, _agents
 from tests.support import fake_anthropic as api
+from tests.support.claude_world import INBOX, TEAM, USER, World, _agents
 from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.agents import Feedback, InvalidInput
 from wakeful.bot.builtin.claude import factory

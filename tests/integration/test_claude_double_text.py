@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.integration.test_claude_agent import INBOX, World, _close_agents, fake
 from tests.support import fake_anthropic as api
+from tests.support.claude_world import INBOX, World, _close_agents, fake
 from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.core.store import Store
 from wakeful.devtools.audit import runs
 
-__all__ = ["_close_agents", "fake"]  # the fixtures of test_claude_agent.py, used here too
+__all__ = ["_close_agents", "fake"]  # the fixtures of tests/support/claude_world.py, used here too
 
 
 def test_a_message_during_a_tool_is_answered_with_the_first_in_one_reply(

@@ -14,10 +14,10 @@ import pytest
 
 from tests.conftest import T0
 from tests.integration.test_gateway import Echo
-from tests.integration.test_refund_desk import RecordingSender
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.gateway import audit_lines, gateway_in_thread, write_config
+from tests.support.refund_world import RecordingSender
 from wakeful.agents import InboxId, Message, WebhookDelivery
 from wakeful.bot.builtin.claude import ClaudeAgent
 from wakeful.bot.process.config import Config

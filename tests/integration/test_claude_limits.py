@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0, MakeStore
-from tests.integration.test_claude_agent import (
+from tests.support import fake_anthropic as api
+from tests.support.claude_world import (
     INBOX,
     World,
     assert_valid_history,
     tool_results,
 )
-from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.agents import InboxId, InvalidInput, Message, SpendBudget
 from wakeful.bot.builtin.claude import factory

@@ -18,14 +18,14 @@ import anthropic
 import pytest
 
 from tests.conftest import T0, MakeStore
-from tests.integration.test_claude_agent import INBOX, World, _close_agents, fake, tool_results
 from tests.support import fake_anthropic as api
+from tests.support.claude_world import INBOX, World, _close_agents, fake, tool_results
 from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.bot.builtin.claude_memory import CUT_NOTE, MEMORY_BETA, MEMORY_TOOL_SPEC
 from wakeful.core.store import Store
 from wakeful.devtools.audit import runs
 
-__all__ = ["_close_agents", "fake"]  # the fixtures of test_claude_agent.py, used here too
+__all__ = ["_close_agents", "fake"]  # the fixtures of tests/support/claude_world.py, used here too
 
 OWNER = str(INBOX)
 NOTES = "/memories/notes.md"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import pg_schema_url
 from tests.conftest import T0, MakeStore
 from tests.integration.test_metrics import Scripted
+from tests.support.slack_app import pg_schema_url
 from wakeful.agents import Agent, Message, Run
 from wakeful.bot.commands.cli import main
 from wakeful.core import logs, metrics

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from cryptography.fernet import Fernet
 
-from tests.acceptance.test_slack_app import LISTENING
 from tests.support.gateway import ROOT
+from tests.support.slack_app import LISTENING
 from wakeful.bot.front.listeners import Listeners
 from wakeful.bot.front.wsgi import SlackFront
 from wakeful.bot.process.config import Config

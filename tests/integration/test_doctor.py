@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import child_env, pg_schema_url, wakeful_cmd
+from tests.support.slack_app import child_env, pg_schema_url, wakeful_cmd
 from wakeful.bot.commands.doctor import Check, report, run_checks
 from wakeful.bot.slack.scopes import required_scopes
 from wakeful.core.store import open_store

@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.conftest import need_pg
+from tests.support.forked_cli import Forks
+from tests.support.raw_bytes import pg_tables_holding, sqlite_files_holding
+from tests.support.slack_app import (
     BOT_USER,
     TEAM,
     TOKEN,
@@ -30,9 +33,6 @@ from tests.acceptance.test_slack_app import (
     shut_down,
     wakeful_cmd,
 )
-from tests.conftest import need_pg
-from tests.support.forked_cli import Forks
-from tests.support.raw_bytes import pg_tables_holding, sqlite_files_holding
 from wakeful.bot.commands.privacy import PROMPT
 from wakeful.core.clock import ManualClock
 from wakeful.core.events import Message

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import pg_schema_url
 from tests.support.approvals import ApprovalRequest
+from tests.support.slack_app import pg_schema_url
 from wakeful.bot.commands.cli import main
 from wakeful.core.effects import Effects, Post, Timer
 from wakeful.core.store import open_store

@@ -20,8 +20,8 @@ from cryptography.fernet import Fernet
 from slack_sdk import WebClient
 from slack_sdk.oauth.installation_store import Installation
 
-from tests.acceptance.test_slack_app import pg_schema_url
 from tests.conftest import T0, need_pg
+from tests.support.slack_app import pg_schema_url
 from wakeful.bot.process.config import Config, ConfigError
 from wakeful.bot.slack.installations import StoreInstallations, StoreStates, TokenCipher
 from wakeful.bot.slack.sender import SlackSender, make_client

@@ -1,7 +1,7 @@
 """Issue 21, item 9, for both built-in agents (refund desk and Claude's tools), on both stores:
 one minimum digest period, and an order refunded once however often it is asked for.
 
-The refund desk runs through the engine's loops (tests/integration/test_refund_desk.py's Desk);
+The refund desk runs through the engine's loops (tests/support/refund_world.py's Desk);
 Claude runs on the local fake of the Messages API, built by its own class behind the runner
 `wakeful serve` builds (`ClaudeDesk` below).
 """
@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0
-from tests.integration.test_refund_desk import (
+from tests.support import fake_anthropic as api
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.refund_world import (
     BOSS,
     INBOX,
     TEAM,
@@ -26,8 +28,6 @@ from tests.integration.test_refund_desk import (
     desk_runner,
     utc,
 )
-from tests.support import fake_anthropic as api
-from tests.support.fake_anthropic import FakeAnthropic
 from wakeful.agents import Message, Setup
 from wakeful.agents.testing import Harness
 from wakeful.bot.builtin.claude import ClaudeAgent

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import Proc, child_env, wakeful_cmd
 from tests.conftest import need_pg
 from tests.support.forked_cli import Forks
+from tests.support.slack_app import Proc, child_env, wakeful_cmd
 from wakeful.core.store import open_store
 from wakeful.devtools.emulator import EventSender, SlackEmulator
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0
-from tests.integration.test_refund_desk import BOSS, INBOX, TEAM, USER, RecordingSender
 from tests.support.gateway import audit_lines, gateway_in_thread, write_config
+from tests.support.refund_world import BOSS, INBOX, TEAM, USER, RecordingSender
 from wakeful.agents import Message, Tool, WebhookDelivery
 from wakeful.bot.builtin.refund_desk import RefundDesk
 from wakeful.bot.process.config import Config

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0
-from tests.integration.test_refund_desk import RecordingSender, utc
 from tests.support import fake_anthropic as api
 from tests.support.approvals import ApprovalRequest
 from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.refund_world import RecordingSender, utc
 from tests.support.webhook_front import start_server
 from wakeful.agents import Agent, Command, Message, Run, Setup, Tool
 from wakeful.bot.builtin.claude import ClaudeAgent

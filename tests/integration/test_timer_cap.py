@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import T0, MakeStore
-from tests.integration.test_refund_desk import INBOX, Desk
+from tests.support.refund_world import INBOX, Desk
 from wakeful.agents import Agent, Conversation, Message, Run, Timer, Tool
 from wakeful.bot.process.config import Config, ConfigError
 from wakeful.core.clock import ManualClock

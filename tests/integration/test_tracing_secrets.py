@@ -17,7 +17,6 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
 from tests.conftest import PG_DSN, T0, MakeStore, need_pg
-from tests.integration.test_claude_agent import BOSS, INBOX, World, _close_agents, fake
 from tests.integration.test_tracing import (
     SAID,
     SECRET,
@@ -27,6 +26,7 @@ from tests.integration.test_tracing import (
 )
 from tests.integration.test_tracing import World as FrontWorld
 from tests.support import fake_anthropic as api
+from tests.support.claude_world import BOSS, INBOX, World, _close_agents, fake
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.gateway import gateway_in_thread, write_config
 from tests.support.store_templates import PgSchemas

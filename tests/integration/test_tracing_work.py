@@ -18,7 +18,6 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.conftest import T0
-from tests.integration.test_claude_agent import BOSS, INBOX, TTL, World, _close_agents, fake
 from tests.integration.test_gateway import _db_of
 from tests.integration.test_tracing import (
     attributes_of,
@@ -30,6 +29,7 @@ from tests.integration.test_tracing import (
     traceparent,
 )
 from tests.support import fake_anthropic as api
+from tests.support.claude_world import BOSS, INBOX, TTL, World, _close_agents, fake
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.gateway import GatewayProcess, gateway_in_thread, write_config
 from wakeful.bot.builtin.claude_prices import Price

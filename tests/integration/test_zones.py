@@ -2,7 +2,7 @@
 twice, a failed one read again on a later run, and the person told which zone was used.
 
 ZoneLookup talks to the Slack emulator over HTTP with a real WebClient; the refund desk runs
-on the real engine (tests/integration/test_refund_desk.py's Desk).
+on the real engine (tests/support/refund_world.py's Desk).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from slack_sdk import WebClient
 
 from tests.conftest import T0
-from tests.integration.test_refund_desk import INBOX, USER, Desk
+from tests.support.refund_world import INBOX, USER, Desk
 from wakeful.bot.slack.zones import ZoneLookup
 from wakeful.core.store import Store
 from wakeful.devtools.emulator import SlackEmulator

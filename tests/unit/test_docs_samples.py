@@ -25,7 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_slack_app import (
+from tests.integration.test_forget_cli import keep
+from tests.support import full_store
+from tests.support.doc_samples import PAGES, ROOT, Sample, check, normalise, samples
+from tests.support.slack_app import (
     SECRET,
     Wakeful,
     child_env,
@@ -35,9 +38,6 @@ from tests.acceptance.test_slack_app import (
     shut_down,
     wakeful_cmd,
 )
-from tests.integration.test_forget_cli import keep
-from tests.support import full_store
-from tests.support.doc_samples import PAGES, ROOT, Sample, check, normalise, samples
 from wakeful.bot.slack.scopes import required_scopes
 from wakeful.devtools.audit import count_events
 from wakeful.devtools.emulator import SlackEmulator
