@@ -146,6 +146,7 @@ LONG_FIRST = (
     "tests/acceptance/test_dev_client.py",
     "tests/acceptance/test_hostile_webhooks.py",
     "tests/integration/test_migrations.py",
+    "tests/integration/test_outbox_posts.py",
     "tests/integration/test_outbox.py",
     "tests/integration/test_process_liveness.py",
     "tests/integration/test_approvals.py",

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0, MakeStore
-from tests.integration.test_outbox import Rig, statuses
+from tests.support.outbox_rig import Rig, statuses
 from wakeful.bot.slack.sender import SlackSender, make_client
 from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.effects import Post
