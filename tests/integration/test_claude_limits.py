@@ -11,7 +11,6 @@ the Messages API, which bills each request as the real API does."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from tests.support.claude_world import (
     INBOX,
     World,
     assert_valid_history,
+    fake,
     tool_results,
 )
 from tests.support.fake_anthropic import FakeAnthropic
@@ -33,6 +33,8 @@ from wakeful.bot.process.loading import make_setup
 from wakeful.core import metrics
 from wakeful.core.store import Store
 from wakeful.devtools.audit import runs
+
+__all__ = ["fake"]  # the fixture of tests/support/claude_world.py, used here too
 
 DAY = 86_400
 MODEL = "claude-test"
@@ -48,16 +50,8 @@ TIMER_CAP = (
     "1 timer was not set: at most 50 reminders and timers at once "
     "(WAKEFUL_MAX_TIMERS_PER_INBOX). Nothing was done; tell the person."
 )
+
 _ids = itertools.count(1)
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeAnthropic]:
-    server = FakeAnthropic()
-    yield server
-    server.close()
-    assert server.unscripted == 0, "the agent made a request nothing was scripted for"
-    assert server.left == 0, "a scripted reply was never asked for"
 
 
 def reminders(n: int, turn: int) -> api.Scripted:

@@ -25,6 +25,7 @@ import pytest
 from tests.conftest import T0
 from tests.support import fake_anthropic as api
 from tests.support.approvals import ApprovalRequest
+from tests.support.claude_world import fake
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.refund_world import RecordingSender, utc
 from tests.support.webhook_front import start_server
@@ -46,6 +47,8 @@ from wakeful.core.store import Store
 from wakeful.core.store.installations import InstallationRow
 from wakeful.core.worker import Worker
 from wakeful.devtools.emulator import EventSender
+
+__all__ = ["fake"]  # the fixture of tests/support/claude_world.py, used here too
 
 A, B = "TA", "TB"
 ALICE, BOB = InboxId.person(A, "UA1"), InboxId.person(B, "UB1")
@@ -286,15 +289,6 @@ class ClaudeWorld(World):
             if b["type"] == "tool_result"
         ]
         return dict(result)
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeAnthropic]:
-    server = FakeAnthropic()
-    yield server
-    server.close()
-    assert server.unscripted == 0, "the agent made a request nothing was scripted for"
-    assert server.left == 0, "a scripted reply was never asked for"
 
 
 @pytest.fixture
