@@ -96,7 +96,7 @@ def test_short_crash_chaos(make_store: MakeStore, tmp_path: Path) -> None:
 
 @pytest.mark.chaos
 def test_full_crash_chaos(make_store: MakeStore, tmp_path: Path) -> None:
-    plan = Plan(events=2000, inboxes=100, min_kills=50, poison=5, webhooks=400)
+    plan = Plan(events=2000, inboxes=100, min_kills=50, poison=5, webhooks=400, fork=False)
     figures, _, _ = _run(make_store, tmp_path, plan)
     _assert_guarantees(figures, plan)
 
@@ -134,7 +134,7 @@ class StreamCrashChaos:
     the suite's 4-minute budget). One class per store: each a test process's scope."""
 
     def test_short_stream_crash_chaos(self, make_store: MakeStore, tmp_path: Path) -> None:
-        plan = Plan(events=90, inboxes=10, min_kills=5, poison=2, webhooks=20)
+        plan = Plan(events=90, inboxes=10, min_kills=5, poison=2, webhooks=20, fork=False)
         kills = StreamKills(tmp_path / "streams.trace", every=(0.5, 1.2))
         figures, _, streamed = _run(make_store, tmp_path, plan, kills, kills, SHORT_ATTEMPTS)
         _assert_guarantees(figures, plan)
@@ -154,7 +154,7 @@ class TestStreamCrashChaosPostgres(StreamCrashChaos):
 
 @pytest.mark.chaos
 def test_full_stream_crash_chaos(make_store: MakeStore, tmp_path: Path) -> None:
-    plan = Plan(events=2000, inboxes=100, min_kills=50, poison=5, webhooks=400)
+    plan = Plan(events=2000, inboxes=100, min_kills=50, poison=5, webhooks=400, fork=False)
     kills = StreamKills(tmp_path / "streams.trace")
     figures, _, streamed = _run(make_store, tmp_path, plan, kills, kills, SHORT_ATTEMPTS)
     _assert_guarantees(figures, plan)

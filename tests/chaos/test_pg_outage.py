@@ -86,7 +86,7 @@ def test_short_postgres_outage(tmp_path: Path) -> None:
 
 @pytest.mark.chaos
 def test_postgres_going_away_loses_nothing_and_every_process_recovers(tmp_path: Path) -> None:
-    plan = Plan(events=600, inboxes=40, min_kills=30, poison=2)
+    plan = Plan(events=600, inboxes=40, min_kills=30, poison=2, fork=False)
     figures = _run(tmp_path, plan, outage=10.0)
     _assert_guarantees(figures, plan)
     assert figures.refused > 0, "the front never had to refuse a delivery: no outage reached it"
