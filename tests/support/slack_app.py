@@ -27,6 +27,7 @@ from typing import Any
 
 from tests.conftest import need_pg
 from tests.support.forked_cli import popen_lines
+from wakeful.core.errors import StoreUnavailable
 from wakeful.core.records import StepRecord
 from wakeful.core.store import Store, open_store
 from wakeful.devtools.emulator import EventSender, SlackEmulator
@@ -218,12 +219,28 @@ def launch(
         match = LISTENING.match(line)
         assert match, f"unexpected first line {line!r}; stderr:\n{proc.tail()}"
         url = f"http://127.0.0.1:{match.group(1)}/slack/events"
-        store = open_store(db)
+        store = reading_store(db)
     except BaseException:
         proc.stop()
         raise
     sender = EventSender(url, SECRET, team_id=TEAM, bot_user_id=emu.bot_user_id)
     return Wakeful(proc, url, db, emu, sender, store, backend)
+
+
+def reading_store(db: str, patience: float = 15.0) -> Store:
+    """The test's own store on the app's `db`, to read what it wrote: on PostgreSQL two
+    connections at most, and a server momentarily at its connection limit (the suite's
+    processes share one) waited for, as `wakeful serve` waits at start-up."""
+    if "://" not in db:
+        return open_store(db)
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return open_store(db, pool_size=2)
+        except StoreUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
 
 
 def shut_down(app: Wakeful) -> None:

@@ -1,5 +1,7 @@
 """`wakeful serve` as Slack meets it: events stored before the ack, retries, what is ignored,
-hostile HTTP, a store that cannot take the write, bursts (slack_app/conftest.py)."""
+hostile HTTP, a store that cannot take the write, bursts, and the approval round trip; the
+module with the tests run on both stores, so one PostgreSQL app serves them
+(slack_app/conftest.py)."""
 
 from __future__ import annotations
 
@@ -23,8 +25,11 @@ from tests.support.slack_app import (
     eventually,
     http_request,
     inbox,
+    message_at,
     message_body,
+    refund_calls,
     settle,
+    wait_prompt,
 )
 from wakeful.bot.front.wsgi import BODY_CAP
 from wakeful.core.events import Message, decode
@@ -390,3 +395,41 @@ def test_three_quick_messages_get_one_reply_while_another_user_is_answered(
     app.wait_post(channel, "Handled")
     settle(app, inbox(user), inbox("U6003"))
     assert [m["text"] for m in app.posts(channel)] == ["Handled 3 messages."]
+
+
+# -- 7. the approval round trip, on both stores (the rest of 7: test_slack_app_work.py) ----
+
+
+def test_refund_prompt_then_approve(core_app: Wakeful) -> None:
+    app = core_app
+    user, channel = "U7001", "D7001"
+    app.sender.message(user, "please refund order 77")
+    prompt_ts, rid = wait_prompt(app, channel, "77")
+    prompt = message_at(app, channel, prompt_ts)
+    actions = next(b for b in prompt["blocks"] if b["type"] == "actions")
+    assert {(e["action_id"], e["value"]) for e in actions["elements"]} == {
+        ("approve", rid),
+        ("deny", rid),
+    }
+    state = app.store.approval(rid)
+    assert state is not None and state.requester == user and state.answer is None
+    assert refund_calls(app, rid) == []
+
+    click = app.sender.block_action(user, "approve", rid, channel=channel, message_ts=prompt_ts)
+    assert click.status == 200, click.body
+    app.wait_post(channel, "Refunded order 77.")
+    ok = app.emu.wait_for(
+        lambda e: f"Approved by <@{user}>" in json.dumps(message_at(app, channel, prompt_ts)), 10
+    )
+    assert ok, f"prompt not rewritten: {message_at(app, channel, prompt_ts)}"
+    updates = [c for c in app.emu.calls("chat.update") if c.params.get("ts") == prompt_ts]
+    assert updates and updates[-1].params["channel"] == channel
+    rewritten = message_at(app, channel, prompt_ts)
+    assert not any(b.get("type") == "actions" for b in rewritten.get("blocks") or [])
+    settle(app, inbox(user))
+    assert len(app.posts(channel, "Refunded order 77.")) == 1
+    calls = refund_calls(app, rid)
+    assert len(calls) == 1
+    assert calls[0].args["order_id"] == "77" and calls[0].result["refunded"] is True
+    answered = app.store.approval(rid)
+    assert answered is not None and (answered.answer, answered.answered_by) == ("yes", user)

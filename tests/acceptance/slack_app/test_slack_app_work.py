@@ -1,5 +1,6 @@
-"""`wakeful serve` as Slack meets it: approvals, reminders and digests, outbound posts,
-configuration, the loops in their own processes (slack_app/conftest.py)."""
+"""`wakeful serve` as Slack meets it, on SQLite: approvals denied, expired, refused and answered
+twice, reminders and digests, outbound posts, configuration, the loops in their own processes
+(slack_app/conftest.py; the approval round trip on both stores is test_slack_app_ingest.py's)."""
 
 from __future__ import annotations
 
@@ -37,41 +38,6 @@ from tests.support.slack_app import (
 from wakeful.devtools.emulator import SlackEmulator
 
 # -- 7. approvals --------------------------------------------------------------------------------
-
-
-def test_refund_prompt_then_approve(core_app: Wakeful) -> None:
-    app = core_app
-    user, channel = "U7001", "D7001"
-    app.sender.message(user, "please refund order 77")
-    prompt_ts, rid = wait_prompt(app, channel, "77")
-    prompt = message_at(app, channel, prompt_ts)
-    actions = next(b for b in prompt["blocks"] if b["type"] == "actions")
-    assert {(e["action_id"], e["value"]) for e in actions["elements"]} == {
-        ("approve", rid),
-        ("deny", rid),
-    }
-    state = app.store.approval(rid)
-    assert state is not None and state.requester == user and state.answer is None
-    assert refund_calls(app, rid) == []
-
-    click = app.sender.block_action(user, "approve", rid, channel=channel, message_ts=prompt_ts)
-    assert click.status == 200, click.body
-    app.wait_post(channel, "Refunded order 77.")
-    ok = app.emu.wait_for(
-        lambda e: f"Approved by <@{user}>" in json.dumps(message_at(app, channel, prompt_ts)), 10
-    )
-    assert ok, f"prompt not rewritten: {message_at(app, channel, prompt_ts)}"
-    updates = [c for c in app.emu.calls("chat.update") if c.params.get("ts") == prompt_ts]
-    assert updates and updates[-1].params["channel"] == channel
-    rewritten = message_at(app, channel, prompt_ts)
-    assert not any(b.get("type") == "actions" for b in rewritten.get("blocks") or [])
-    settle(app, inbox(user))
-    assert len(app.posts(channel, "Refunded order 77.")) == 1
-    calls = refund_calls(app, rid)
-    assert len(calls) == 1
-    assert calls[0].args["order_id"] == "77" and calls[0].result["refunded"] is True
-    answered = app.store.approval(rid)
-    assert answered is not None and (answered.answer, answered.answered_by) == ("yes", user)
 
 
 def test_a_click_from_an_org_wide_install_with_team_null_is_answered(app: Wakeful) -> None:
