@@ -234,7 +234,11 @@ def test_sigkill_of_the_gateway_mid_request_refunds_once(
     env = {"STRIPE_SECRET_KEY": stripe.api_key}
     gateway = GatewayProcess(config, env, db, tmp_path / "gateway.log")
     stripe.add_payment("3001")
-    app = start(tmp_path, emu, db, stripe, **gateway.worker_env)
+    try:
+        app = start(tmp_path, emu, db, stripe, **gateway.worker_env)
+    except BaseException:
+        gateway.stop()  # serve did not start: the gateway must not outlive the test
+        raise
     try:
         stripe.hold_next("body")  # Stripe refunds, sends its status, holds the body
         request_id = refund_and_wait(app, stripe, "3001")

@@ -268,7 +268,11 @@ def test_a_gateway_blink_is_one_wait_told_once_then_one_refund(
     env = {"STRIPE_SECRET_KEY": stripe.api_key}
     gateway = GatewayProcess(config, env, db, tmp_path / "gateway.log")
     stripe.add_payment(ORDER)
-    app = start(tmp_path, emu, db, stripe, **gateway.worker_env, **FAST)
+    try:
+        app = start(tmp_path, emu, db, stripe, **gateway.worker_env, **FAST)
+    except BaseException:
+        gateway.stop()  # serve did not start: the gateway must not outlive the test
+        raise
     try:
         gateway.proc.send_signal(signal.SIGKILL)  # the gateway blinks
         assert gateway.stop() == -signal.SIGKILL
