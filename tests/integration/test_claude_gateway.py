@@ -17,7 +17,7 @@ from tests.integration.test_gateway import Echo
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.gateway import audit_lines, gateway_in_thread, write_config
-from tests.support.refund_world import RecordingSender
+from tests.support.recording_sender import RecordingSender
 from wakeful.agents import InboxId, Message, WebhookDelivery
 from wakeful.bot.builtin.claude import ClaudeAgent
 from wakeful.bot.process.config import Config

@@ -18,7 +18,8 @@ import pytest
 from tests.conftest import T0
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
-from tests.support.webhook_front import OPS, PAY, RecordingSender, Served, serve
+from tests.support.recording_sender import RecordingSender
+from tests.support.webhook_front import OPS, PAY, Served, serve
 from wakeful.agents import InboxId, Message, Setup
 from wakeful.bot.builtin.claude import ClaudeAgent
 from wakeful.bot.builtin.conversation import NO_REPLY

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from tests.conftest import T0, MakeStore
-from tests.support.webhook_front import RecordingSender
+from tests.support.recording_sender import RecordingSender
 from wakeful.agents import Agent, Command, Message, Run, Tool
 from wakeful.bot.process.config import Config
 from wakeful.bot.process.loading import build_runner

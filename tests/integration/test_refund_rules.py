@@ -17,13 +17,13 @@ import pytest
 from tests.conftest import T0
 from tests.support import fake_anthropic as api
 from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.recording_sender import RecordingSender
 from tests.support.refund_world import (
     BOSS,
     INBOX,
     TEAM,
     USER,
     Desk,
-    RecordingSender,
     desk_config,
     desk_runner,
     utc,

@@ -20,10 +20,10 @@ import pytest
 from tests.conftest import T0, MakeStore
 from tests.support.agents import refund_desk
 from tests.support.approvals import ApprovalRequest
+from tests.support.recording_sender import RecordingSender
 from tests.support.webhook_front import (
     GITHUB_SECRET,
     OPS,
-    RecordingSender,
     start_server,
 )
 from wakeful.bot.front.listeners import Listeners

@@ -20,7 +20,8 @@ import pytest
 
 from tests.conftest import T0
 from tests.support.gateway import audit_lines, gateway_in_thread, write_config
-from tests.support.refund_world import BOSS, INBOX, TEAM, USER, RecordingSender
+from tests.support.recording_sender import RecordingSender
+from tests.support.refund_world import BOSS, INBOX, TEAM, USER
 from wakeful.agents import Message, Tool, WebhookDelivery
 from wakeful.bot.builtin.refund_desk import RefundDesk
 from wakeful.bot.process.config import Config

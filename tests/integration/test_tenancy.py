@@ -27,7 +27,8 @@ from tests.support import fake_anthropic as api
 from tests.support.approvals import ApprovalRequest
 from tests.support.claude_world import fake
 from tests.support.fake_anthropic import FakeAnthropic
-from tests.support.refund_world import RecordingSender, utc
+from tests.support.recording_sender import RecordingSender
+from tests.support.refund_world import utc
 from tests.support.webhook_front import start_server
 from wakeful.agents import Agent, Command, Message, Run, Setup, Tool
 from wakeful.bot.builtin.claude import ClaudeAgent

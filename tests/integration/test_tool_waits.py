@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0, MakeStore
-from tests.support.webhook_front import RecordingSender
+from tests.support.recording_sender import RecordingSender
 from wakeful.agents import (
     Agent,
     ApprovalAnswer,

@@ -15,12 +15,12 @@ import pytest
 
 from tests.conftest import T0, MakeStore
 from tests.support.agents import refund_desk
+from tests.support.recording_sender import RecordingSender
 from tests.support.webhook_front import (
     CI_SECRET,
     GITHUB_SECRET,
     OPS,
     STRIPE_SECRET,
-    RecordingSender,
     serve,
 )
 from wakeful.bot.process.config import WebhookSource

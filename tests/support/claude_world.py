@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import T0
 from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.recording_sender import RecordingSender
 from wakeful.agents import (
     InboxId,
     Message,
@@ -32,9 +33,8 @@ from wakeful.bot.builtin.conversation import (
 from wakeful.bot.process.config import Config
 from wakeful.bot.process.loading import build_runner, make_setup
 from wakeful.core.clock import ManualClock
-from wakeful.core.dispatcher import Dispatcher, Sender
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.records import OutboxRow
-from wakeful.core.rules.outbox import Part
 from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store
 from wakeful.core.worker import Worker
@@ -49,16 +49,6 @@ HOUR = 3600
 ROOT = Path(__file__).resolve().parents[2]
 _event_ids = itertools.count(1)
 _agents: list[ClaudeAgent] = []
-
-
-class RecordingSender(Sender):
-    def __init__(self) -> None:
-        self.parts: list[Part] = []
-
-    def send(self, part: Part) -> str:
-        if part.kind != "status":  # the status around each run is not what these tests read
-            self.parts.append(part)
-        return f"1.000{len(self.parts)}"
 
 
 class World:
@@ -87,7 +77,7 @@ class World:
         self.fake = fake
         self.options: dict[str, Any] = {"model": model, **options}
         self.clock = clock or ManualClock(T0)
-        self.sender = sender or RecordingSender()
+        self.sender = sender or RecordingSender(statuses=False)
         self.config = Config(approvers=(BOSS,), settings=replace(store.settings, approval_ttl=TTL))
 
         known = make_setup(

@@ -17,16 +17,16 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0
+from tests.support.recording_sender import RecordingSender
 from wakeful.agents import ApprovalAnswer, Message, Run, Setup
 from wakeful.bot.builtin.refund_desk import RefundDesk
 from wakeful.bot.process.config import Config
 from wakeful.bot.process.loading import build_runner, make_setup
 from wakeful.bot.slack.zones import ZoneLookup
 from wakeful.core.clock import ManualClock
-from wakeful.core.dispatcher import Dispatcher, Sender
+from wakeful.core.dispatcher import Dispatcher
 from wakeful.core.inbox_id import InboxId
 from wakeful.core.records import OutboxRow
-from wakeful.core.rules.outbox import Part
 from wakeful.core.runner import Runner
 from wakeful.core.scheduler import Scheduler
 from wakeful.core.store import Store
@@ -44,20 +44,6 @@ _event_ids = itertools.count(1)
 
 def utc(ts: int) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-class RecordingSender(Sender):
-    """Stands in for Slack: keeps every part and answers with a fresh message ts."""
-
-    def __init__(self) -> None:
-        self.parts: list[Part] = []
-        self.ts: dict[str, str] = {}
-
-    def send(self, part: Part) -> str:
-        self.parts.append(part)
-        ts = f"1.000{len(self.parts)}"
-        self.ts[part.part_id] = ts
-        return ts
 
 
 class Poisonable:

@@ -12,8 +12,6 @@ from wakeful.bot.front.wsgi import SlackFront
 from wakeful.bot.process.config import WebhookSource
 from wakeful.bot.process.runtime import http_server, serve_in_thread
 from wakeful.core.clock import ManualClock
-from wakeful.core.dispatcher import Sender
-from wakeful.core.rules.outbox import Part
 from wakeful.core.store import Store
 from wakeful.devtools.audit import count_events
 from wakeful.devtools.webhooks import WebhookSender
@@ -27,17 +25,6 @@ SOURCES = (
     WebhookSource("stripe", "stripe", STRIPE_SECRET, PAY),
     WebhookSource("ci", "generic", CI_SECRET, OPS),
 )
-
-
-class RecordingSender(Sender):
-    """Stands in for Slack's Web API in the engine's loops: keeps every part it is handed."""
-
-    def __init__(self) -> None:
-        self.parts: list[Part] = []
-
-    def send(self, part: Part) -> str:
-        self.parts.append(part)
-        return f"1.000{len(self.parts)}"
 
 
 class CountingKicker:

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import T0
+from tests.support.recording_sender import RecordingSender
 from tests.support.refund_world import (
     BOSS,
     INBOX,
     TEAM,
     USER,
     Desk,
-    RecordingSender,
     _event_ids,
     desk_config,
     desk_runner,
