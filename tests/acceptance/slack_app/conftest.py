@@ -14,47 +14,27 @@ import pytest
 
 # -- fixtures ----------------------------------------------------------------------------------
 from tests.support.slack_app import (
-    BOT_USER,
     QUICK_SETTINGS,
-    TEAM,
-    TOKEN,
     Wakeful,
-    launch,
-    pg_schema_url,
     serving,
-    shut_down,
 )
-from wakeful.devtools.emulator import SlackEmulator
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wakeful]:
     """The shared `wakeful serve` on a SQLite file, with the quick batch window (bursts have
     `burst_app`)."""
-    tmp = tmp_path_factory.mktemp("serve-sqlite")
-    with SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu:
-        # Digests every second (test_digest_every_and_off), as the demo allows.
-        settings = {**QUICK_SETTINGS, "WAKEFUL_MIN_DIGEST_PERIOD": "1"}
-        running = launch(tmp, emu, str(tmp / "wakeful.db"), settings)
-        try:
-            yield running
-        finally:
-            shut_down(running)
+    # Digests every second (test_digest_every_and_off), as the demo allows.
+    settings = {**QUICK_SETTINGS, "WAKEFUL_MIN_DIGEST_PERIOD": "1"}
+    with serving("sqlite", tmp_path_factory.mktemp("serve-sqlite"), settings) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
 def pg_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wakeful]:
     """The same, on a fresh PostgreSQL schema."""
-    tmp = tmp_path_factory.mktemp("serve-pg")
-    with (
-        pg_schema_url() as url,
-        SlackEmulator(bot_token=TOKEN, bot_user_id=BOT_USER, team_id=TEAM) as emu,
-    ):
-        running = launch(tmp, emu, url, QUICK_SETTINGS, backend="postgres")
-        try:
-            yield running
-        finally:
-            shut_down(running)
+    with serving("postgres", tmp_path_factory.mktemp("serve-pg"), QUICK_SETTINGS) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
