@@ -75,6 +75,12 @@ class Claim:
     dead: tuple[StoredEvent, ...] = ()
     """Events this claim found out of attempts and made dead (told, not run): what their
     killed attempts streamed is taken back by the worker (core/runner.py)."""
+    retry_next: bool = False
+    """Nothing claimed, because a retried event is next: a claim of many inboxes, or a
+    finish's claim of what follows, leaves it (the lease lapsed) for a claim of its own,
+    which the worker runs holding no other claim. A run that kills its process (the poison a
+    retried event may be) then spends no other event's attempt: each claim a worker holds
+    when it dies loses one."""
 
     @property
     def ids(self) -> list[int]:

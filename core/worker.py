@@ -28,6 +28,7 @@ from wakeful.core.loops import Kicker, Loop, Wakeup
 from wakeful.core.outage import Outage, OutageStore, Ran
 from wakeful.core.records import Claim, ReadyList, StoredEvent
 from wakeful.core.rules import turns
+from wakeful.core.run_spans import RunSpans
 from wakeful.core.runner import AgentLike, Runner, runner_for
 
 if TYPE_CHECKING:
@@ -44,6 +45,10 @@ class WorkerStore(OutageStore, Protocol):
     def ready_list(self, now: int, limit: int) -> ReadyList: ...
 
     def claim_inboxes(self, inboxes: Sequence[str], holder: str, now: int) -> list[Claim]: ...
+
+    def acquire_and_claim(
+        self, inbox: str, holder: str, now: int, release_if_empty: bool = False
+    ) -> Claim | None: ...
 
     def session(self, inbox: str) -> Any: ...
 
@@ -119,7 +124,8 @@ class Worker(Loop[WorkerStore]):
         self._followers: list[Claim] = []  # next batches finishes claimed: the next round's
         self._holding: float | None = None  # since when followers wait for a batch window
         self._looked_at = float("-inf")  # when the ready list was last read (monotonic)
-        self._spans: dict[str, Span] = {}  # tracing: runs not finished yet, by run id
+        self._spans = RunSpans(self.store.attempt_trace)  # tracing: each run's span
+        self._retries: list[str] = []  # inboxes whose retried event is next: each run alone
 
     def tick(self, now: int) -> int:
         """One round: what the store refused last time first, then each newly ready inbox,
@@ -168,7 +174,29 @@ class Worker(Loop[WorkerStore]):
         )
         self._holding = turn.holding
         self._followers = previous[turn.run :] + self._followers
-        return runs + self._run_claims(previous[: turn.run])
+        runs += self._run_claims(previous[: turn.run])
+        return runs + self._run_retries()
+
+    def _run_retries(self) -> int:
+        """Run each inbox whose retried event is next on its own, holding no other claim (the
+        followers held for the next round are given back first): should the retry kill the
+        process, as a poison event does, no other event loses an attempt to it. An event
+        whose attempt a crash spent is a retry too, so a run that keeps killing its process
+        goes dead alone, after `max_attempts` deaths of its own. Those found meanwhile wait
+        for the next round."""
+        runs = 0
+        retries, self._retries = self._retries, []
+        for inbox in retries:
+            if self._followers:
+                self._outage.give_back += self._followers
+                self._followers = []
+                self._outage.give_back_claims()
+            claim = self.store.acquire_and_claim(
+                inbox, self.holder, self.clock(), release_if_empty=True
+            )
+            if claim is not None and (claim.events or claim.dead):
+                runs += self._run_claims([claim])
+        return runs
 
     def _run_ready(self, now: int) -> int:
         kicked = self.wakeup.since_first_kick()
@@ -217,6 +245,7 @@ class Worker(Loop[WorkerStore]):
         """Run each claim's agent; commit finished runs together (each fenced on its own) once
         `flush_after` has passed or nothing is left. Returns how many runs finished.
         `claimed`: when (ns) the claim of `claims` began and ended, for their runs' spans.
+        A claim that found a retried event next is noted, to run alone (`_run_retries`).
 
         Should the store become unavailable, the runs not yet committed are held for a later
         finish, the claims not yet run are given back, and StoreUnavailable is raised."""
@@ -227,13 +256,15 @@ class Worker(Loop[WorkerStore]):
         try:
             while queue:
                 claim = queue.popleft()
+                if claim.retry_next and claim.inbox not in self._retries:
+                    self._retries.append(claim.inbox)
                 if claim.dead and self.runner is not None:
                     self.runner.take_back_dead(claim.dead, self.clock())
                 if not claim.events or not self._still_holds(claim):
                     continue
                 started, run_id = self._mono(), uuid.uuid4().hex[:12]
                 started_ms = self._wall_ms()
-                span = self._run_span(claim, run_id, claimed if id(claim) in fresh else None)
+                span = self._spans.start(claim, run_id, claimed if id(claim) in fresh else None)
                 try:
                     with logs.context(
                         inbox=claim.inbox,
@@ -258,8 +289,7 @@ class Worker(Loop[WorkerStore]):
                     effects.timing = RunTiming(run_id, started_ms, self._wall_ms())
                     since = since if pending else started
                     pending.append(Ran(claim, effects, started, run_id))
-                    if span is not None:
-                        self._spans[run_id] = span  # ended with its finish
+                    self._spans.keep(run_id, span)  # ended with its finish
                 claim = None
                 if pending and (not queue or self._mono() - since >= self.flush_after):
                     ready, pending = pending, []
@@ -284,19 +314,19 @@ class Worker(Loop[WorkerStore]):
         """Commit finished runs and act on each outcome; `resumed` for runs held from an
         earlier refusal, whose lapsed lease means their attempt goes back. Raises
         StoreUnavailable, after the outcomes that did commit, when the store refuses."""
-        results, refused = self._commit(pending)
+        results, refused = self._spans.commit(pending, self._commit_now)
         done = 0
         for ran, finished, following in results:
             if finished is None:
-                self._end_run(ran, "unwritten")
+                self._spans.end(ran, "unwritten")
                 continue  # neither the run nor its failure could be written: logged
             claim, effects = ran.claim, ran.effects
             if not finished and resumed:
-                self._end_run(ran, "given_back")
+                self._spans.end(ran, "given_back")
                 self._outage.give_back.append(claim)  # the lease lapsed while the store refused
                 continue
             outcome = _outcome(effects) if finished else "fenced"
-            self._end_run(ran, outcome)
+            self._spans.end(ran, outcome)
             _count_run(outcome, self._mono() - ran.started, len(effects.dead))
             with logs.context(
                 inbox=claim.inbox,
@@ -321,64 +351,6 @@ class Worker(Loop[WorkerStore]):
         if refused is not None:
             raise refused
         return done
-
-    def _commit(
-        self, pending: list[Ran]
-    ) -> tuple[list[tuple[Ran, bool | None, Claim | None]], StoreUnavailable | None]:
-        """`_commit_now`, each run's finish an event of its run's span (core/tracing.py), and
-        each row it queues stores its run's trace, though the runs share one transaction."""
-        if not tracing.ON:
-            return self._commit_now(pending)
-        runs = [(r, self._spans.get(r.run_id)) for r in pending]
-        rows = {r.claim.inbox: tp for r, span in runs if (tp := tracing.traceparent_of(span))}
-        results: list[tuple[Ran, bool | None, Claim | None]] = []
-        began = time.time_ns()
-        try:
-            with tracing.rows_for(rows):
-                results, refused = self._commit_now(pending)
-        finally:
-            ended = time.time_ns()
-            done = {id(ran): finished for ran, finished, _ in results}
-            attrs = {
-                "wakeful.finish.runs": len(pending) if len(pending) > 1 else None,
-                "wakeful.finish.ms": (ended - began) / 1e6,
-            }
-            for ran, span in runs:
-                finished = done.get(id(ran))  # False: fenced; None: not written (the store)
-                said = {**attrs, "wakeful.finished": finished is True}
-                tracing.event(span, "wakeful.finish", said, ended)
-        return results, refused
-
-    def _end_run(self, ran: Ran, outcome: str) -> None:
-        """End a run's span (core/tracing.py) with its outcome; anything but done failed."""
-        made = self._spans.pop(ran.run_id, None) if self._spans else None
-        if made is not None:
-            tracing.end(made, {"wakeful.outcome": outcome}, None if outcome == "done" else outcome)
-
-    def _run_span(self, claim: Claim, run_id: str, claimed: tuple[int, int] | None) -> Span | None:
-        """A run's span: a child of its first event's stored trace (the request that stored
-        it), linked to its other events' (a retried event, claimed alone, runs under the same
-        parent as its failed attempt: both in its trace, told apart by `wakeful.attempt`) and,
-        a retry, to the latest failed attempt's run. When this round claimed it, it starts at
-        the claim, a child span of its own."""
-        if not tracing.ON:
-            return None
-        traces = tracing.stored(claim.events)
-        if any(e.attempts > 1 for e in claim.events):  # one indexed read, retries only
-            traces.append(self.store.attempt_trace(claim.ids))
-        attrs = {
-            "wakeful.inbox": claim.inbox,
-            "wakeful.lease.generation": claim.gen,
-            "wakeful.attempt": max(e.attempts for e in claim.events),
-            "wakeful.event_ids": claim.ids,
-            "wakeful.run_id": run_id,
-        }
-        begun = None if claimed is None else claimed[0]
-        made = tracing.start("wakeful.run", attrs, traces[0], traces[1:], start_ns=begun)
-        if claimed is not None:
-            took = {"wakeful.claim.ms": (claimed[1] - claimed[0]) / 1e6}
-            tracing.event(made, "wakeful.claim", took, claimed[1])
-        return made
 
     def _commit_now(
         self, pending: list[Ran]
@@ -474,12 +446,9 @@ class Worker(Loop[WorkerStore]):
         if span is None:
             return self.runner.run(claim, session, self.clock(), heartbeat)
         name = type(self.runner.agent).__name__  # inside its run's span, so are its log lines
-        attrs = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name}
-        with tracing.inside(span), tracing.span("wakeful.agent", attrs):
+        with self._spans.agent(span, name) as said:
             effects = self.runner.run(claim, session, self.clock(), heartbeat)
-            errors = [*effects.failed.values(), *effects.dead.values()]
-            if errors:  # the agent's failure, its class before the first colon
-                tracing.note({}, str(errors[0]).split(":", 1)[0] or "failed")
+            said(effects)
         return effects
 
 

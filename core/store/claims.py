@@ -130,8 +130,9 @@ class Claims(Restores):
     def claim_inboxes(self, inboxes: Sequence[str], holder: str, now: int) -> list[Claim]:
         """`acquire_and_claim` for several inboxes in one transaction, one commit for all.
 
-        Returns the claims that got events, or made events dead (their streams are the
-        worker's to take back); an inbox held by someone else is skipped, and one whose claim
+        Returns the claims that got events, made events dead (their streams are the worker's
+        to take back), or found a retried event next (`Claim.retry_next`: never claimed here,
+        beside other inboxes); an inbox held by someone else is skipped, and one whose claim
         found nothing to run has its lease lapse at once. Under load this is how a worker
         takes many inboxes' work for the price of one commit."""
         for inbox in inboxes:
@@ -143,9 +144,11 @@ class Claims(Restores):
                 if granted is None:
                     continue
                 gen, seq = granted
-                claim = self._claim(tx, inbox, holder, gen, now, seq=seq)
-                if claim.events or claim.dead:
-                    claims.append(claim)  # one with dead events alone: their streams to take back
+                claim = self._claim(tx, inbox, holder, gen, now, seq=seq, alone=False)
+                if claim.events or claim.dead or claim.retry_next:
+                    # One with dead events alone: their streams to take back; one whose next
+                    # event is a retry: to be claimed, and run, on its own.
+                    claims.append(claim)
                 if not claim.events:
                     self._set_expiry(tx, inbox, holder, gen, now)
         return claims
@@ -158,8 +161,11 @@ class Claims(Restores):
         gen: int,
         now: int,
         seq: int | None = None,
+        alone: bool = True,
     ) -> Claim:
-        """`seq` reuses a lease sequence number this transaction already took."""
+        """`seq` reuses a lease sequence number this transaction already took. `alone`: the
+        claim may take a retried event (by itself); otherwise one next makes the claim empty,
+        `retry_next` (Claim.retry_next)."""
         s = self.settings
         params = {
             "inbox": inbox,
@@ -178,8 +184,9 @@ class Claims(Restores):
             lines = [ops.dead(e.inbox, e.id, e.source, e.error) for e in dead]
             ops.queue_lines(tx, s, lines, now)  # and the operators, in the same transaction
         rows = tx.all("next_claimable", {"inbox": inbox, "now": now, "limit": s.claim_cap})
-        if rows and int(rows[0]["attempts"]) > 0:
-            rows = rows[:1]  # a retried event is claimed alone
+        retry_next = bool(rows) and int(rows[0]["attempts"]) > 0
+        if retry_next:
+            rows = rows[:1] if alone else []  # a retried event is claimed alone
         events: list[StoredEvent] = []
         waits = [max(0, now - max(int(r["created_at"]), int(r["not_before"]))) for r in rows]
         if waits:
@@ -210,6 +217,7 @@ class Claims(Restores):
             seq=seq,
             claimed_at=now,
             dead=tuple(dead),
+            retry_next=retry_next and not events,
         )
 
     def _tell_dead(self, tx: Tx, dead: Sequence[StoredEvent], now: int) -> None:
@@ -259,7 +267,9 @@ class Claims(Restores):
         """`finish`, then claim the inbox's next batch under the same lease, in one commit.
 
         Returns (finished, next claim). When nothing is left the lease is released in the same
-        transaction and the next claim is None: a worker's whole cycle is two commits.
+        transaction and the next claim is None: a worker's whole cycle is two commits. A
+        retried event next is not claimed (the lease lapses): the next claim is empty,
+        `retry_next`, for the worker to claim it on its own.
         """
         prepared = prepare_effects(claim.inbox, effects, now, self.kinds)
         try:
@@ -304,7 +314,7 @@ class Claims(Restores):
         # Same transaction, same lease: nothing can have gone stale since our claim, and the
         # finish's sequence number orders the next claim too.
         following = self._claim(
-            tx, claim.inbox, claim.holder, claim.gen, now, seq=finish_seq or None
+            tx, claim.inbox, claim.holder, claim.gen, now, seq=finish_seq or None, alone=False
         )
         if following.events:
             # A new claim, a full lease: the next run may wait its turn behind other inboxes.
@@ -312,7 +322,7 @@ class Claims(Restores):
             self._set_expiry(tx, claim.inbox, claim.holder, claim.gen, now + ttl)
             return True, following
         self._set_expiry(tx, claim.inbox, claim.holder, claim.gen, now)
-        return True, following if following.dead else None
+        return True, following if following.dead or following.retry_next else None
 
     def give_back(self, claim: Claim, now: int) -> int:
         """Undo a claim whose run the store, not its events, ended (a finish it refused as

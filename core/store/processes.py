@@ -101,8 +101,9 @@ class Processes(StoreBase):
 
 def _end_leases(tx: Tx, process: str, now: int) -> int:
     """Let the live leases of a process that is gone lapse now, its runs' events due at once
-    (their attempt stays counted: a run that kills its process is dead after MAX_ATTEMPTS
-    crashes, sooner than before). Returns how many leases lapsed."""
+    (their attempt stays counted, and each is a retry now, claimed and run alone: a run that
+    kills its process is dead after MAX_ATTEMPTS deaths of its own, sooner than before).
+    Returns how many leases lapsed."""
     inboxes = [
         str(r["inbox"]) for r in tx.all("end_process_leases", {"process": process, "now": now})
     ]

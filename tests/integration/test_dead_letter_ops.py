@@ -203,8 +203,8 @@ def test_retention_drops_a_done_events_attempts_and_keeps_a_dead_ones(
     assert healed is not None
     [claim] = store.claim_inboxes([B], "w", T0)
     assert store.finish(claim, Effects(failed={healed: "OSError: flaky"}), T0, release=True)
-    [claim] = store.claim_inboxes([B], "w", T0 + 100)
-    assert store.finish(claim, Effects(), T0 + 100, release=True)
+    retry = store.acquire_and_claim(B, "w", T0 + 100)  # a retry is claimed alone
+    assert retry is not None and store.finish(retry, Effects(), T0 + 100, release=True)
     assert [a.outcome for a in store.event_attempts(healed)] == ["failed"]
     later = T0 + store.settings.retention + 200
     assert store.prune(later).counts["attempts"] == 1

@@ -104,6 +104,45 @@ def test_rows_left_running_by_an_older_generation_go_back_and_are_claimed_alone(
     assert statuses == {"e1": "running", "e2": "pending"}
 
 
+def test_a_claim_of_many_inboxes_leaves_a_retried_event_for_a_claim_of_its_own(
+    store: Store,
+) -> None:
+    """A worker killed while it held a group spent one attempt of each event in it: none of
+    them may be claimed beside other inboxes again, or a poison event that kills its process
+    would spend the same innocent attempts at every death, until they were dead too."""
+    other = "T1:U2"
+    add(store, "e1")
+    store.ingest(other, "slack", "f1", {"text": "f1"}, T0)
+    assert store.claim_inboxes([INBOX], "A", T0)  # A dies holding it
+    later = T0 + store.settings.lease_ttl + 1
+    by_inbox = {c.inbox: c for c in store.claim_inboxes([INBOX, other], "B", later)}
+    assert names(by_inbox[other]) == ["f1"]
+    left = by_inbox[INBOX]
+    assert left.events == () and left.retry_next
+    e1 = store.events(INBOX)[0]
+    assert (e1.status, e1.attempts) == ("pending", 1)
+    alone = store.acquire_and_claim(INBOX, "C", later)  # B let the lease lapse at once
+    assert alone is not None and names(alone) == ["e1"] and alone.events[0].attempts == 2
+    assert not alone.retry_next
+
+
+def test_a_finish_leaves_a_retried_event_next_for_a_claim_of_its_own(store: Store) -> None:
+    add(store, "flaky")
+    claim = store.acquire_and_claim(INBOX, "A", T0)
+    assert claim is not None
+    assert store.finish(claim, Effects(failed={claim.events[0].id: "boom"}), T0)
+    add(store, "fresh", at=T0 + 1)
+    fresh = store.claim(INBOX, "A", claim.gen, T0 + 1)  # the retry waits out its backoff
+    assert names(fresh) == ["fresh"]
+    due = T0 + store.settings.backoff(1) + 1
+    finished, following = store.finish_and_claim(fresh, Effects(), due)
+    assert finished and following is not None
+    assert following.events == () and following.retry_next
+    assert store.events(INBOX)[0].status == "pending"
+    retry = store.acquire_and_claim(INBOX, "B", due)  # the lease lapsed with the finish
+    assert retry is not None and names(retry) == ["flaky"]
+
+
 def test_events_reaching_max_attempts_become_dead(make_store: MakeStore) -> None:
     store = make_store(max_attempts=2)
     add(store, "bad")

@@ -209,10 +209,12 @@ def test_a_dead_process_s_run_is_due_at_once_with_its_attempt_counted(
     assert store.acquire_and_claim("T1:U2", "worker-a", T0) is not None
     [reaped] = b.reap(watch({222}), T0 + 1)
     assert reaped.leases == 1
-    # The dead process's run at once, its attempt counted (not after the 10 s backoff its
-    # claim fixed); the lease of no process is still held.
+    # The dead process's run due at once (not after the 10 s backoff its claim fixed), a
+    # retry now: left for a claim of its own; the lease of no process is still held.
     ready = b.claim_inboxes([INBOX, "T1:U2"], "worker-b", T0 + 1)
-    assert [(c.inbox, [e.attempts for e in c.events]) for c in ready] == [(INBOX, [2])]
+    assert [(c.inbox, c.events, c.retry_next) for c in ready] == [(INBOX, (), True)]
+    alone = b.acquire_and_claim(INBOX, "worker-b", T0 + 1)
+    assert alone is not None and [e.attempts for e in alone.events] == [2]  # counted
 
 
 def test_a_lease_without_a_process_lasts_its_ttl_whoever_dies(store: Store) -> None:

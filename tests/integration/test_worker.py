@@ -75,6 +75,60 @@ def test_a_failing_event_is_retried_alone_then_buried(store: Store) -> None:
     assert dead.traceback is not None and 'raise RuntimeError("poison")' in dead.traceback
 
 
+class Killed(BaseException):
+    """What a SIGKILL does to a worker, in process: it leaves at once, its claims held in
+    the store, no finish and no give-back (the runner catches only Exception)."""
+
+
+class KillingAgent(EchoAgent):
+    """EchoAgent whose event 'kill' kills the worker running it; `held` says how many events
+    the store had running (claimed, by the worker) at each death."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__()
+        self.store, self.held = store, list[int]()
+
+    def run(self, run: Run) -> Effects:
+        if any(e.payload["text"] == "kill" for e in run.events):
+            self.held.append(count_events(self.store, "running"))
+            raise Killed()
+        return super().run(run)
+
+
+def test_an_event_that_kills_its_worker_dies_alone(store: Store) -> None:
+    """Each worker here dies (as a process would, SIGKILLed by its own agent) holding a group
+    of inboxes' claims. The poison event dies after three deaths; the others, whose attempt
+    the first death spent, are each run once more, alone, and answered: no death spends their
+    attempts again (it spent all three of each before)."""
+    clock = ManualClock(T0)
+    agent = KillingAgent(store)
+    people = [f"T1:U{i}" for i in range(2, 8)]
+    deaths = 0
+    for life in range(5):
+        worker = Worker(store=store, clock=clock, agent=agent, holder=f"w{life}")
+        store.ingest(f"T1:W{life}", "slack", f"warm-{life}", {"text": "warm"}, clock.now)
+        try:
+            # A run alone first (the dead worker's leases still hold the rest): it sets the
+            # worker's pace, fast, so ready inboxes then go in groups, one claim for all.
+            worker.tick(clock.now)
+            if life == 0:
+                store.ingest("T1:U1", "slack", "poison", {"text": "kill"}, T0)
+                for inbox in people:
+                    store.ingest(inbox, "slack", f"m-{inbox}", {"text": "fine"}, T0)
+            else:
+                clock.now += store.settings.lease_ttl + 1  # the dead worker's leases lapse
+            for _ in range(3):
+                worker.tick(clock.now)
+        except Killed:
+            deaths += 1
+    status = {e.inbox: (e.status, e.attempts) for i in ["T1:U1", *people] for e in store.events(i)}
+    # The first death held the whole group; each later one the poison event alone.
+    assert deaths == 3 and agent.held == [1 + len(people), 1, 1]
+    assert status.pop("T1:U1") == ("dead", 3)
+    assert status == dict.fromkeys(people, ("done", 2))
+    assert all([r.text for r in store.outbox(inbox=i)] == ["handled 1"] for i in people)
+
+
 def test_scheduler_kicks_the_worker_wakeup(store: Store) -> None:
     from wakeful.core.effects import Timer
 

@@ -54,12 +54,13 @@ class Plan:
     webhooks: int = 0
     """GitHub, Stripe and generic deliveries sent beside the Slack traffic, with retries."""
     fork: bool = True
-    """Processes (and their restarts) forked from the test process's zygote, cheap for the
-    default suite's short runs; False: each a new interpreter, as a deployment starts them. The
-    long runs (`-m chaos`) start them so: with forked restarts, back in tens of milliseconds,
-    the full stream chaos lost one chat message of 2,000 to too many attempts in two of four
-    store runs (a kill spends an attempt of every event its worker had claimed, run or not),
-    none in four with new interpreters (2026-12-05)."""
+    """Processes (and their restarts) forked from the test process's zygote, back in tens of
+    milliseconds; False: each a new interpreter, as a deployment starts them. Forked restarts
+    make the harsher run: the same events meet more kills. With them, before a retried event
+    was run alone (core/worker.py `_run_retries`), the full stream chaos lost a chat message of
+    2,000 to too many attempts in two of four store runs, and needed a fourth attempt (a kill
+    spent an attempt of every event its worker had claimed, run or not); none since, with
+    three (2026-12-05)."""
 
 
 @dataclass
