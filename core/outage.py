@@ -68,8 +68,8 @@ class Outage:
     held: list[Ran] = field(default_factory=list)
     """Runs whose finish the store refused as unavailable: finished later, same effects."""
     give_back: list[Claim] = field(default_factory=list)
-    """Claims the outage ended before (or, a lease having lapsed, after) their run: their
-    attempt goes back."""
+    """Claims the outage ended before (or, a lease having lapsed, after) their run, or the
+    worker let go of unrun to run a retry alone: their attempt goes back."""
     refusals: int = 0
     """Refusals in a row."""
     retry_at: float = 0.0
@@ -123,8 +123,8 @@ class Outage:
             self.give_back.pop(0)
             if given:
                 log.info(
-                    "%s: %s: %d event(s) back to pending with their attempt given back (the "
-                    "store, not the run, failed)",
+                    "%s: %s: %d event(s) back to pending, not run, with their attempt given "
+                    "back",
                     self.holder,
                     claim.inbox,
                     given,

@@ -129,6 +129,45 @@ def test_an_event_that_kills_its_worker_dies_alone(store: Store) -> None:
     assert all([r.text for r in store.outbox(inbox=i)] == ["handled 1"] for i in people)
 
 
+def test_a_retry_runs_with_no_other_claim_held_and_held_batches_go_back_unspent(
+    store: Store,
+) -> None:
+    """A worker that claimed an inbox's next batch ahead (a follower, for its next round)
+    gives it back, its attempt unspent, before it runs a retried event: were the retry to kill
+    the process, it would spend no other event's attempt."""
+    clock = ManualClock(T0)
+    ticks = iter(range(10**6))
+    held: dict[str, int] = {}
+
+    class Agent(EchoAgent):
+        def run(self, run: Run) -> Effects:
+            text = run.events[0].payload["text"]
+            held[text] = count_events(store, "running")
+            if text == "first":  # a second message arrives while the first runs
+                store.ingest("T1:U1", "slack", "second", {"text": "second"}, T0)
+            return super().run(run)
+
+    store.ingest("T1:U9", "slack", "retried", {"text": "retried"}, T0)
+    assert store.claim_inboxes(["T1:U9"], "dead-worker", T0)  # it dies holding it
+    clock.now += store.settings.lease_ttl + 1
+    store.ingest("T1:U1", "slack", "first", {"text": "first"}, clock.now)
+    # Each look at the time a second later: the next batch a finish claims waits for the
+    # next round instead of running in this one.
+    worker = Worker(
+        store=store, clock=clock, agent=Agent(), group=16, monotonic=lambda: float(next(ticks))
+    )
+    worker.tick(clock.now)
+    assert held["retried"] == 1  # its own event alone: "second", claimed ahead, went back
+    second = next(e for e in store.events("T1:U1") if e.source_id == "second")
+    assert (second.status, second.attempts) == ("pending", 0)
+    worker.tick(clock.now)
+    assert held["second"] == 1
+    final = {
+        e.source_id: (e.status, e.attempts) for i in ("T1:U1", "T1:U9") for e in store.events(i)
+    }
+    assert final == {"first": ("done", 1), "second": ("done", 1), "retried": ("done", 2)}
+
+
 def test_scheduler_kicks_the_worker_wakeup(store: Store) -> None:
     from wakeful.core.effects import Timer
 
