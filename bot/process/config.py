@@ -117,6 +117,9 @@ class Config:
     startup_wait: float = 60.0
     """Seconds a process starting on PostgreSQL waits for a server that refuses or ends its
     connections before it exits (WAKEFUL_STARTUP_WAIT; 0: at once)."""
+    pg_pool: int = 8
+    """Most PostgreSQL connections the process's pool opens (WAKEFUL_PG_POOL), LISTEN's
+    aside: what it may take of the server's `max_connections`, shared with every process."""
     anthropic_api_key: str = ""
     model: str = ""
     metrics_port: int | None = None
@@ -227,6 +230,7 @@ class Config:
             batch_window=duration(env, "WAKEFUL_BATCH_WINDOW", cls.batch_window, 0, 60, False),
             startup_wait=duration(env, "WAKEFUL_STARTUP_WAIT", cls.startup_wait, 0, 3600, False),
             sqlite_max_pages=int_value(env, "WAKEFUL_SQLITE_MAX_PAGES", 0, 0),
+            pg_pool=int_value(env, "WAKEFUL_PG_POOL", cls.pg_pool, 1, 100),
             anthropic_api_key=api_key,
             model=env.get("WAKEFUL_MODEL", "").strip(),
             metrics_port=(

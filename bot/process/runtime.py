@@ -220,6 +220,7 @@ def open_configured_store(config: Config) -> Store:
                 config.settings,
                 kinds=SLACK_KINDS,
                 connect_timeout=min(10.0, max(left / 2, 1)),
+                pool_size=config.pg_pool,
             )
         except StoreUnavailable as exc:  # a StoreRefused (no such role, ...) is not waited for
             left = deadline - time.monotonic()

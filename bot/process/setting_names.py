@@ -21,6 +21,7 @@ KNOWN = frozenset(
         "WAKEFUL_SQLITE_MAX_PAGES",
         "WAKEFUL_BATCH_WINDOW",
         "WAKEFUL_STARTUP_WAIT",
+        "WAKEFUL_PG_POOL",
         "WAKEFUL_MODEL",
         "WAKEFUL_METRICS_PORT",
         "WAKEFUL_LOG_FORMAT",

@@ -24,6 +24,9 @@ from tests.support.tcp_proxy import TcpProxy
 from wakeful.devtools.stores import fresh_postgres
 
 pytestmark = pytest.mark.usefixtures("pg_required")
+POOL = {"WAKEFUL_PG_POOL": "3"}
+"""Three connections a process, not eight: the fleet's seven processes share the suite's
+PostgreSQL (100 connections) with the tests running beside it."""
 
 
 def outages(proxy: TcpProxy, application_name: str, outage: float) -> object:
@@ -70,6 +73,7 @@ def _run(tmp_path: Path, plan: Plan, outage: float) -> Figures:
                 tmp_path,
                 "postgres",
                 faults=outages(proxy, name, outage),  # type: ignore[arg-type]
+                settings=POOL,
             )
     finally:
         store.close()

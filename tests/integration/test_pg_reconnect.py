@@ -197,3 +197,61 @@ def test_start_up_gives_up_after_its_patience_with_the_error() -> None:
             open_configured_store(config)
         took = time.monotonic() - started
     assert 3.0 <= took < 8.0, f"gave up after {took:.1f} s, patience 3 s"
+
+
+def _peak_connections(config: Config, name: str) -> int:
+    """The most connections of application `name` the server saw while eight threads wrote
+    and read through the store `open_configured_store(config)` opened."""
+    store = open_configured_store(config)
+    stop = threading.Event()
+    peak = 0
+
+    def write(n: int) -> None:
+        i = 0
+        while not stop.is_set():
+            store.ingest(f"T1:U{n}", "slack", f"e-{n}-{i}", {"text": "hi"}, T0)
+            store.events(f"T1:U{n}")  # a transaction of its own, from the pool
+            i += 1
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        with psycopg.connect(PG_DSN, autocommit=True) as admin:
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                row = admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+                ).fetchone()
+                peak = max(peak, int(row[0]) if row else 0)
+                time.sleep(0.01)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert count_events(store) > 0
+    finally:
+        stop.set()
+        store.close()
+    return peak
+
+
+def test_wakeful_pg_pool_caps_the_connections_a_process_opens() -> None:
+    """WAKEFUL_PG_POOL: what one process may take of the server's max_connections, however
+    many of its threads write at once (the default pool, 8, is the control: it does open
+    more)."""
+    schema = f"wakeful_pool_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        peaks = {}
+        for pool in ("2", ""):
+            name = f"wakeful-pool-{uuid.uuid4().hex[:8]}"
+            db = f"{PG_DSN}?options=-csearch_path%3D{schema}&application_name={name}"
+            config = Config.from_env({"WAKEFUL_DB": db, "WAKEFUL_PG_POOL": pool})
+            peaks[pool] = _peak_connections(config, name)
+        print(f"peak connections: WAKEFUL_PG_POOL=2 {peaks['2']}, default {peaks['']}")
+        assert peaks["2"] <= 2, peaks
+        assert peaks[""] > 2, peaks  # eight threads do open more than two of their own
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

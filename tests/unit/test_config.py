@@ -105,6 +105,9 @@ def test_self_approval_is_on_by_default_and_off_takes_a_second_person() -> None:
         ({**BASE, "WAKEFUL_BATCH_WINDOW": "soon"}, (), "WAKEFUL_BATCH_WINDOW"),
         ({**BASE, "WAKEFUL_STARTUP_WAIT": "a minute"}, (), "WAKEFUL_STARTUP_WAIT"),
         ({**BASE, "WAKEFUL_STARTUP_WAIT": "-1"}, (), "WAKEFUL_STARTUP_WAIT"),
+        ({**BASE, "WAKEFUL_PG_POOL": "0"}, (), "WAKEFUL_PG_POOL"),
+        ({**BASE, "WAKEFUL_PG_POOL": "101"}, (), "WAKEFUL_PG_POOL"),
+        ({**BASE, "WAKEFUL_PG_POOL": "four"}, (), "WAKEFUL_PG_POOL"),
         ({**BASE, "WAKEFUL_SELF_APPROVAL": "never"}, (), "WAKEFUL_SELF_APPROVAL"),
     ],
 )
@@ -162,6 +165,11 @@ def test_the_start_up_wait_defaults_to_a_minute_and_zero_means_at_once() -> None
     assert Config.from_env(BASE).startup_wait == 60.0
     assert Config.from_env({**BASE, "WAKEFUL_STARTUP_WAIT": "0"}).startup_wait == 0.0
     assert Config.from_env({**BASE, "WAKEFUL_STARTUP_WAIT": "2.5"}).startup_wait == 2.5
+
+
+def test_the_postgres_pool_defaults_to_eight_connections() -> None:
+    assert Config.from_env(BASE).pg_pool == 8
+    assert Config.from_env({**BASE, "WAKEFUL_PG_POOL": " 3 "}).pg_pool == 3
 
 
 # -- WAKEFUL_APPROVERS names each approver's workspace (issue 34, item 2) -----------------------
