@@ -123,8 +123,7 @@ class Outage:
             self.give_back.pop(0)
             if given:
                 log.info(
-                    "%s: %s: %d event(s) back to pending, not run, with their attempt given "
-                    "back",
+                    "%s: %s: %d event(s) back to pending, not run, with their attempt given back",
                     self.holder,
                     claim.inbox,
                     given,
