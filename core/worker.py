@@ -157,7 +157,7 @@ class Worker(Loop[WorkerStore]):
     def _round(self, now: int) -> int:
         previous, self._followers = self._followers, []
         try:
-            runs = self._run_ready(now)
+            runs = self._run_ready(now, previous)
         except BaseException:
             self._followers = previous + self._followers  # still claimed: kept, or given back
             raise
@@ -177,19 +177,22 @@ class Worker(Loop[WorkerStore]):
         runs += self._run_claims(previous[: turn.run])
         return runs + self._run_retries()
 
-    def _run_retries(self) -> int:
+    def _run_retries(self, held: list[Claim] | None = None) -> int:
         """Run each inbox whose retried event is next on its own, holding no other claim (the
-        followers held for the next round are given back first): should the retry kill the
-        process, as a poison event does, no other event loses an attempt to it. An event
-        whose attempt a crash spent is a retry too, so a run that keeps killing its process
-        goes dead alone, after `max_attempts` deaths of its own. Those found meanwhile wait
-        for the next round."""
+        batches claimed ahead, `held` and the followers, are given back first): should the
+        retry kill the process, as a poison event does, no other event loses an attempt to
+        it. An event whose attempt a crash spent is a retry too, so a run that keeps killing
+        its process goes dead alone, after `max_attempts` deaths of its own. Those found
+        meanwhile wait for the next call."""
         runs = 0
         retries, self._retries = self._retries, []
         for inbox in retries:
-            if self._followers:
-                self._outage.give_back += self._followers
+            ahead = self._followers + (held or [])
+            if ahead:
+                self._outage.give_back += ahead
                 self._followers = []
+                if held:
+                    held.clear()  # the caller's list: given back, not to be run
                 self._outage.give_back_claims()
             claim = self.store.acquire_and_claim(
                 inbox, self.holder, self.clock(), release_if_empty=True
@@ -198,7 +201,10 @@ class Worker(Loop[WorkerStore]):
                 runs += self._run_claims([claim])
         return runs
 
-    def _run_ready(self, now: int) -> int:
+    def _run_ready(self, now: int, held: list[Claim]) -> int:
+        """Claim and run the ready inboxes in groups; a retried event a group's claim left
+        runs alone right after that group (`_run_retries`: `held`, the batches claimed ahead
+        of this round, are given back first)."""
         kicked = self.wakeup.since_first_kick()
         limit = self.batch_inboxes * 50
         listed = self.store.ready_list(now, limit)
@@ -222,6 +228,8 @@ class Worker(Loop[WorkerStore]):
             runs += self._run_claims(claims, (claiming, time.time_ns()) if claiming else None)
             for inbox in chosen:
                 self._since.pop(inbox, None)
+            if self._retries:  # in its turn: a takeover's retry waits for no later group
+                runs += self._run_retries(held)
         return runs
 
     def idle_wait(self) -> float:

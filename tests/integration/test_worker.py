@@ -149,13 +149,16 @@ def test_a_retry_runs_with_no_other_claim_held_and_held_batches_go_back_unspent(
 
     store.ingest("T1:U9", "slack", "retried", {"text": "retried"}, T0)
     assert store.claim_inboxes(["T1:U9"], "dead-worker", T0)  # it dies holding it
-    clock.now += store.settings.lease_ttl + 1
+    clock.now += store.settings.lease_ttl - 10  # its lease still holds
     store.ingest("T1:U1", "slack", "first", {"text": "first"}, clock.now)
     # Each look at the time a second later: the next batch a finish claims waits for the
     # next round instead of running in this one.
     worker = Worker(
         store=store, clock=clock, agent=Agent(), group=16, monotonic=lambda: float(next(ticks))
     )
+    worker.tick(clock.now)  # "first" runs; "second", claimed by its finish, waits
+    assert store.events("T1:U1")[1].status == "running"
+    clock.now += 11  # the dead worker's lease lapses, not this one's of "second"
     worker.tick(clock.now)
     assert held["retried"] == 1  # its own event alone: "second", claimed ahead, went back
     second = next(e for e in store.events("T1:U1") if e.source_id == "second")

@@ -159,8 +159,13 @@ class Forked:
             return None
 
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            os.kill(self.pid, sig)
+        """As `subprocess.Popen.send_signal`: nothing once the process has ended (the
+        zygote may have reaped it before this process read its status)."""
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass  # it ended between the poll and the signal
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
