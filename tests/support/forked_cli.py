@@ -17,6 +17,7 @@ test's children, as a subprocess's is.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import importlib
 import json
@@ -162,10 +163,8 @@ class Forked:
         """As `subprocess.Popen.send_signal`: nothing once the process has ended (the
         zygote may have reaped it before this process read its status)."""
         if self.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):  # it ended since the poll
                 os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass  # it ended between the poll and the signal
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
