@@ -217,7 +217,7 @@ class Claims(Restores):
             seq=seq,
             claimed_at=now,
             dead=tuple(dead),
-            retry_next=retry_next and not events,
+            retry_next=retry_next and not alone,
         )
 
     def _tell_dead(self, tx: Tx, dead: Sequence[StoredEvent], now: int) -> None:
