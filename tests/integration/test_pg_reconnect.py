@@ -225,12 +225,13 @@ def _peak_connections(config: Config, name: str) -> int:
                 ).fetchone()
                 peak = max(peak, int(row[0]) if row else 0)
                 time.sleep(0.01)
+    finally:
         stop.set()
         for t in threads:
             t.join()
+    try:
         assert count_events(store) > 0
     finally:
-        stop.set()
         store.close()
     return peak
 
